@@ -1,0 +1,106 @@
+"""Writes for accounts: activation and API keys."""
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from accounts.models import SCOPE_READ, SCOPE_WRITE, ApiKey, User
+from leroy.clock import now
+
+KEY_PREFIX = "lr_live_"
+LOOKUP_LENGTH = 8
+# last_used_at is advisory; writing it at most once a minute keeps every call from becoming a write.
+LAST_USED_GRANULARITY = timedelta(seconds=60)
+
+
+class AccountError(Exception):
+    """A rule of the accounts domain was broken; `code` is machine-readable."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    api_key: ApiKey
+    plaintext: str  # shown once, never stored
+
+
+def hash_key(plaintext: str) -> str:
+    return hmac.new(settings.LEROY_API_KEY_PEPPER, plaintext.encode(), hashlib.sha256).hexdigest()
+
+
+def user_create(*, email: str, password: str | None) -> User:
+    return User.objects.create_user(email=email, password=password)
+
+
+@transaction.atomic
+def mcp_activate(*, user: User) -> User:
+    locked = User.objects.select_for_update().get(pk=user.pk)
+    if locked.mcp_activated_at is None:
+        locked.mcp_activated_at = now()
+        locked.save(update_fields=["mcp_activated_at"])
+    user.mcp_activated_at = locked.mcp_activated_at
+    return locked
+
+
+@transaction.atomic
+def api_key_create(*, user: User, name: str, write: bool = False) -> IssuedKey:
+    """Issue a key. The user row is locked so that concurrent requests cannot exceed the active-key cap."""
+    locked = User.objects.select_for_update().get(pk=user.pk)
+    if locked.mcp_activated_at is None:
+        raise AccountError("mcp_not_activated", "Activate MCP on the account page before creating API keys.")
+    name = name.strip()
+    if not name or len(name) > 100:
+        raise AccountError("invalid_name", "A key name of 1 to 100 characters is required.")
+    active = ApiKey.objects.filter(user=locked, revoked_at__isnull=True).count()
+    if active >= settings.LEROY_API_KEYS_MAX_ACTIVE:
+        raise AccountError(
+            "too_many_keys",
+            f"An account may hold at most {settings.LEROY_API_KEYS_MAX_ACTIVE} active API keys; revoke one first.",
+        )
+    random_part = secrets.token_urlsafe(32)
+    plaintext = KEY_PREFIX + random_part
+    api_key = ApiKey.objects.create(
+        user=locked,
+        name=name,
+        prefix=random_part[:LOOKUP_LENGTH],
+        key_hash=hash_key(plaintext),
+        scopes=f"{SCOPE_READ} {SCOPE_WRITE}" if write else SCOPE_READ,
+    )
+    return IssuedKey(api_key=api_key, plaintext=plaintext)
+
+
+def api_key_revoke(*, user: User, key_id: int) -> ApiKey:
+    """Revoke one of the user's keys; effective on the very next request."""
+    try:
+        api_key = ApiKey.objects.get(pk=key_id, user=user)
+    except ApiKey.DoesNotExist:
+        raise AccountError("not_found", "No such API key on this account.") from None
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=now())
+    api_key.refresh_from_db()
+    return api_key
+
+
+def api_key_authenticate(*, plaintext: str) -> ApiKey | None:
+    """The active key matching `plaintext`, or None. Records when it was last used."""
+    if not plaintext.startswith(KEY_PREFIX) or len(plaintext) > 200:
+        return None
+    lookup = plaintext[len(KEY_PREFIX) : len(KEY_PREFIX) + LOOKUP_LENGTH]
+    digest = hash_key(plaintext)
+    candidates = ApiKey.objects.select_related("user").filter(prefix=lookup, revoked_at__isnull=True)
+    for candidate in candidates:
+        if hmac.compare_digest(candidate.key_hash, digest) and candidate.user.is_active:
+            frozen_now = now()
+            if candidate.last_used_at is None or frozen_now - candidate.last_used_at >= LAST_USED_GRANULARITY:
+                ApiKey.objects.filter(pk=candidate.pk).update(last_used_at=frozen_now)
+                candidate.last_used_at = frozen_now
+            return candidate
+    return None

@@ -1,0 +1,62 @@
+"""ASGI entry point: lifespan, /api/mcp to the MCP bridge, everything else to Django."""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
+
+from django.core.asgi import get_asgi_application
+
+_django_app = get_asgi_application()  # sets Django up before the bridge imports models
+
+from asgiref.sync import ThreadSensitiveContext  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.core import signals  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from starlette.types import Receive, Scope, Send  # noqa: E402
+
+from leroy.mcp.server import build_mcp_asgi  # noqa: E402
+
+
+class LeroyASGI:
+    """Owns the lifespan (Django's handler refuses it) that the SDK session manager needs."""
+
+    def __init__(self) -> None:
+        self.django_app = ASGIStaticFilesHandler(_django_app)
+        self.mcp_app, self.session_manager = build_mcp_asgi()
+        self.mcp_paths = {settings.LEROY_MCP_PATH, settings.LEROY_MCP_PATH + "/"}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http" and scope["path"] in self.mcp_paths:
+            await self._mcp(scope, receive, send)
+        else:
+            await self.django_app(scope, receive, send)
+
+    async def _mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Without this context every async ORM call of every request shares one thread; the signals give the
+        # MCP branch the same connection hygiene as a Django request.
+        async with ThreadSensitiveContext():
+            await signals.request_started.asend(sender=ASGIHandler, scope=scope)
+            try:
+                await self.mcp_app(scope, receive, send)
+            finally:
+                await signals.request_finished.asend(sender=ASGIHandler)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        started = False
+        try:
+            async with self.session_manager.run():
+                await send({"type": "lifespan.startup.complete"})
+                started = True
+                await receive()  # lifespan.shutdown
+        except BaseException as exc:
+            failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"
+            await send({"type": failed, "message": repr(exc)})
+            raise
+        await send({"type": "lifespan.shutdown.complete"})
+
+
+application = LeroyASGI()

@@ -1,0 +1,122 @@
+"""The MCP tool registry that apps contribute to from their own `tools.py`.
+
+A tool declares its argument and result models, whether anonymous callers may use it (`public`) or it needs a
+principal (`subscriber`), the scope it needs and its metering class. The bridge in `server.py` turns each spec
+into an SDK tool; the transport uses the same specs to answer 401/403 before the SDK is reached.
+"""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from django.conf import settings
+from django.utils.module_loading import autodiscover_modules
+from pydantic import BaseModel, ConfigDict
+
+Access = Literal["public", "subscriber"]
+Scope = Literal["mcp:read", "mcp:write"]
+Metering = Literal["free", "lookup", "credits"]
+
+
+class ToolArgs(BaseModel):
+    """Base of every tool's arguments: unknown fields are refused, never ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an API key or an OAuth client acting for a user."""
+
+    user_id: int
+    client_id: str  # "apikey:<id>" or "oauth:<client_id>"
+    scopes: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """What a handler knows about the call besides its arguments."""
+
+    principal: Principal | None
+    protocol_version: str | None
+    report_progress: Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+class ToolFailure(Exception):
+    """An in-band tool error: an `isError` result with a machine-readable `error.code`."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def payload(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, **self.details}}
+
+
+Handler = Callable[[ToolCall, Any], Awaitable[BaseModel]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    args: type[ToolArgs]
+    output: type[BaseModel]
+    handler: Handler
+    access: Access
+    scope: Scope
+    metering: Metering
+    read_only: bool = True
+    idempotent: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+REGISTRY: dict[str, ToolSpec] = {}
+
+
+def tool(
+    *,
+    name: str,
+    title: str,
+    args: type[ToolArgs],
+    output: type[BaseModel],
+    access: Access,
+    scope: Scope,
+    metering: Metering,
+    read_only: bool = True,
+    idempotent: bool = True,
+) -> Callable[[Handler], Handler]:
+    """Register `handler` as MCP tool `name`; its docstring is the tool's description."""
+    if access == "public" and scope != "mcp:read":
+        raise ValueError(f"public tool {name} cannot require {scope}")
+
+    def register(handler: Handler) -> Handler:
+        if name in REGISTRY and REGISTRY[name].handler is not handler:
+            raise ValueError(f"MCP tool {name} is registered twice")
+        REGISTRY[name] = ToolSpec(
+            name=name,
+            title=title,
+            description=(handler.__doc__ or "").strip(),
+            args=args,
+            output=output,
+            handler=handler,
+            access=access,
+            scope=scope,
+            metering=metering,
+            read_only=read_only,
+            idempotent=idempotent,
+        )
+        return handler
+
+    return register
+
+
+def load_tools() -> dict[str, ToolSpec]:
+    """Import every installed app's `tools.py` plus the modules named by LEROY_MCP_TOOL_MODULES."""
+    autodiscover_modules("tools")
+    for module in settings.LEROY_MCP_TOOL_MODULES:
+        __import__(module)
+    return REGISTRY

@@ -1,0 +1,120 @@
+"""The MCP server: every registered tool becomes an SDK tool behind Leroy's transport."""
+
+import json
+from importlib.metadata import version
+from typing import Annotated, Any
+
+from django.conf import settings
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import create_model
+from starlette.types import ASGIApp
+
+from leroy.mcp import transport
+from leroy.mcp.registry import ToolCall, ToolFailure, ToolSpec, load_tools
+
+INSTRUCTIONS = (
+    "Leroy is a research-only evidence and backtesting service. Public tools need no credential; subscriber "
+    "tools need 'Authorization: Bearer lr_live_...' (created after activating MCP on the account page) or an "
+    "OAuth access token. Nothing here places orders, manages portfolios or gives investment advice. "
+    "A missing comparison is a valid answer: never turn a null into a forecast."
+)
+
+
+def _result(payload: dict[str, Any], *, is_error: bool, meta: dict[str, Any] | None = None) -> CallToolResult:
+    text = payload["error"]["message"] if is_error else json.dumps(payload, separators=(",", ":"))
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=payload,
+        is_error=is_error,
+        _meta=meta,
+    )
+
+
+def _register(mcp: MCPServer, spec: ToolSpec) -> None:
+    async def call(ctx: Context, **arguments: Any) -> Annotated[CallToolResult, spec.output]:
+        principal = transport.principal_of(get_access_token())
+        # The transport already refused these over HTTP; this guards in-process callers too.
+        if spec.access == "subscriber" and principal is None:
+            payload, challenge = transport.subscription_required(spec)
+            return _result(payload, is_error=True, meta={"mcp/www_authenticate": [challenge]})
+        if principal is not None and spec.scope not in principal.scopes:
+            payload, challenge = transport.insufficient_scope(spec)
+            return _result(payload, is_error=True, meta={"mcp/www_authenticate": [challenge]})
+
+        async def report_progress(progress: float, total: float | None, message: str | None) -> None:
+            await ctx.report_progress(progress, total, message)
+
+        call_info = ToolCall(
+            principal=principal, protocol_version=ctx.protocol_version, report_progress=report_progress
+        )
+        try:
+            output = await spec.handler(call_info, spec.args.model_validate(arguments))
+        except ToolFailure as failure:
+            return _result(failure.payload(), is_error=True)
+        return _result(output.model_dump(mode="json"), is_error=False)
+
+    mcp.add_tool(
+        call,
+        name=spec.name,
+        title=spec.title,
+        description=spec.description,
+        annotations=ToolAnnotations(
+            title=spec.title,
+            read_only_hint=spec.read_only,
+            idempotent_hint=spec.idempotent,
+            destructive_hint=False,
+            open_world_hint=False,
+        ),
+        meta={"leroy/access": spec.access, "leroy/scope": spec.scope, "leroy/metering": spec.metering},
+    )
+    # The SDK derives arguments from the signature; Leroy's contract is the pydantic Args model (extra="forbid"),
+    # so the registered tool validates against that model and publishes its schema.
+    registered = mcp._tool_manager.get_tool(spec.name)
+    assert registered is not None
+    registered.fn_metadata.arg_model = create_model(
+        f"{spec.args.__name__}Arguments", __base__=(spec.args, ArgModelBase)
+    )
+    registered.parameters = spec.args.model_json_schema(by_alias=True)
+
+
+def build_server() -> MCPServer:
+    mcp = MCPServer(
+        "leroy",
+        title="Leroy",
+        version=version("leroy"),
+        instructions=INSTRUCTIONS,
+        website_url=settings.LEROY_PUBLIC_ORIGIN,
+        subscriptions=False,  # the per-process bus cannot fan out across workers; the tool list is static
+    )
+    for spec in load_tools().values():
+        _register(mcp, spec)
+    if settings.MCP_CONFORMANCE_FIXTURES:
+        from leroy.mcp import conformance
+
+        conformance.register(mcp)
+    return mcp
+
+
+def transport_security() -> TransportSecuritySettings:
+    hosts = list(settings.ALLOWED_HOSTS)
+    origins = [settings.LEROY_PUBLIC_ORIGIN, *settings.LEROY_CORS_ORIGINS]
+    for host in hosts:
+        origins += [f"http://{host}", f"https://{host}", f"http://{host}:*", f"https://{host}:*"]
+    return TransportSecuritySettings(allowed_hosts=hosts + [f"{h}:*" for h in hosts], allowed_origins=origins)
+
+
+def build_mcp_asgi() -> tuple[ASGIApp, StreamableHTTPSessionManager]:
+    """The /api/mcp ASGI app and the session manager whose `run()` must span the process lifetime."""
+    mcp = build_server()
+    sdk_app = mcp.streamable_http_app(
+        streamable_http_path=settings.LEROY_MCP_PATH,
+        stateless_http=True,
+        json_response=False,  # SSE when a tool reports progress or logs; plain JSON otherwise
+        transport_security=transport_security(),
+    )
+    return transport.McpTransport(sdk_app), mcp.session_manager

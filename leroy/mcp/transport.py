@@ -1,0 +1,299 @@
+"""The HTTP edge in front of the MCP SDK: CORS, method gate, bearer auth, rate limits and tool access.
+
+Django middleware does not run on /api/mcp (it is dispatched in asgi.py), so everything a browser agent or an
+unauthenticated caller needs answered at the HTTP level is answered here, before the SDK sees the request.
+"""
+
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.cache import cache
+from django.urls import reverse
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from accounts import services as account_services
+from leroy.clock import now
+from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
+
+logger = logging.getLogger(__name__)
+
+ALLOWED_HEADERS = "Authorization, Content-Type, Accept, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID"
+EXPOSED_HEADERS = "WWW-Authenticate, Retry-After, MCP-Protocol-Version, Mcp-Session-Id"
+
+
+def bearer_challenge(*, error: str | None = None, description: str | None = None, scope: str = "mcp:read") -> str:
+    """A `WWW-Authenticate` value for /api/mcp."""
+    parts = ['Bearer realm="leroy"']
+    if error:
+        parts.append(f'error="{error}"')
+    if description:
+        parts.append(f'error_description="{description}"')
+    parts.append(f'scope="{scope}"')
+    return ", ".join(parts)
+
+
+def subscription_required(spec: ToolSpec) -> tuple[dict[str, Any], str]:
+    """The structured payload and challenge for an anonymous call of a subscriber tool."""
+    origin = settings.LEROY_PUBLIC_ORIGIN
+    challenge = bearer_challenge(description=f"{spec.name} requires a Leroy API key or OAuth access token")
+    payload = {
+        "error": {
+            "code": "subscription_required",
+            "message": (
+                f"{spec.name} needs a Leroy account. Sign up, activate MCP on the account page and send "
+                "'Authorization: Bearer lr_live_...' with each request."
+            ),
+            "tool": spec.name,
+            "sign_up_url": origin + reverse("accounts:signup"),
+            "account_url": origin + reverse("accounts:account"),
+            "pricing": {
+                "free_plan_usd_per_month": 0,
+                "free_included_lookups_per_month": settings.LEROY_FREE_MONTHLY_LOOKUPS,
+                "paid_overage_usd_per_lookup": settings.LEROY_OVERAGE_MICROS_PER_LOOKUP / 1_000_000,
+            },
+            "free_alternatives": sorted(s.name for s in REGISTRY.values() if s.access == "public"),
+        }
+    }
+    return payload, challenge
+
+
+def insufficient_scope(spec: ToolSpec) -> tuple[dict[str, Any], str]:
+    description = f"{spec.name} requires the {spec.scope} scope"
+    challenge = bearer_challenge(error="insufficient_scope", description=description, scope="mcp:read mcp:write")
+    payload = {
+        "error": {
+            "code": "insufficient_scope",
+            "message": f"{description}; create a key with mcp:write on the account page or re-authorize.",
+            "tool": spec.name,
+            "required_scope": spec.scope,
+        }
+    }
+    return payload, challenge
+
+
+def error_result(payload: dict[str, Any], challenge: str | None = None) -> dict[str, Any]:
+    """A CallToolResult dict with `isError` carrying a structured payload (and the client challenge)."""
+    result: dict[str, Any] = {
+        "content": [{"type": "text", "text": payload["error"]["message"]}],
+        "structuredContent": payload,
+        "isError": True,
+    }
+    if challenge:
+        result["_meta"] = {"mcp/www_authenticate": [challenge]}
+    return result
+
+
+def principal_of(token: AccessToken | None) -> Principal | None:
+    if token is None or token.subject is None:
+        return None
+    return Principal(user_id=int(token.subject), client_id=token.client_id, scopes=frozenset(token.scopes))
+
+
+def _authenticate(raw: str) -> AccessToken | None:
+    api_key = account_services.api_key_authenticate(plaintext=raw)
+    if api_key is None:
+        return None
+    return AccessToken(
+        token=raw, client_id=f"apikey:{api_key.pk}", subject=str(api_key.user_id), scopes=api_key.scope_list
+    )
+
+
+async def rate_limit_retry_after(identity: str, limit: int) -> int | None:
+    """Fixed one-minute windows in the shared cache; seconds to wait when over `limit`, else None."""
+    instant = now().timestamp()
+    window = math.floor(instant / 60)
+    key = f"leroy:rl:{identity}:{window}"
+    await cache.aadd(key, 0, timeout=120)
+    count = await cache.aincr(key)
+    if count > limit:
+        return max(1, math.ceil((window + 1) * 60 - instant))
+    return None
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    values = [v for k, v in scope["headers"] if k == name]
+    return values[0].decode("latin-1") if values else None
+
+
+async def _respond(
+    send: Send, status: int, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+) -> None:
+    raw = json.dumps(body).encode() if body is not None else b""
+    header_list = [(k.lower().encode(), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    if body is not None:
+        header_list.append((b"content-type", b"application/json"))
+    header_list.append((b"content-length", str(len(raw)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": header_list})
+    await send({"type": "http.response.body", "body": raw})
+
+
+def _with_cors(send: Send, origin: str | None) -> Send:
+    if origin is None:
+        return send
+
+    async def cors_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", []) if not k.startswith(b"access-control-")]
+            headers += [
+                (b"access-control-allow-origin", origin.encode("latin-1")),
+                (b"access-control-expose-headers", EXPOSED_HEADERS.encode()),
+                (b"vary", b"Origin"),
+            ]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return cors_send
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionAbortedError
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+class McpTransport:
+    """ASGI app for /api/mcp wrapping the SDK's Starlette app."""
+
+    def __init__(self, sdk_app: ASGIApp, authenticate: Callable[[str], AccessToken | None] = _authenticate) -> None:
+        self.sdk_app = AuthContextMiddleware(sdk_app)
+        self.authenticate: Callable[[str], Awaitable[AccessToken | None]] = sync_to_async(authenticate)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        origin = _header(scope, b"origin")
+        cors_origin = origin if origin and origin.rstrip("/") in settings.LEROY_CORS_ORIGINS else None
+        send = _with_cors(send, cors_origin)
+
+        if scope["method"] == "OPTIONS":
+            await self._preflight(scope, send, origin, cors_origin)
+            return
+        if scope["method"] != "POST":
+            # Stateless server: no standalone SSE stream to offer (a GET would hang open forever).
+            await _respond(send, 405, headers={"Allow": "POST, OPTIONS"})
+            return
+
+        token: AccessToken | None = None
+        authorization = _header(scope, b"authorization")
+        if authorization is not None:
+            scheme, _, raw = authorization.partition(" ")
+            token = await self.authenticate(raw.strip()) if scheme.lower() == "bearer" and raw.strip() else None
+            if token is None:
+                challenge = bearer_challenge(
+                    error="invalid_token", description="The bearer credential is unknown, revoked or expired"
+                )
+                await _respond(
+                    send,
+                    401,
+                    {"error": "invalid_token", "error_description": "The bearer credential is not valid"},
+                    {"WWW-Authenticate": challenge},
+                )
+                return
+
+        try:
+            body = await _read_body(receive, settings.LEROY_MCP_MAX_BODY_BYTES)
+        except BodyTooLarge:
+            await _respond(send, 413, {"error": "payload_too_large", "limit_bytes": settings.LEROY_MCP_MAX_BODY_BYTES})
+            return
+        except ConnectionAbortedError:
+            return
+
+        if await self._refused_tool_call(scope, body, token, send):
+            return
+        scope["user"] = AuthenticatedUser(token) if token else None
+        await self.sdk_app(scope, _replay(body, receive), send)
+
+    async def _preflight(self, scope: Scope, send: Send, origin: str | None, cors_origin: str | None) -> None:
+        if origin is None:
+            await _respond(send, 204, headers={"Allow": "POST, OPTIONS"})
+        elif cors_origin is None:
+            await _respond(send, 403, {"error": "origin_not_allowed"})
+        else:
+            await _respond(
+                send,
+                204,
+                headers={
+                    "Access-Control-Allow-Methods": "POST, OPTIONS",
+                    "Access-Control-Allow-Headers": ALLOWED_HEADERS,
+                    "Access-Control-Max-Age": "600",
+                },
+            )
+
+    async def _refused_tool_call(self, scope: Scope, body: bytes, token: AccessToken | None, send: Send) -> bool:
+        """Rate-limit tool calls and refuse those the caller may not make; True when a response was sent."""
+        try:
+            message = json.loads(body)
+        except ValueError:
+            return False  # the SDK answers malformed JSON with a JSON-RPC parse error
+        if not isinstance(message, dict) or message.get("method") != "tools/call":
+            return False
+        params = message.get("params")
+        name = params.get("name") if isinstance(params, dict) else None
+        request_id = message.get("id")
+
+        if token is not None:
+            identity, limit = token.client_id, settings.LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE
+        else:
+            client = scope.get("client") or ("unknown", 0)
+            identity, limit = f"ip:{client[0]}", settings.LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE
+        retry_after = await rate_limit_retry_after(identity, limit)
+        if retry_after is not None:
+            error = {"code": -32000, "message": f"Rate limit of {limit} tool calls per minute exceeded"}
+            error["data"] = {"code": "rate_limited", "limit_per_minute": limit, "retry_after_seconds": retry_after}
+            await _respond(
+                send, 429, {"jsonrpc": "2.0", "id": request_id, "error": error}, {"Retry-After": str(retry_after)}
+            )
+            return True
+
+        spec = REGISTRY.get(name) if isinstance(name, str) else None
+        header_name = _header(scope, b"mcp-name")
+        if spec is None or (header_name is not None and header_name != name):
+            return False  # unknown tools and header/body mismatches are the SDK's to answer
+        if spec.access == "subscriber" and token is None:
+            payload, challenge = subscription_required(spec)
+            status = 401
+        elif token is not None and spec.scope not in token.scopes:
+            payload, challenge = insufficient_scope(spec)
+            status = 403
+        else:
+            return False
+        result = error_result(payload, challenge)
+        if _header(scope, b"mcp-protocol-version") == "2026-07-28":
+            result["resultType"] = "complete"
+        await _respond(
+            send, status, {"jsonrpc": "2.0", "id": request_id, "result": result}, {"WWW-Authenticate": challenge}
+        )
+        return True

@@ -1,0 +1,192 @@
+"""Leroy settings. Every value comes from the environment; production differs from the demo only by env."""
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = env_str(name)
+    if not value:
+        return default
+    if value.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if value.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {value!r}")
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def _generated_secret(path: Path) -> str:
+    """A secret kept in the var dir, created on first use and never committed."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+LEROY_VAR_DIR = Path(env_str("LEROY_VAR_DIR") or BASE_DIR / "var").resolve()
+LEROY_DATA_DIR = env_str("LEROY_DATA_DIR") or str(LEROY_VAR_DIR / "data")
+LEROY_PUBLIC_ORIGIN = env_str("LEROY_PUBLIC_ORIGIN", "http://127.0.0.1:8000").rstrip("/")
+LEROY_CORS_ORIGINS = [origin.rstrip("/") for origin in env_list("LEROY_CORS_ORIGINS")]
+LEROY_CLOCK = env_str("LEROY_CLOCK")
+MCP_CONFORMANCE_FIXTURES = env_bool("MCP_CONFORMANCE_FIXTURES")
+
+DEBUG = env_bool("DEBUG")
+SECRET_KEY = env_str("SECRET_KEY") or _generated_secret(LEROY_VAR_DIR / "secret_key")
+# API keys are HMAC-ed with a pepper derived from SECRET_KEY: a leaked database alone cannot be brute-forced.
+LEROY_API_KEY_PEPPER = hmac.new(SECRET_KEY.encode(), b"leroy.api-key-pepper", hashlib.sha256).digest()
+
+ALLOWED_HOSTS = env_list("LEROY_ALLOWED_HOSTS", "127.0.0.1,localhost")
+_public = urlsplit(LEROY_PUBLIC_ORIGIN)
+CSRF_TRUSTED_ORIGINS = [LEROY_PUBLIC_ORIGIN]
+if _public.scheme == "https":
+    SECURE_SSL_REDIRECT = env_bool("LEROY_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = 31536000
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "leroy",
+    "accounts",
+    "billing",
+    "evidence",
+    "backtests",
+    "alerts",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "leroy.urls"
+ASGI_APPLICATION = "leroy.asgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL") or f"sqlite:///{LEROY_VAR_DIR / 'leroy.sqlite3'}", conn_max_age=0
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the web process read while the worker writes; IMMEDIATE avoids lock upgrades mid-transaction.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
+        "transaction_mode": "IMMEDIATE",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "leroy"}}
+
+AUTH_USER_MODEL = "accounts.User"
+LOGIN_URL = "accounts:login"
+LOGIN_REDIRECT_URL = "accounts:account"
+LOGOUT_REDIRECT_URL = "accounts:login"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = LEROY_VAR_DIR / "static"
+
+# Celery: Redis when configured, else kombu's filesystem broker under the var dir (one machine).
+_broker_dir = LEROY_VAR_DIR / "celery"
+CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+if not REDIS_URL:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True  # job state lives in our own models
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER")
+
+# MCP bridge.
+LEROY_MCP_PATH = "/api/mcp"
+LEROY_MCP_TOOL_MODULES: list[str] = []  # extra tool modules beyond each app's tools.py (tests use this)
+LEROY_MCP_MAX_BODY_BYTES = 1024 * 1024
+LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE = 120
+LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE = 40
+LEROY_API_KEYS_MAX_ACTIVE = 10
+
+LOGGING = {
+    "version": 1,
+    # Keep uvicorn's and the SDK's loggers alive: the default hides tracebacks on the MCP branch.
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {
+        "mcp.server.streamable_http": {"level": "WARNING"},
+        "mcp.server.streamable_http_manager": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+    },
+}
+
+# Plan figures quoted to anonymous callers (billing's Plan rows are the system of record once configured).
+LEROY_FREE_MONTHLY_LOOKUPS = 100
+LEROY_OVERAGE_MICROS_PER_LOOKUP = 10_000  # $0.01

@@ -1,0 +1,20 @@
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import include, path
+
+from leroy.mcp.discovery import server_card
+
+
+def healthz(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok", content_type="text/plain")
+
+
+urlpatterns = [
+    path("", lambda request: redirect("accounts:account"), name="home"),
+    path("account/", include("accounts.urls")),
+    path("admin/", admin.site.urls),
+    path(".well-known/mcp.json", server_card, name="mcp-json"),
+    path(".well-known/mcp/server-card.json", server_card, name="mcp-server-card"),
+    path("healthz", healthz, name="healthz"),
+]

@@ -1,0 +1,84 @@
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import httpx2
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.cache import cache
+from django.db import connections
+
+from accounts import services
+from accounts.models import User
+
+MCP_URL = "http://127.0.0.1/api/mcp"
+
+
+def pytest_report_header() -> list[str]:
+    db = settings.DATABASES["default"]
+    where = f"{db['HOST']}:{db['PORT']}/{db['NAME']}" if settings.LEROY_TEST_DATABASE == "PostgreSQL" else db["NAME"]
+    lines = [f"leroy database: {settings.LEROY_TEST_DATABASE} ({where})"]
+    if settings.LEROY_TEST_DATABASE == "SQLite":
+        lines.append("leroy database: PostgreSQL did not answer on 127.0.0.1:5432 (or DATABASE_URL chose SQLite)")
+    lines.append(
+        f"leroy redis: {'127.0.0.1:6379' if settings.LEROY_TEST_REDIS_URL else 'not answering; Redis tests skip'}"
+    )
+    return lines
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _clear_cache() -> Iterator[None]:
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def owner(db: None) -> User:
+    user = services.user_create(email="alice@example.com", password="correct horse battery staple")
+    services.mcp_activate(user=user)
+    return user
+
+
+@pytest.fixture
+def outsider(db: None) -> User:
+    user = services.user_create(email="charlie@example.com", password="correct horse battery staple")
+    services.mcp_activate(user=user)
+    return user
+
+
+@pytest.fixture
+def api_key(owner: User) -> str:
+    return services.api_key_create(user=owner, name="agent").plaintext
+
+
+@pytest.fixture
+def write_key(owner: User) -> str:
+    return services.api_key_create(user=owner, name="writer", write=True).plaintext
+
+
+@pytest.fixture
+async def mcp_http() -> AsyncIterator[Callable[..., httpx2.AsyncClient]]:
+    """An HTTP client factory bound to a fresh in-process Leroy ASGI app (one session manager per test)."""
+    from leroy.asgi import LeroyASGI
+
+    app = LeroyASGI()
+
+    def make(key: str | None = None, **headers: str) -> httpx2.AsyncClient:
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app, client=("203.0.113.7", 50000)),
+            base_url="http://127.0.0.1",
+            headers=headers,
+        )
+
+    async with app.session_manager.run():
+        yield make
+    # Test bodies' own async ORM calls run on asgiref's shared thread; close its connection so the test
+    # database can be dropped at the end of the run.
+    await sync_to_async(connections.close_all)()

@@ -1,0 +1,31 @@
+"""Test settings: PostgreSQL when it answers on 127.0.0.1:5432, else SQLite; the transport's test tools."""
+
+import os
+import socket
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
+    except OSError:
+        return False
+    return True
+
+
+os.environ.setdefault("SECRET_KEY", "leroy-tests-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
+if not os.environ.get("DATABASE_URL") and _answers(5432):
+    os.environ["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/leroy"
+os.environ.pop("REDIS_URL", None)  # the cache under test is chosen per test; production Redis is never touched
+os.environ.pop("LEROY_CLOCK", None)
+
+from leroy.settings import *  # noqa: E402, F403
+from leroy.settings import DATABASES  # noqa: E402
+
+LEROY_TEST_DATABASE = "PostgreSQL" if DATABASES["default"]["ENGINE"].endswith("postgresql") else "SQLite"
+LEROY_TEST_REDIS_URL = "redis://127.0.0.1:6379/15" if _answers(6379) else ""
+
+LEROY_MCP_TOOL_MODULES = ["tests.mcp.tools"]
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+CELERY_TASK_ALWAYS_EAGER = True
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+LEROY_CORS_ORIGINS = ["https://agent.example"]
