@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "oauth2_provider",
     "leroy",
     "accounts",
     "billing",
@@ -158,6 +159,8 @@ if not REDIS_URL:
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
     }
+    for _folder in ("queue", "processed"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_IGNORE_RESULT = True  # job state lives in our own models
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -172,6 +175,57 @@ LEROY_MCP_MAX_BODY_BYTES = 1024 * 1024
 LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE = 120
 LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE = 40
 LEROY_API_KEYS_MAX_ACTIVE = 10
+
+# OAuth 2.1 authorization server for /api/mcp (django-oauth-toolkit, stock models; accounts/oauth.py adds the
+# exact resource binding, S256-before-consent, code-replay and refresh-race fixes).
+LEROY_OAUTH_SCOPES = {
+    "mcp:read": "Read research evidence and your own Leroy data through MCP",
+    "mcp:write": "Create strategies, backtests, optimizations, alerts and notes through MCP, spending your credits",
+}
+LEROY_OAUTH_REGISTRATIONS_PER_HOUR = 20  # dynamic client registrations per client address
+LEROY_OAUTH_UNUSED_CLIENT_HOURS = 24  # registrations that never obtained a token are then deleted
+
+
+def oauth2_provider_settings(origin: str) -> dict[str, object]:
+    """DOT's settings, all URL-shaped values derived from the one public origin (issuer = origin, no path)."""
+    return {
+        "PKCE_REQUIRED": True,
+        "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+        "ACCESS_TOKEN_EXPIRE_SECONDS": 3600,
+        # Also enforced from each refresh token's own issue in accounts.oauth (DOT counts from access expiry).
+        "REFRESH_TOKEN_EXPIRE_SECONDS": 30 * 24 * 3600,
+        "ROTATE_REFRESH_TOKEN": True,
+        "REFRESH_TOKEN_REUSE_PROTECTION": True,
+        "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": 0,
+        "REQUEST_APPROVAL_PROMPT": "force",
+        "SCOPES": LEROY_OAUTH_SCOPES,
+        "DEFAULT_SCOPES": ["mcp:read"],
+        "OIDC_ENABLED": False,
+        "OIDC_ISS_ENDPOINT": origin,
+        "OAUTH2_PROTECTED_RESOURCE_IDENTIFIER": origin + LEROY_MCP_PATH,
+        "OAUTH2_PROTECTED_RESOURCE_AUTHORIZATION_SERVERS": [origin],
+        "OAUTH2_PROTECTED_RESOURCE_NAME": "Leroy MCP",
+        "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+        "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+        "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none"],
+        "OAUTH2_VALIDATOR_CLASS": "accounts.oauth.LeroyValidator",
+        # Only so RFC 8414 metadata advertises registration_endpoint; the endpoint is accounts' own view.
+        "DCR_ENABLED": True,
+        "CIMD_ENABLED": False,
+        "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+        "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+        "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+        "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+        "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+        "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+        "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
+        "COMPLIANT_BCP_RFC9700_REDIRECT_URI_MATCHING": True,
+        "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+        # REDIRECT_URI_SCHEME stays a warning: http is needed for loopback; registration restricts it.
+    }
+
+
+OAUTH2_PROVIDER = oauth2_provider_settings(LEROY_PUBLIC_ORIGIN)
 
 LOGGING = {
     "version": 1,
@@ -190,3 +244,13 @@ LOGGING = {
 # Plan figures quoted to anonymous callers (billing's Plan rows are the system of record once configured).
 LEROY_FREE_MONTHLY_LOOKUPS = 100
 LEROY_OVERAGE_MICROS_PER_LOOKUP = 10_000  # $0.01
+
+# Backtests: the sandbox child's limits (notes/backtesting.md §3) and credit prices.
+LEROY_SANDBOX_UID = int(env_str("LEROY_SANDBOX_UID", "61000"))
+LEROY_SANDBOX_CPU_SECONDS = int(env_str("LEROY_SANDBOX_CPU_SECONDS", "120"))
+LEROY_SANDBOX_WALL_SECONDS = float(env_str("LEROY_SANDBOX_WALL_SECONDS", "180"))
+LEROY_SANDBOX_MEMORY_MB = int(env_str("LEROY_SANDBOX_MEMORY_MB", "1536"))
+LEROY_SANDBOX_OUTPUT_BYTES = int(env_str("LEROY_SANDBOX_OUTPUT_BYTES", str(32 * 1024 * 1024)))
+LEROY_SANDBOX_BWRAP = env_str("LEROY_SANDBOX_BWRAP", "auto")  # auto: use bubblewrap when it works here; off
+LEROY_BACKTEST_CREDITS = int(env_str("LEROY_BACKTEST_CREDITS", "10"))
+LEROY_OPTIMIZATION_POINT_CREDITS = int(env_str("LEROY_OPTIMIZATION_POINT_CREDITS", "5"))

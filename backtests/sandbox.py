@@ -1,0 +1,235 @@
+"""The parent side of the sandbox: one fresh, isolated child process per job.
+
+The child (`sandbox_child.py`) starts as `python -I` with a cleared environment and only fds 0-2, inside
+bubblewrap where it is installed (the filesystem reduced to the interpreter, the venv and this package; new
+pid/ipc/uts/net namespaces). The parent enforces the wall clock by killing the child's whole process group and
+caps what the child may print. Plain JSON in, plain JSON out. Every outcome names the layers that were in force.
+"""
+
+import functools
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+import backtests
+
+IN_PROCESS_LAYERS = ("ast", "restricted_python")
+CHILD_LAYERS = ("netns", "rlimits", "uid_drop", "no_new_privs", "seccomp")
+ALL_LAYERS = frozenset(IN_PROCESS_LAYERS + CHILD_LAYERS + ("bubblewrap",))
+CHILD_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+
+@dataclass
+class Limits:
+    cpu_seconds: int = field(default_factory=lambda: settings.LEROY_SANDBOX_CPU_SECONDS)
+    wall_seconds: float = field(default_factory=lambda: settings.LEROY_SANDBOX_WALL_SECONDS)
+    memory_bytes: int = field(default_factory=lambda: settings.LEROY_SANDBOX_MEMORY_MB * 1024 * 1024)
+    output_bytes: int = field(default_factory=lambda: settings.LEROY_SANDBOX_OUTPUT_BYTES)
+    uid: int = field(default_factory=lambda: settings.LEROY_SANDBOX_UID)
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    layers: list[str]
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    prints: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class Running:
+    """A started child, so a caller (a worker shutting down, a test) can kill it mid-run."""
+
+    process: subprocess.Popen[bytes]
+    killed_by: str | None = None
+
+    def kill(self, reason: str) -> None:
+        if self.killed_by is None:
+            self.killed_by = reason
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@functools.cache
+def bubblewrap_usable() -> bool:
+    """Whether bwrap exists and can create its namespaces here (containers often forbid it)."""
+    if settings.LEROY_SANDBOX_BWRAP == "off" or shutil.which("bwrap") is None:
+        return False
+    probe = subprocess.run(  # noqa: S603
+        [*_bwrap_prefix(), "/bin/true"], capture_output=True, env=CHILD_ENV, timeout=10, check=False
+    )
+    return probe.returncode == 0
+
+
+def _bwrap_prefix() -> list[str]:
+    package_dir = str(Path(backtests.__file__).resolve().parent)
+    args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    args += ["--die-with-parent", "--ro-bind", "/usr", "/usr", "--dev", "/dev", "--proc", "/proc"]
+    args += ["--tmpfs", "/tmp", "--chdir", "/tmp"]  # noqa: S108 - a private tmpfs inside the sandbox
+    for link in ("bin", "lib", "lib64", "sbin"):
+        target = Path("/") / link
+        if target.is_symlink():
+            args += ["--symlink", os.readlink(target), str(target)]
+        elif target.is_dir():
+            args += ["--ro-bind", str(target), str(target)]
+    if Path("/etc/ld.so.cache").exists():
+        args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    for path in sorted({sys.base_prefix, sys.prefix, package_dir}):
+        args += ["--ro-bind", path, path]
+    return args
+
+
+def command(layers: frozenset[str]) -> tuple[list[str], bool]:
+    child = [sys.executable, "-I", "-m", "backtests.sandbox_child"]
+    if "bubblewrap" in layers and bubblewrap_usable():
+        return [*_bwrap_prefix(), *child], True
+    return child, False
+
+
+def start(layers: frozenset[str]) -> tuple[Running, bool]:
+    argv, wrapped = command(layers)
+    process = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=CHILD_ENV,
+        close_fds=True,
+        start_new_session=True,  # its own process group, so the wall clock can kill everything it started
+        cwd="/",
+    )
+    return Running(process), wrapped
+
+
+def _signal_of(returncode: int) -> int | None:
+    if returncode < 0:
+        return -returncode
+    if returncode > 128:  # bubblewrap reports a signalled child as 128 + signal
+        return returncode - 128
+    return None
+
+
+def run_job(
+    *,
+    source: str,
+    datas: list[dict[str, Any]],
+    simulation: dict[str, Any],
+    parameters: dict[str, Any],
+    layers: frozenset[str] = ALL_LAYERS,
+    limits: Limits | None = None,
+    on_start: Any = None,
+) -> Outcome:
+    """Run one backtest of `source` in a fresh sandbox child and return what it produced."""
+    limits = limits or Limits()
+    job = {
+        "source": source,
+        "datas": datas,
+        "simulation": simulation,
+        "parameters": parameters,
+        "layers": sorted(layers),
+        "limits": {"cpu_seconds": limits.cpu_seconds, "memory_bytes": limits.memory_bytes, "uid": limits.uid},
+    }
+    payload = json.dumps(job, allow_nan=False).encode()
+    began = time.monotonic()
+    running, wrapped = start(layers)
+    if on_start is not None:
+        on_start(running)
+    process = running.process
+    process_layers = ["process"] + (["bubblewrap"] if wrapped else [])
+
+    def feed() -> None:
+        assert process.stdin is not None
+        try:
+            process.stdin.write(payload)
+            process.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    stdout, stderr = bytearray(), bytearray()
+    selector = selectors.DefaultSelector()
+    assert process.stdout is not None and process.stderr is not None
+    selector.register(process.stdout, selectors.EVENT_READ, stdout)
+    selector.register(process.stderr, selectors.EVENT_READ, stderr)
+    deadline = began + limits.wall_seconds
+    open_streams = 2
+    while open_streams:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            running.kill("timeout")
+            break
+        for key, _ in selector.select(timeout=min(remaining, 1.0)):
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                selector.unregister(key.fileobj)
+                open_streams -= 1
+                continue
+            key.data.extend(chunk)
+            if len(stdout) + len(stderr) > limits.output_bytes:
+                running.kill("output_limit")
+                open_streams = 0
+                break
+    selector.close()
+    process.wait()
+    writer.join(timeout=1)
+    for stream in (process.stdout, process.stderr):
+        stream.close()
+    seconds = time.monotonic() - began
+    layers_seen = process_layers
+    if running.killed_by is None and process.returncode == 0:
+        try:
+            outcome = json.loads(stdout)
+        except ValueError:
+            return Outcome(False, layers_seen, error=_error("sandbox_error", "the sandbox returned no result"))
+        return Outcome(
+            ok=bool(outcome["ok"]),
+            layers=sorted(layers_seen + outcome["layers"]),
+            result=outcome.get("result"),
+            error=outcome.get("error"),
+            prints=outcome.get("prints", ""),
+            seconds=seconds,
+        )
+    return Outcome(False, layers_seen, error=_failure(running, process.returncode, bytes(stderr)), seconds=seconds)
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"code": code, "message": message, "line": None}
+
+
+def _failure(running: Running, returncode: int, stderr: bytes) -> dict[str, Any]:
+    if running.killed_by == "timeout":
+        return _error("timeout", "the strategy exceeded its wall-clock limit and was killed")
+    if running.killed_by == "output_limit":
+        return _error("output_limit", "the strategy produced more output than allowed and was killed")
+    if running.killed_by is not None:
+        return _error("killed", f"the run was stopped ({running.killed_by})")
+    sig = _signal_of(returncode)
+    if sig == signal.SIGXCPU:
+        return _error("cpu_limit", "the strategy exceeded its CPU-time limit and was killed")
+    if sig is not None:
+        return _error("killed", f"the sandbox process was killed by signal {signal.Signals(sig).name}")
+    tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+    return _error("sandbox_error", f"the sandbox process failed: {tail[0][:500]}")
