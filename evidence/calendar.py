@@ -1,0 +1,56 @@
+"""The XNYS calendar (exchange_calendars), loaded once per process; its lib and version go into lineage."""
+
+from datetime import date, datetime
+from functools import cache
+
+import exchange_calendars
+import pandas as pd
+import polars as pl
+
+CALENDAR_NAME = "XNYS"
+CALENDAR_START = "2005-01-03"
+CALENDAR_END = "2030-12-31"
+
+
+@cache
+def xnys() -> exchange_calendars.ExchangeCalendar:
+    return exchange_calendars.get_calendar(CALENDAR_NAME, start=CALENDAR_START, end=CALENDAR_END)
+
+
+def calendar_lineage() -> dict[str, str]:
+    return {"lib": "exchange_calendars", "name": CALENDAR_NAME, "version": exchange_calendars.__version__}
+
+
+def sessions_between(first: date, last: date) -> list[date]:
+    """XNYS sessions from first through last, both inclusive."""
+    labels = xnys().sessions_in_range(pd.Timestamp(first), pd.Timestamp(last))
+    return [label.date() for label in labels]
+
+
+def schedule(first: date, last: date) -> pl.DataFrame:
+    """One row per XNYS session in [first, last]: session (date), session_open and session_close (UTC, µs)."""
+    frame = xnys().schedule.loc[pd.Timestamp(first) : pd.Timestamp(last), ["open", "close"]]
+    return pl.DataFrame(
+        {
+            "session": frame.index.to_numpy().astype("datetime64[D]"),
+            "session_open": frame["open"].dt.tz_convert(None).to_numpy(),
+            "session_close": frame["close"].dt.tz_convert(None).to_numpy(),
+        }
+    ).with_columns(
+        pl.col("session").cast(pl.Date),
+        pl.col("session_open", "session_close").cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
+    )
+
+
+def session_of_minute(ts: datetime) -> date | None:
+    """The session whose regular hours contain the minute starting at ts, or None."""
+    stamp = pd.Timestamp(ts)
+    cal = xnys()
+    if not cal.is_trading_minute(stamp):
+        return None
+    return cal.minute_to_session(stamp).date()  # side="left": the open minute counts, the close minute does not
+
+
+def session_offset(session: date, offset: int) -> date:
+    """The session `offset` sessions after (or before, if negative) a session."""
+    return xnys().session_offset(pd.Timestamp(session), offset).date()

@@ -1,0 +1,117 @@
+"""Import OHLCV bars from a CSV or Parquet file into the bar store (validated; nothing written on rejection)."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from evidence.models import ASSET_CLASSES, FREQUENCIES
+from evidence.services import ImportRejected, bars_import
+
+# Column names used by common vendors (Yahoo, Polygon, Alpaca, Finam/MetaStock, Stooq, IB exports), lowercased
+# and stripped of angle brackets.
+ALIASES = {
+    "ts": ("ts", "timestamp", "datetime", "date_time", "time_stamp", "t", "date"),
+    "open": ("open", "o", "open_price"),
+    "high": ("high", "h", "high_price"),
+    "low": ("low", "l", "low_price"),
+    "close": ("close", "c", "close_price", "last"),
+    "volume": ("volume", "v", "vol"),
+}
+
+
+def _read(path: Path) -> pl.DataFrame:
+    if path.suffix.lower() == ".parquet":
+        return pl.read_parquet(path)
+    return pl.read_csv(path, infer_schema_length=10000, try_parse_dates=False)
+
+
+def _timestamps(column: pl.Series, timezone: str) -> pl.Series:
+    if column.dtype.is_integer() or column.dtype.is_float():
+        magnitude = abs(float(column.max()))  # type: ignore[arg-type]
+        unit = "s" if magnitude < 1e11 else "ms" if magnitude < 1e14 else "us" if magnitude < 1e17 else "ns"
+        scale = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": 0.001}[unit]
+        return (column.cast(pl.Float64) * scale).cast(pl.Int64).cast(pl.Datetime("us", "UTC"))
+    if isinstance(column.dtype, pl.Datetime):
+        parsed = column
+    elif column.dtype == pl.Date:
+        parsed = column.cast(pl.Datetime("us"))
+    else:
+        text = column.cast(pl.String).str.strip_chars()
+        try:
+            parsed = text.str.to_datetime(time_unit="us", strict=True, ambiguous="raise")
+        except pl.exceptions.PolarsError:
+            parsed = text.str.to_datetime(time_unit="us", strict=True, time_zone="UTC")
+    if parsed.dtype.time_zone is None:  # type: ignore[union-attr]
+        parsed = parsed.dt.replace_time_zone(timezone, ambiguous="raise", non_existent="raise")
+    return parsed.dt.convert_time_zone("UTC")
+
+
+def vendor_frame(raw: pl.DataFrame, *, timezone: str = "UTC") -> pl.DataFrame:
+    """Map a vendor layout onto ts, open, high, low, close, volume."""
+    names = {name.strip().strip("<>").strip().lower().replace(" ", "_"): name for name in raw.columns}
+    picked: dict[str, str] = {}
+    for target, candidates in ALIASES.items():
+        for candidate in candidates:
+            if candidate in names:
+                picked[target] = names[candidate]
+                break
+    if "date" in names and "time" in names:  # split date and time columns (Finam, MetaStock, some brokers)
+        date = raw.get_column(names["date"]).cast(pl.String).str.replace_all("-", "").str.zfill(8)
+        clock = raw.get_column(names["time"]).cast(pl.String).str.replace_all(":", "").str.zfill(6)
+        combined = (date + clock).str.to_datetime("%Y%m%d%H%M%S", time_unit="us", strict=True)
+        ts = combined.dt.replace_time_zone(timezone, ambiguous="raise", non_existent="raise").dt.convert_time_zone(
+            "UTC"
+        )
+    elif "ts" in picked:
+        ts = _timestamps(raw.get_column(picked["ts"]), timezone)
+    else:
+        raise ImportRejected("no timestamp column found", {"columns": raw.columns})
+    missing = [name for name in ("open", "high", "low", "close", "volume") if name not in picked]
+    if missing:
+        raise ImportRejected(
+            f"missing columns: {', '.join(missing)}", {"missing_columns": missing, "columns": raw.columns}
+        )
+    return pl.DataFrame({"ts": ts}).with_columns(
+        [raw.get_column(picked[name]).alias(name) for name in ("open", "high", "low", "close", "volume")]
+    )
+
+
+class Command(BaseCommand):
+    help = "Validate and import OHLCV bars (CSV or Parquet, common vendor layouts). Prints a JSON report."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("path", type=Path)
+        parser.add_argument("--symbol", required=True)
+        parser.add_argument("--frequency", required=True, choices=FREQUENCIES)
+        parser.add_argument("--asset-class", default="equity", choices=ASSET_CLASSES)
+        parser.add_argument("--name", default="")
+        parser.add_argument("--exchange", default="")
+        parser.add_argument("--currency", default="USD")
+        parser.add_argument(
+            "--timezone", default="UTC", help="zone of timestamps that carry none (e.g. America/New_York)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        path: Path = options["path"]
+        if not path.is_file():
+            raise CommandError(f"no such file: {path}")
+        try:
+            raw = _read(path)
+            frame = vendor_frame(raw, timezone=options["timezone"])
+            report = bars_import(
+                ticker=options["symbol"],
+                frequency=options["frequency"],
+                frame=frame,
+                name=options["name"],
+                asset_class=options["asset_class"],
+                exchange=options["exchange"],
+                currency=options["currency"],
+            )
+        except ImportRejected as exc:
+            raise CommandError(f"import rejected: {exc.message} {json.dumps(exc.details, sort_keys=True)}") from exc
+        except pl.exceptions.PolarsError as exc:
+            raise CommandError(f"import rejected: unreadable file or timestamps: {exc}") from exc
+        self.stdout.write(json.dumps(report.as_dict(), sort_keys=True))

@@ -1,0 +1,118 @@
+"""Market data (symbols, bar partitions) and Market Memory artifacts: the files hold the data, rows index them."""
+
+from django.db import models
+from django.db.models.functions import Upper
+
+ASSET_CLASSES = ("equity", "etf", "index", "forex", "crypto")
+# Asset classes whose intraday bars must sit on XNYS regular-session minutes.
+XNYS_ASSET_CLASSES = ("equity", "etf", "index")
+FREQUENCIES = ("1m", "5m", "15m", "30m", "1h", "4h", "1d")
+FREQUENCY_MINUTES = {"1m": 1, "5m": 5, "15m": 15, "30m": 30, "1h": 60, "4h": 240, "1d": 1440}
+SOURCES = ("vendor", "synthetic")
+
+
+class Symbol(models.Model):
+    ticker = models.CharField(max_length=20, unique=True)
+    name = models.CharField(max_length=200, blank=True, default="")
+    asset_class = models.CharField(max_length=10, choices=[(c, c) for c in ASSET_CLASSES], default="equity")
+    exchange = models.CharField(max_length=20, blank=True, default="")
+    currency = models.CharField(max_length=10, default="USD")
+    frequencies = models.JSONField(default=list)  # frequencies with stored bars, e.g. ["1d", "1m"]
+
+    class Meta:
+        ordering = ["ticker"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(ticker=Upper("ticker")), name="evidence_symbol_ticker_upper"),
+            models.CheckConstraint(
+                condition=models.Q(asset_class__in=ASSET_CLASSES), name="evidence_symbol_asset_class"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.ticker
+
+
+class BarPartition(models.Model):
+    """One immutable Parquet file of bars: one symbol, one frequency, one calendar year (UTC)."""
+
+    symbol = models.ForeignKey(Symbol, on_delete=models.CASCADE, related_name="partitions")
+    frequency = models.CharField(max_length=4, choices=[(f, f) for f in FREQUENCIES])
+    year = models.PositiveSmallIntegerField()
+    first_ts = models.DateTimeField()
+    last_ts = models.DateTimeField()
+    row_count = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)  # of the file's bytes
+    path = models.CharField(max_length=300)  # relative to settings.LEROY_DATA_DIR
+    source = models.CharField(max_length=10, choices=[(s, s) for s in SOURCES], default="vendor")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["symbol_id", "frequency", "year"]
+        constraints = [
+            models.UniqueConstraint(fields=["symbol", "frequency", "year"], name="evidence_partition_unique"),
+            models.CheckConstraint(condition=models.Q(frequency__in=FREQUENCIES), name="evidence_partition_frequency"),
+            models.CheckConstraint(
+                condition=models.Q(first_ts__lte=models.F("last_ts")), name="evidence_partition_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.symbol_id}/{self.frequency}/{self.year}"
+
+
+class Corpus(models.Model):
+    """What a Market Memory build covers: the benchmark, the historical boundary and the forward-overlay universe.
+
+    The newest row is the one builds use. `source` is "synthetic" for generated demo data so it can never pass as real.
+    """
+
+    source = models.CharField(max_length=10, choices=[(s, s) for s in SOURCES])
+    benchmark = models.ForeignKey(Symbol, on_delete=models.PROTECT, related_name="+")
+    historical_through = models.DateField()  # last session of the historical contract; later sessions are overlay
+    overlay_tickers = models.JSONField(default=list)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.source} through {self.historical_through}"
+
+
+class MarketMemoryBuild(models.Model):
+    """One run of the build: a map task per symbol, then a reduce once every partial is in."""
+
+    STATUSES = ("running", "done", "failed")
+    status = models.CharField(max_length=10, choices=[(s, s) for s in STATUSES], default="running")
+    params = models.JSONField()  # through, historical_through, benchmark, tickers, input hashes
+    partials_total = models.PositiveIntegerField()
+    partials_done = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    artifact = models.ForeignKey("MarketMemoryArtifact", null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"build {self.pk} ({self.status})"
+
+
+class MarketMemoryArtifact(models.Model):
+    """An immutable artifact directory; sha256 is SHA-256 of its manifest.json bytes. At most one is active."""
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    version = models.CharField(max_length=80)
+    path = models.CharField(max_length=300)  # relative to settings.LEROY_DATA_DIR
+    manifest = models.JSONField()
+    built_at = models.DateTimeField()  # wall clock; kept out of the manifest so rebuilds are byte-identical
+    is_active = models.BooleanField(default=False)
+    activated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-built_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_active"], condition=models.Q(is_active=True), name="evidence_one_active_artifact"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.version} ({self.sha256[:12]})"

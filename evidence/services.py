@@ -1,0 +1,337 @@
+"""Writes for evidence: bar imports (validated, then written atomically) and Market Memory activation."""
+
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from django.db import transaction
+
+from evidence import calendar
+from evidence.models import (
+    ASSET_CLASSES,
+    FREQUENCIES,
+    FREQUENCY_MINUTES,
+    SOURCES,
+    XNYS_ASSET_CLASSES,
+    BarPartition,
+    Symbol,
+)
+from evidence.store import BAR_COLUMNS, BAR_SCHEMA, absolute, write_parquet_atomic
+from leroy.clock import now
+
+TICKER_RE = re.compile(r"^[A-Z0-9][A-Z0-9.\-^=/]{0,19}$")
+MAX_LISTED = 20  # examples listed per problem in a rejection or gap report
+
+
+class ImportRejected(Exception):
+    """The bars were not written. `details` is a JSON-able dict saying exactly what was wrong."""
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+@dataclass(frozen=True)
+class GapReport:
+    """Regular-session slots with no bar (XNYS-aligned data only; `checked` is False otherwise)."""
+
+    checked: bool
+    sessions_expected: int = 0
+    sessions_missing: list[str] = field(default_factory=list)
+    sessions_with_gaps: list[dict[str, Any]] = field(default_factory=list)  # {"session", "missing_bars"}
+    missing_bars: int = 0
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    ticker: str
+    frequency: str
+    rows_written: int
+    first_ts: datetime
+    last_ts: datetime
+    partitions: list[str]
+    symbol_created: bool
+    gaps: GapReport
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["first_ts"] = self.first_ts.isoformat()
+        out["last_ts"] = self.last_ts.isoformat()
+        return out
+
+
+def _reject(message: str, **details: Any) -> ImportRejected:
+    return ImportRejected(message, details)
+
+
+def _examples(frame: pl.DataFrame) -> list[str]:
+    return [ts.isoformat() for ts in frame.get_column("ts").head(MAX_LISTED).to_list()]
+
+
+def _normalized(frame: pl.DataFrame) -> pl.DataFrame:
+    missing = [name for name in BAR_COLUMNS if name not in frame.columns]
+    if missing:
+        raise _reject(f"missing columns: {', '.join(missing)}", missing_columns=missing, columns=frame.columns)
+    ts_type = frame.schema["ts"]
+    if not isinstance(ts_type, pl.Datetime) or ts_type.time_zone is None:
+        raise _reject("column ts must hold time-zone-aware datetimes", ts_dtype=str(ts_type))
+    try:
+        out = frame.select(
+            pl.col("ts").dt.convert_time_zone("UTC").dt.cast_time_unit("us"),
+            *[pl.col(name).cast(pl.Float64, strict=True) for name in BAR_COLUMNS[1:]],
+        )
+    except pl.exceptions.PolarsError as exc:
+        raise _reject("price and volume columns must be numeric", error=str(exc)) from exc
+    nulls = {name: count for name, count in zip(out.columns, out.null_count().row(0), strict=True) if count}
+    if nulls:
+        raise _reject("bars contain empty values", null_counts=nulls)
+    if out.is_empty():
+        raise _reject("no bars to import")
+    return out
+
+
+def _check_order(bars: pl.DataFrame) -> None:
+    ts = bars.get_column("ts")
+    duplicated = bars.filter(ts.is_duplicated()).unique("ts", maintain_order=True)
+    if len(duplicated):
+        raise _reject(
+            f"{len(duplicated)} duplicate timestamps", duplicate_count=len(duplicated), examples=_examples(duplicated)
+        )
+    backwards = bars.filter(ts.diff() < pl.duration(microseconds=0))
+    if len(backwards):
+        raise _reject(
+            f"timestamps are not increasing at {len(backwards)} rows",
+            non_monotonic_count=len(backwards),
+            examples=_examples(backwards),
+        )
+
+
+def _check_prices(bars: pl.DataFrame) -> None:
+    problems = {
+        "non_finite_or_non_positive_price": ~pl.all_horizontal(
+            [(pl.col(c).is_finite() & (pl.col(c) > 0)) for c in ("open", "high", "low", "close")]
+        ),
+        "high_below_open_or_close": pl.col("high") < pl.max_horizontal("open", "close"),
+        "low_above_open_or_close": pl.col("low") > pl.min_horizontal("open", "close"),
+        "negative_or_non_finite_volume": ~(pl.col("volume").is_finite() & (pl.col("volume") >= 0)),
+    }
+    found = {}
+    for name, condition in problems.items():
+        bad = bars.filter(condition)
+        if len(bad):
+            found[name] = {"count": len(bad), "examples": _examples(bad)}
+    if found:
+        summary = ", ".join(f"{name} ({info['count']} rows)" for name, info in found.items())
+        raise _reject(f"inconsistent OHLCV bars: {summary}", **found)
+
+
+def _check_alignment(bars: pl.DataFrame, *, frequency: str, asset_class: str) -> GapReport:
+    """Reject bars off the expected grid; report (but accept) missing XNYS slots."""
+    step = FREQUENCY_MINUTES[frequency]
+    ts = pl.col("ts")
+    if frequency == "1d":
+        off_midnight = bars.filter(ts != ts.dt.truncate("1d"))
+        if len(off_midnight):
+            raise _reject(
+                "daily bars must be stamped at 00:00 UTC of their session date",
+                misaligned_count=len(off_midnight),
+                examples=_examples(off_midnight),
+            )
+    else:
+        off_minute = bars.filter(ts != ts.dt.truncate("1m"))
+        if len(off_minute):
+            raise _reject(
+                "intraday bars must start on a whole minute",
+                misaligned_count=len(off_minute),
+                examples=_examples(off_minute),
+            )
+    if asset_class not in XNYS_ASSET_CLASSES:
+        if frequency != "1d" and step <= 60:
+            off_grid = bars.filter((ts.dt.epoch("s") // 60) % step != 0)
+            if len(off_grid):
+                raise _reject(
+                    f"{frequency} bars must start on multiples of {step} minutes (UTC)",
+                    misaligned_count=len(off_grid),
+                    examples=_examples(off_grid),
+                )
+        return GapReport(checked=False)
+
+    first_day = bars.get_column("ts").min().date()  # type: ignore[union-attr]
+    last_day = bars.get_column("ts").max().date()  # type: ignore[union-attr]
+    sched = calendar.schedule(first_day, last_day)
+    if sched.is_empty():
+        raise _reject("no XNYS session in the range of the bars", first=str(first_day), last=str(last_day))
+    if frequency == "1d":
+        placed = bars.with_columns(session=ts.dt.date()).join(sched, on="session", how="left")
+        outside = placed.filter(pl.col("session_open").is_null())
+        if len(outside):
+            raise _reject(
+                f"{len(outside)} daily bars fall on days that are not XNYS sessions",
+                misaligned_count=len(outside),
+                examples=_examples(outside),
+            )
+        present = set(placed.get_column("session").to_list())
+        expected = sched.get_column("session").to_list()
+        missing = [day.isoformat() for day in expected if day not in present]
+        return GapReport(
+            checked=True,
+            sessions_expected=len(expected),
+            sessions_missing=missing[:MAX_LISTED],
+            missing_bars=len(missing),
+        )
+
+    placed = bars.join_asof(sched.sort("session_open"), left_on="ts", right_on="session_open", strategy="backward")
+    outside = placed.filter(pl.col("session_open").is_null() | (pl.col("ts") >= pl.col("session_close")))
+    if len(outside):
+        raise _reject(
+            f"{len(outside)} bars fall outside XNYS regular sessions",
+            misaligned_count=len(outside),
+            examples=_examples(outside),
+        )
+    offset = (pl.col("ts") - pl.col("session_open")).dt.total_minutes()
+    if step <= 30:
+        off_grid = placed.filter(offset % step != 0)
+        if len(off_grid):
+            raise _reject(
+                f"{frequency} bars must start on multiples of {step} minutes from the session open",
+                misaligned_count=len(off_grid),
+                examples=_examples(off_grid),
+            )
+    slots = sched.with_columns(
+        expected=((pl.col("session_close") - pl.col("session_open")).dt.total_minutes() + step - 1) // step
+    )
+    counts = placed.group_by("session").agg(present=pl.len())
+    per_session = (
+        slots.join(counts, on="session", how="left").with_columns(pl.col("present").fill_null(0)).sort("session")
+    )
+    short = per_session.filter((pl.col("present") > 0) & (pl.col("present") < pl.col("expected")))
+    absent = per_session.filter(pl.col("present") == 0)
+    return GapReport(
+        checked=True,
+        sessions_expected=len(per_session),
+        sessions_missing=[day.isoformat() for day in absent.get_column("session").head(MAX_LISTED).to_list()],
+        sessions_with_gaps=[
+            {"session": row["session"].isoformat(), "missing_bars": int(row["expected"] - row["present"])}
+            for row in short.head(MAX_LISTED).iter_rows(named=True)
+        ],
+        missing_bars=int((per_session.get_column("expected") - per_session.get_column("present")).sum()),
+    )
+
+
+def _partition_path(ticker: str, frequency: str, year: int, sha: str) -> str:
+    # Content-addressed names: a rewrite never overwrites a file a reader may have open.
+    return f"bars/{frequency}/{ticker}/{year}-{sha[:16]}.parquet"
+
+
+def bars_import(
+    *,
+    ticker: str,
+    frequency: str,
+    frame: pl.DataFrame,
+    name: str = "",
+    asset_class: str = "equity",
+    exchange: str = "",
+    currency: str = "USD",
+    source: str = "vendor",
+) -> ImportReport:
+    """Validate bars and add them to the store, or raise ImportRejected having written nothing.
+
+    New bars may extend a symbol's history but never overwrite stored ones: overlapping timestamps are rejected.
+    """
+    ticker = ticker.strip().upper()
+    if not TICKER_RE.match(ticker):
+        raise _reject(f"invalid ticker {ticker!r}", ticker=ticker)
+    if frequency not in FREQUENCIES:
+        raise _reject(f"unsupported frequency {frequency!r}", supported=list(FREQUENCIES))
+    if asset_class not in ASSET_CLASSES:
+        raise _reject(f"unsupported asset class {asset_class!r}", supported=list(ASSET_CLASSES))
+    if source not in SOURCES:
+        raise _reject(f"unknown source {source!r}", supported=list(SOURCES))
+    bars = _normalized(frame)
+    _check_order(bars)
+    _check_prices(bars)
+    existing_symbol = Symbol.objects.filter(ticker=ticker).first()
+    if existing_symbol is not None and existing_symbol.asset_class != asset_class:
+        raise _reject(
+            f"{ticker} is stored as {existing_symbol.asset_class}, not {asset_class}",
+            stored_asset_class=existing_symbol.asset_class,
+        )
+    gaps = _check_alignment(bars, frequency=frequency, asset_class=asset_class)
+
+    bars = bars.with_columns(year=pl.col("ts").dt.year())
+    written: list[Path] = []
+    replaced: list[str] = []
+    try:
+        with transaction.atomic():
+            symbol, created = Symbol.objects.select_for_update().get_or_create(
+                ticker=ticker,
+                defaults={"name": name, "asset_class": asset_class, "exchange": exchange, "currency": currency},
+            )
+            stored = {p.year: p for p in BarPartition.objects.filter(symbol=symbol, frequency=frequency)}
+            partitions: list[str] = []
+            for (year,), chunk in sorted(bars.partition_by("year", as_dict=True).items()):
+                chunk = chunk.drop("year")
+                old = stored.get(int(year))
+                if old is not None:
+                    before = pl.read_parquet(absolute(old.path))
+                    overlap = chunk.join(before.select("ts"), on="ts", how="semi")
+                    if len(overlap):
+                        raise _reject(
+                            f"{len(overlap)} bars overlap bars already stored for {ticker} {frequency}",
+                            overlap_count=len(overlap),
+                            examples=_examples(overlap),
+                        )
+                    chunk = pl.concat([before, chunk]).sort("ts")
+                chunk = chunk.select(BAR_COLUMNS).cast(BAR_SCHEMA)  # type: ignore[arg-type]
+                staging = absolute(f"bars/{frequency}/{ticker}/.staging-{year}.parquet")
+                sha = write_parquet_atomic(chunk, staging)
+                relative = _partition_path(ticker, frequency, int(year), sha)
+                staging.replace(absolute(relative))
+                written.append(absolute(relative))
+                values = {
+                    "first_ts": chunk.get_column("ts").min(),
+                    "last_ts": chunk.get_column("ts").max(),
+                    "row_count": len(chunk),
+                    "sha256": sha,
+                    "path": relative,
+                    "source": source,
+                    "created_at": now(),
+                }
+                if old is None:
+                    BarPartition.objects.create(symbol=symbol, frequency=frequency, year=int(year), **values)
+                else:
+                    if old.path != relative:
+                        replaced.append(old.path)
+                    BarPartition.objects.filter(pk=old.pk).update(**values)
+                partitions.append(relative)
+            changed = False
+            if frequency not in symbol.frequencies:
+                symbol.frequencies = sorted([*symbol.frequencies, frequency], key=FREQUENCIES.index)
+                changed = True
+            for attr, value in (("name", name), ("exchange", exchange)):
+                if value and getattr(symbol, attr) != value:
+                    setattr(symbol, attr, value)
+                    changed = True
+            if changed:
+                symbol.save()
+            transaction.on_commit(lambda: [absolute(path).unlink(missing_ok=True) for path in replaced])
+    except BaseException:
+        keep = {absolute(p.path) for p in BarPartition.objects.filter(symbol__ticker=ticker, frequency=frequency)}
+        for path in written:
+            if path not in keep:
+                path.unlink(missing_ok=True)
+        raise
+    return ImportReport(
+        ticker=ticker,
+        frequency=frequency,
+        rows_written=len(bars),
+        first_ts=bars.get_column("ts").min(),  # type: ignore[arg-type]
+        last_ts=bars.get_column("ts").max(),  # type: ignore[arg-type]
+        partitions=partitions,
+        symbol_created=created,
+        gaps=gaps,
+    )
