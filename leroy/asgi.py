@@ -32,7 +32,7 @@ class LeroyASGI:
         elif scope["type"] == "http" and scope["path"] in self.mcp_paths:
             await self._mcp(scope, receive, send)
         else:
-            await self.django_app(scope, receive, send)
+            await self.django_app(scope, receive, send)  # type: ignore[arg-type]  # Starlette vs Django ASGI types
 
     async def _mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Without this context every async ORM call of every request shares one thread; the signals give the

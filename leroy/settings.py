@@ -28,6 +28,14 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {value!r}")
 
 
+def env_int(name: str, default: int) -> int:
+    value = env_str(name)
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from None
+
+
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
 
@@ -157,9 +165,10 @@ if not REDIS_URL:
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),  # fanout (worker control) messages; default is the cwd
         "store_processed": False,
     }
-    for _folder in ("queue", "processed"):
+    for _folder in ("queue", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_IGNORE_RESULT = True  # job state lives in our own models
 CELERY_TASK_ACKS_LATE = True
@@ -172,8 +181,8 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER")
 LEROY_MCP_PATH = "/api/mcp"
 LEROY_MCP_TOOL_MODULES: list[str] = []  # extra tool modules beyond each app's tools.py (tests use this)
 LEROY_MCP_MAX_BODY_BYTES = 1024 * 1024
-LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE = 120
-LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE = 40
+LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE = env_int("LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE", 120)
+LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE = env_int("LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE", 40)
 LEROY_API_KEYS_MAX_ACTIVE = 10
 
 # OAuth 2.1 authorization server for /api/mcp (django-oauth-toolkit, stock models; accounts/oauth.py adds the
@@ -182,7 +191,7 @@ LEROY_OAUTH_SCOPES = {
     "mcp:read": "Read research evidence and your own Leroy data through MCP",
     "mcp:write": "Create strategies, backtests, optimizations, alerts and notes through MCP, spending your credits",
 }
-LEROY_OAUTH_REGISTRATIONS_PER_HOUR = 20  # dynamic client registrations per client address
+LEROY_OAUTH_REGISTRATIONS_PER_MINUTE = 10  # dynamic client registrations per client address
 LEROY_OAUTH_UNUSED_CLIENT_HOURS = 24  # registrations that never obtained a token are then deleted
 
 

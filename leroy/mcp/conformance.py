@@ -127,7 +127,7 @@ def register(mcp: MCPServer) -> None:
             await ctx.report_progress(progress=step, total=100, message=f"Completed step {step} of 100")
             await asyncio.sleep(0.05)
         meta = ctx.request_context.meta
-        return str(meta.progress_token if meta else 0)
+        return str(meta.get("progress_token", 0) if meta else 0)
 
     @mcp.tool()
     async def test_error_handling() -> str:

@@ -11,7 +11,6 @@ from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import create_model
 from starlette.types import ASGIApp
 
 from leroy.mcp import transport
@@ -76,9 +75,7 @@ def _register(mcp: MCPServer, spec: ToolSpec) -> None:
     # so the registered tool validates against that model and publishes its schema.
     registered = mcp._tool_manager.get_tool(spec.name)
     assert registered is not None
-    registered.fn_metadata.arg_model = create_model(
-        f"{spec.args.__name__}Arguments", __base__=(spec.args, ArgModelBase)
-    )
+    registered.fn_metadata.arg_model = type(f"{spec.args.__name__}Arguments", (spec.args, ArgModelBase), {})
     registered.parameters = spec.args.model_json_schema(by_alias=True)
 
 

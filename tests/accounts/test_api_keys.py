@@ -1,0 +1,124 @@
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import time_machine
+from django.conf import settings
+from django.db import connection
+
+from accounts import services
+from accounts.models import ApiKey, User
+
+
+def test_key_has_prefix_and_32_random_bytes(owner):
+    issued = services.api_key_create(user=owner, name="agent")
+
+    assert issued.plaintext.startswith("lr_live_")
+    assert len(issued.plaintext) == len("lr_live_") + 43  # token_urlsafe(32)
+    assert issued.api_key.scopes == "mcp:read"
+
+
+def test_write_scope_only_when_asked(owner):
+    issued = services.api_key_create(user=owner, name="agent", write=True)
+
+    assert issued.api_key.scope_list == ["mcp:read", "mcp:write"]
+
+
+def test_keys_cannot_be_created_before_mcp_is_activated(db):
+    user = services.user_create(email="new@example.com", password="x-very-long-password")
+
+    with pytest.raises(services.AccountError) as error:
+        services.api_key_create(user=user, name="agent")
+
+    assert error.value.code == "mcp_not_activated"
+    assert ApiKey.objects.exists() is False
+
+
+def test_eleventh_active_key_is_refused_and_nothing_is_created(owner):
+    for index in range(10):
+        services.api_key_create(user=owner, name=f"k{index}")
+
+    with pytest.raises(services.AccountError) as error:
+        services.api_key_create(user=owner, name="k10")
+
+    assert error.value.code == "too_many_keys"
+    assert ApiKey.objects.filter(user=owner).count() == 10
+
+
+def test_revoked_keys_free_a_slot(owner):
+    issued = [services.api_key_create(user=owner, name=f"k{index}") for index in range(10)]
+    services.api_key_revoke(user=owner, key_id=issued[0].api_key.pk)
+
+    services.api_key_create(user=owner, name="replacement")
+
+    assert ApiKey.objects.filter(user=owner, revoked_at__isnull=True).count() == 10
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(settings.LEROY_TEST_DATABASE != "PostgreSQL", reason="row-lock race needs PostgreSQL")
+def test_concurrent_creations_never_exceed_ten_active_keys():
+    owner = services.user_create(email="racer@example.com", password="x-very-long-password")
+    services.mcp_activate(user=owner)
+    barrier = threading.Barrier(14)
+    outcomes: list[str] = []
+
+    def create(index: int) -> None:
+        barrier.wait()
+        try:
+            services.api_key_create(user=owner, name=f"k{index}")
+            outcomes.append("created")
+        except services.AccountError as error:
+            outcomes.append(error.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create, args=(index,)) for index in range(14)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(outcomes) == ["created"] * 10 + ["too_many_keys"] * 4
+    assert ApiKey.objects.filter(user=owner, revoked_at__isnull=True).count() == 10
+
+
+def test_authenticate_returns_the_matching_active_key(owner, api_key):
+    assert services.api_key_authenticate(plaintext=api_key).user == owner
+
+
+def test_authenticate_refuses_unknown_revoked_and_inactive(owner, api_key):
+    key_row = ApiKey.objects.get(user=owner)
+    tampered = api_key[:-1] + ("A" if api_key[-1] != "A" else "B")
+
+    assert services.api_key_authenticate(plaintext=tampered) is None
+    assert services.api_key_authenticate(plaintext="lr_live_") is None
+    services.api_key_revoke(user=owner, key_id=key_row.pk)
+    assert services.api_key_authenticate(plaintext=api_key) is None
+
+
+def test_authenticate_refuses_keys_of_deactivated_users(owner, api_key):
+    User.objects.filter(pk=owner.pk).update(is_active=False)
+
+    assert services.api_key_authenticate(plaintext=api_key) is None
+
+
+def test_revoking_another_accounts_key_is_refused_and_changes_nothing(owner, outsider, api_key):
+    key_row = ApiKey.objects.get(user=owner)
+
+    with pytest.raises(services.AccountError) as error:
+        services.api_key_revoke(user=outsider, key_id=key_row.pk)
+
+    assert error.value.code == "not_found"
+    assert ApiKey.objects.get(pk=key_row.pk).revoked_at is None
+
+
+def test_last_used_at_is_written_at_most_once_a_minute(owner, api_key):
+    start = datetime(2026, 8, 3, 14, 0, tzinfo=UTC)
+    with time_machine.travel(start, tick=False):
+        services.api_key_authenticate(plaintext=api_key)
+    with time_machine.travel(start + timedelta(seconds=59), tick=False):
+        services.api_key_authenticate(plaintext=api_key)
+    assert ApiKey.objects.get(user=owner).last_used_at == start
+    with time_machine.travel(start + timedelta(seconds=60), tick=False):
+        services.api_key_authenticate(plaintext=api_key)
+    assert ApiKey.objects.get(user=owner).last_used_at == start + timedelta(seconds=60)
