@@ -1,0 +1,538 @@
+"""Writes to the ledger. Every quota or credit decision locks the account's `Period` row for the month, so
+decisions serialise per account only; the database constraints are the backstop, not the mechanism.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from accounts.models import User
+from billing import selectors
+from billing.models import (
+    AccountPlan,
+    Code,
+    Kind,
+    LedgerAccount,
+    MeterReport,
+    Period,
+    Plan,
+    StripeCustomer,
+    Transfer,
+    Unit,
+    UsageEvent,
+)
+from leroy.clock import now
+
+# The plans every installation starts with (created after migrate/flush; editable in admin afterwards).
+BUILTIN_PLANS: tuple[dict[str, Any], ...] = (
+    {
+        "code": "free",
+        "name": "Free",
+        "included_lookups": 100,
+        "overage_allowed": False,
+        "overage_micros_per_lookup": 10_000,
+        "monthly_credits": 1_000,
+        "free_optimizations": 1,
+        "is_default": True,
+    },
+    {
+        "code": "pro",
+        "name": "Pro",
+        "included_lookups": 2_000,
+        "overage_allowed": True,
+        "overage_micros_per_lookup": 10_000,
+        "monthly_credits": 3_000,
+        "free_optimizations": 3,
+        "is_default": False,
+    },
+)
+MAX_UNITS_PER_LOOKUP = 10
+
+
+class BillingError(Exception):
+    """A billing rule refused the request; nothing was charged. `code` is machine-readable."""
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+
+@dataclass(frozen=True)
+class LookupCharge:
+    """The outcome of `lookup_charge`. `replayed=True` means this call charged nothing: it is a retry of
+    `usage_event_id`, whose charge and stored answer are returned."""
+
+    usage_event_id: int
+    units_charged: int
+    cache_hit: bool
+    replayed: bool
+    stored_response: dict[str, Any] | None
+    usage: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CreditHold:
+    pk: int
+    amount: int
+    reference: str
+    period_start: date
+
+
+def period_start_of(instant: datetime) -> date:
+    """The UTC calendar month an instant belongs to."""
+    return instant.astimezone(UTC).date().replace(day=1)
+
+
+def plans_ensure() -> None:
+    """Create the built-in plans that are missing (never overwrites an edited plan)."""
+    for spec in BUILTIN_PLANS:
+        defaults = {k: v for k, v in spec.items() if k != "code"}
+        if spec["is_default"] and Plan.objects.filter(is_default=True).exclude(code=spec["code"]).exists():
+            defaults["is_default"] = False
+        Plan.objects.get_or_create(code=spec["code"], defaults=defaults)
+
+
+# --- ledger primitives -------------------------------------------------------------------------------------
+
+
+def _accounts(period: Period, unit: str) -> dict[str, LedgerAccount]:
+    rows = LedgerAccount.objects.filter(user_id=period.user_id, period_start=period.period_start, unit=unit)
+    return {row.kind: row for row in rows}
+
+
+def _post(
+    *,
+    debit: LedgerAccount,
+    credit: LedgerAccount,
+    amount: int,
+    code: str,
+    key: str,
+    at: datetime,
+    pending: Transfer | None = None,
+    **extra: Any,
+) -> Transfer:
+    """Append one transfer and move the cached balances with it (the caller holds the period lock)."""
+    transfer = Transfer.objects.create(
+        debit_account=debit,
+        credit_account=credit,
+        amount=amount,
+        unit=debit.unit,
+        code=code,
+        period_start=debit.period_start,
+        pending=pending,
+        idempotency_key=key,
+        occurred_at=at,
+        **extra,
+    )
+    if code == Code.RESERVE:
+        debit_change = {"debits_pending": F("debits_pending") + amount}
+        credit_change = {"credits_pending": F("credits_pending") + amount}
+    elif pending is not None:  # post or void: release the whole hold, post what was used
+        posted = amount if code == Code.POST else 0
+        debit_change = {
+            "debits_pending": F("debits_pending") - pending.amount,
+            "debits_posted": F("debits_posted") + posted,
+        }
+        credit_change = {
+            "credits_pending": F("credits_pending") - pending.amount,
+            "credits_posted": F("credits_posted") + posted,
+        }
+    else:
+        debit_change = {"debits_posted": F("debits_posted") + amount}
+        credit_change = {"credits_posted": F("credits_posted") + amount}
+    LedgerAccount.objects.filter(pk=debit.pk).update(**debit_change)
+    LedgerAccount.objects.filter(pk=credit.pk).update(**credit_change)
+    return transfer
+
+
+def _grant(period: Period, unit: str, amount: int, key: str, at: datetime) -> None:
+    if amount > 0:
+        accounts = _accounts(period, unit)
+        _post(
+            debit=accounts[Kind.ISSUANCE],
+            credit=accounts[Kind.ALLOWANCE],
+            amount=amount,
+            code=Code.GRANT,
+            key=key,
+            at=at,
+        )
+
+
+def _open(user: User, start: date, at: datetime) -> None:
+    """Create the month's ledger accounts and post its grants, once (the caller holds the period lock)."""
+    period = Period.objects.select_related("plan").get(user=user, period_start=start)
+    if LedgerAccount.objects.filter(user=user, period_start=start).exists():
+        return
+    LedgerAccount.objects.bulk_create(
+        LedgerAccount(
+            user=user,
+            unit=unit,
+            kind=kind,
+            period_start=start,
+            debits_must_not_exceed_credits=(kind == Kind.ALLOWANCE),
+        )
+        for unit in Unit.values
+        for kind in (
+            (Kind.ISSUANCE, Kind.ALLOWANCE, Kind.OVERAGE, Kind.CONSUMED)
+            if unit == Unit.LOOKUP
+            else (Kind.ISSUANCE, Kind.ALLOWANCE, Kind.CONSUMED)
+        )
+    )
+    plan = period.plan
+    month = f"{start:%Y-%m}"
+    _grant(period, Unit.LOOKUP, plan.included_lookups, f"grant:{user.pk}:lookup:{month}", at)
+    _grant(period, Unit.CREDIT, plan.monthly_credits, f"grant:{user.pk}:credit:{month}", at)
+    _grant(period, Unit.FREE_OPTIMIZATION, plan.free_optimizations, f"grant:{user.pk}:free_optimization:{month}", at)
+
+
+def _lock_period(user: User, at: datetime) -> Period:
+    """Lock (opening it on first use) the account's period for the UTC month of `at`."""
+    start = period_start_of(at)
+    period = Period.objects.select_for_update().filter(user=user, period_start=start).first()
+    if period is None:
+        plan = selectors.plan_of(user=user)
+        # Concurrent first calls of the month: the loser's insert waits on the unique index, then does nothing.
+        Period.objects.bulk_create(
+            [
+                Period(
+                    user=user,
+                    period_start=start,
+                    plan=plan,
+                    overage_allowed=plan.overage_allowed,
+                    overage_micros_per_lookup=plan.overage_micros_per_lookup,
+                    opened_at=at,
+                )
+            ],
+            ignore_conflicts=True,
+        )
+        period = Period.objects.select_for_update().get(user=user, period_start=start)
+        _open(user, start, at)
+    return period
+
+
+def _require_atomic() -> None:
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("lookup_charge must run inside the caller's transaction.atomic() block")
+
+
+# --- lookups -------------------------------------------------------------------------------------------------
+
+
+def _replay(*, user: User, client_request_id: str, request_fingerprint: str) -> LookupCharge:
+    event = UsageEvent.objects.get(user=user, client_request_id=client_request_id)
+    if event.request_fingerprint != request_fingerprint:
+        raise BillingError(
+            "idempotency_conflict",
+            "This client_request_id was already used for a different request; send a new id for a new request.",
+            {"client_request_id": client_request_id},
+        )
+    return LookupCharge(
+        usage_event_id=event.pk,
+        units_charged=event.units_charged,
+        cache_hit=event.cache_hit,
+        replayed=True,
+        stored_response=event.response,
+        usage=event.usage,
+    )
+
+
+def _validate_lookup(*, tool: str, units: int, request_fingerprint: str, client_request_id: str | None) -> None:
+    problems = []
+    if not isinstance(units, int) or isinstance(units, bool) or not 1 <= units <= MAX_UNITS_PER_LOOKUP:
+        problems.append(f"units must be an integer from 1 to {MAX_UNITS_PER_LOOKUP}")
+    if not tool or len(tool) > 64:
+        problems.append("tool must be 1-64 characters")
+    if not request_fingerprint or len(request_fingerprint) > 128:
+        problems.append("request_fingerprint must be 1-128 characters")
+    if client_request_id is not None and not 1 <= len(client_request_id) <= 255:
+        problems.append("client_request_id must be 1-255 characters")
+    if problems:
+        raise BillingError("invalid_request", "; ".join(problems), {"problems": problems})
+
+
+def lookup_charge(
+    *,
+    user: User,
+    tool: str,
+    units: int,
+    request_fingerprint: str,
+    client_request_id: str | None,
+    cache_hit: bool = False,
+) -> LookupCharge:
+    """Charge `units` lookups (0 for a cache hit) for one request, or replay a retried `client_request_id`.
+
+    Runs in a savepoint of the caller's transaction: a refusal leaves nothing behind, and the charge commits or
+    rolls back with the tool's own work.
+    """
+    _require_atomic()
+    _validate_lookup(
+        tool=tool, units=units, request_fingerprint=request_fingerprint, client_request_id=client_request_id
+    )
+    at = now()
+    start = period_start_of(at)
+    with transaction.atomic():  # a refusal below also removes the UsageEvent
+        try:
+            with transaction.atomic():
+                # The insert is the idempotency gate: a concurrent retry waits here on the unique index, then
+                # replays what the first request committed.
+                event = UsageEvent.objects.create(
+                    user=user,
+                    client_request_id=client_request_id,
+                    request_fingerprint=request_fingerprint,
+                    tool=tool,
+                    units=units,
+                    cache_hit=cache_hit,
+                    period_start=start,
+                    occurred_at=at,
+                )
+        except IntegrityError:
+            if client_request_id is None:
+                raise
+            return _replay(user=user, client_request_id=client_request_id, request_fingerprint=request_fingerprint)
+        period = _lock_period(user, at)
+        if not cache_hit:
+            _charge(event, period, units, at)
+        usage = selectors.lookup_usage_of_period(period)
+        usage.update(lookup_cost=event.units_charged, cache="hit" if cache_hit else "miss")
+        UsageEvent.objects.filter(pk=event.pk).update(usage=usage)
+    return LookupCharge(
+        usage_event_id=event.pk,
+        units_charged=event.units_charged,
+        cache_hit=cache_hit,
+        replayed=False,
+        stored_response=None,
+        usage=usage,
+    )
+
+
+def _charge(event: UsageEvent, period: Period, units: int, at: datetime) -> None:
+    accounts = _accounts(period, Unit.LOOKUP)
+    allowance = accounts[Kind.ALLOWANCE]
+    included = min(units, max(allowance.available, 0))
+    overage = units - included
+    if overage and not period.overage_allowed:
+        # Raising rolls back this savepoint and the UsageEvent insert: nothing is charged or remembered.
+        raise BillingError(
+            "quota_exhausted",
+            f"The {period.plan.name} plan's {allowance.credits_posted} included lookups for "
+            f"{period.period_start:%Y-%m} are used up. Upgrade to a paid plan or wait for the period to reset.",
+            selectors.quota_exhausted_details(period),
+        )
+    if included:
+        _post(
+            debit=allowance,
+            credit=accounts[Kind.CONSUMED],
+            amount=included,
+            code=Code.CHARGE,
+            key=f"ue:{event.pk}:charge",
+            at=at,
+            usage_event=event,
+        )
+    if overage:
+        transfer = _post(
+            debit=accounts[Kind.OVERAGE],
+            credit=accounts[Kind.CONSUMED],
+            amount=overage,
+            code=Code.OVERAGE,
+            key=f"ue:{event.pk}:overage",
+            at=at,
+            usage_event=event,
+        )
+        _meter_report_enqueue(transfer, event.user_id)
+    UsageEvent.objects.filter(pk=event.pk).update(included_qty=included, overage_qty=overage)
+    event.included_qty, event.overage_qty = included, overage
+
+
+def _meter_report_enqueue(transfer: Transfer, user_id: int) -> None:
+    """Queue the overage for Stripe in the charge's own transaction (ledger-only accounts have no customer)."""
+    customer = StripeCustomer.objects.filter(user_id=user_id).exclude(subscription_id="").first()
+    if customer is not None:
+        MeterReport.objects.create(
+            transfer=transfer,
+            identifier=f"lrx_{transfer.pk}",
+            customer_id=customer.customer_id,
+            value=transfer.amount,
+            event_at=transfer.occurred_at,
+        )
+
+
+def lookup_store_response(*, charge: LookupCharge, response: dict[str, Any]) -> None:
+    """Keep the tool's answer so that a retry with the same client_request_id returns it verbatim."""
+    if charge.replayed:
+        return
+    UsageEvent.objects.filter(pk=charge.usage_event_id).update(response=response)
+
+
+# --- credits -------------------------------------------------------------------------------------------------
+
+
+def _positive(amount: int, name: str = "amount") -> None:
+    if not isinstance(amount, int) or isinstance(amount, bool) or amount < 1:
+        raise BillingError("invalid_request", f"{name} must be a positive integer", {"field": name})
+
+
+def _hold_of(transfer: Transfer) -> CreditHold:
+    return CreditHold(
+        pk=transfer.pk, amount=transfer.amount, reference=transfer.reference, period_start=transfer.period_start
+    )
+
+
+@transaction.atomic
+def credits_reserve(*, user: User, amount: int, reference: str) -> CreditHold:
+    """Hold `amount` credits for a job; the same `reference` returns the existing hold."""
+    _positive(amount)
+    if not reference or len(reference) > 128:
+        raise BillingError("invalid_request", "reference must be 1-128 characters", {"field": "reference"})
+    at = now()
+    period = _lock_period(user, at)
+    key = f"reserve:{user.pk}:{reference}"
+    existing = Transfer.objects.filter(idempotency_key=key).first()
+    if existing is not None:
+        if existing.amount != amount:
+            raise BillingError(
+                "idempotency_conflict",
+                "This reference already holds a different amount.",
+                {"reference": reference, "held": existing.amount},
+            )
+        return _hold_of(existing)
+    accounts = _accounts(period, Unit.CREDIT)
+    allowance = accounts[Kind.ALLOWANCE]
+    if allowance.available < amount:
+        raise BillingError(
+            "insufficient_credits",
+            f"The job needs {amount} credits and {allowance.available} are available this period.",
+            {
+                "credits_required": amount,
+                "credits_available": allowance.available,
+                "period_resets_at": selectors.period_end(period.period_start).isoformat().replace("+00:00", "Z"),
+            },
+        )
+    hold = _post(
+        debit=allowance,
+        credit=accounts[Kind.CONSUMED],
+        amount=amount,
+        code=Code.RESERVE,
+        key=key,
+        at=at,
+        reference=reference,
+    )
+    return _hold_of(hold)
+
+
+def _resolve(*, hold_id: int, amount: int, code: str) -> None:
+    hold = Transfer.objects.filter(pk=hold_id, code=Code.RESERVE).select_related("debit_account").first()
+    if hold is None:
+        raise BillingError("hold_not_found", f"No credit hold {hold_id}.", {"hold_id": hold_id})
+    if not 0 <= amount <= hold.amount:
+        raise BillingError(
+            "invalid_request",
+            f"The settled amount must be from 0 to the {hold.amount} held.",
+            {"hold_id": hold_id, "held": hold.amount},
+        )
+    # A job is charged to the period it was reserved in, even when it ends in the next month.
+    Period.objects.select_for_update().get(user_id=hold.debit_account.user_id, period_start=hold.period_start)
+    if Transfer.objects.filter(pending=hold).exists():
+        raise BillingError(
+            "hold_already_resolved", f"Credit hold {hold_id} was already settled or voided.", {"hold_id": hold_id}
+        )
+    debit = LedgerAccount.objects.get(pk=hold.debit_account_id)
+    credit = LedgerAccount.objects.get(pk=hold.credit_account_id)
+    _post(
+        debit=debit,
+        credit=credit,
+        amount=amount,
+        code=code,
+        key=f"{code}:{hold.pk}",
+        at=now(),
+        pending=hold,
+        reference=hold.reference,
+    )
+
+
+@transaction.atomic
+def credits_settle(*, hold_id: int, amount: int) -> None:
+    """Post the `amount` actually used (<= reserved); the rest of the hold returns to the balance."""
+    _resolve(hold_id=hold_id, amount=amount, code=Code.POST)
+
+
+@transaction.atomic
+def credits_void(*, hold_id: int) -> None:
+    """Release the whole hold (job failed or cancelled before using anything)."""
+    hold = Transfer.objects.filter(pk=hold_id, code=Code.RESERVE).first()
+    _resolve(hold_id=hold_id, amount=hold.amount if hold else 0, code=Code.VOID)
+
+
+@transaction.atomic
+def free_optimization_consume(*, user: User, reference: str) -> None:
+    """Use one of the month's free optimizations for `reference` (only when the caller explicitly asked)."""
+    if not reference or len(reference) > 128:
+        raise BillingError("invalid_request", "reference must be 1-128 characters", {"field": "reference"})
+    at = now()
+    period = _lock_period(user, at)
+    key = f"freeopt:{user.pk}:{reference}"
+    if Transfer.objects.filter(idempotency_key=key).exists():
+        return
+    accounts = _accounts(period, Unit.FREE_OPTIMIZATION)
+    if accounts[Kind.ALLOWANCE].available < 1:
+        raise BillingError(
+            "no_free_optimizations",
+            f"No free optimizations are left for {period.period_start:%Y-%m}.",
+            {"period_resets_at": selectors.period_end(period.period_start).isoformat().replace("+00:00", "Z")},
+        )
+    _post(
+        debit=accounts[Kind.ALLOWANCE],
+        credit=accounts[Kind.CONSUMED],
+        amount=1,
+        code=Code.CHARGE,
+        key=key,
+        at=at,
+        reference=reference,
+    )
+
+
+# --- plans ---------------------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def plan_assign(*, user: User, plan: Plan) -> AccountPlan:
+    """Assign a plan. An upgrade adds the difference to this month's grants now; a downgrade waits a month."""
+    at = now()
+    assignment, _ = AccountPlan.objects.update_or_create(user=user, defaults={"plan": plan, "assigned_at": at})
+    start = period_start_of(at)
+    if not Period.objects.filter(user=user, period_start=start).exists():
+        return assignment  # the period opens with the new plan
+    period = _lock_period(user, at)
+    current = period.plan
+    if plan.included_lookups <= current.included_lookups:
+        return assignment
+    change = f"{start:%Y-%m}:{plan.code}:{at.timestamp():.6f}"
+    _grant(
+        period,
+        Unit.LOOKUP,
+        plan.included_lookups - current.included_lookups,
+        f"grant-delta:{user.pk}:lookup:{change}",
+        at,
+    )
+    _grant(
+        period,
+        Unit.CREDIT,
+        max(plan.monthly_credits - current.monthly_credits, 0),
+        f"grant-delta:{user.pk}:credit:{change}",
+        at,
+    )
+    _grant(
+        period,
+        Unit.FREE_OPTIMIZATION,
+        max(plan.free_optimizations - current.free_optimizations, 0),
+        f"grant-delta:{user.pk}:free_optimization:{change}",
+        at,
+    )
+    Period.objects.filter(pk=period.pk).update(
+        plan=plan, overage_allowed=plan.overage_allowed, overage_micros_per_lookup=plan.overage_micros_per_lookup
+    )
+    return assignment

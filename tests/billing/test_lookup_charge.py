@@ -1,0 +1,210 @@
+from datetime import UTC, date, datetime
+
+import pytest
+import time_machine
+from django.db import transaction
+
+from billing import selectors, services
+from billing.models import Code, LedgerAccount, Plan, Transfer, UsageEvent
+from billing.services import BillingError
+
+pytestmark = pytest.mark.django_db
+
+MID_AUGUST = datetime(2026, 8, 18, 14, 30, tzinfo=UTC)
+
+
+def charge(user, *, units=1, key=None, fingerprint="fp-1", cache_hit=False, tool="evaluate_current_setup"):
+    with transaction.atomic():
+        return services.lookup_charge(
+            user=user,
+            tool=tool,
+            units=units,
+            request_fingerprint=fingerprint,
+            client_request_id=key,
+            cache_hit=cache_hit,
+        )
+
+
+def pro(user):
+    services.plan_assign(user=user, plan=Plan.objects.get(code="pro"))
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_first_lookup_opens_the_month_and_charges_one(owner):
+    result = charge(owner)
+
+    assert result.units_charged == 1
+    assert result.replayed is False
+    assert result.stored_response is None
+    assert result.usage == {
+        "included_lookups": 100,
+        "used_lookups": 1,
+        "lookups_remaining": 99,
+        "overage_lookups": 0,
+        "overage_amount_usd": 0.0,
+        "lookup_cost": 1,
+        "cache": "miss",
+    }
+    grant, spend = Transfer.objects.order_by("pk").filter(unit="lookup")
+    assert (grant.code, grant.amount, grant.idempotency_key) == ("grant", 100, f"grant:{owner.pk}:lookup:2026-08")
+    assert (spend.code, spend.amount, spend.period_start.isoformat()) == ("charge", 1, "2026-08-01")
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_side_both_charges_two(owner):
+    result = charge(owner, units=2)
+
+    assert result.units_charged == 2
+    assert selectors.lookup_usage(user=owner)["used_lookups"] == 2
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_cache_hit_is_recorded_and_charges_nothing(owner):
+    charge(owner)
+    result = charge(owner, cache_hit=True)
+
+    assert result.units_charged == 0
+    assert result.usage["cache"] == "hit"
+    assert result.usage["lookup_cost"] == 0
+    assert result.usage["used_lookups"] == 1
+    assert UsageEvent.objects.filter(cache_hit=True).count() == 1
+    assert Transfer.objects.filter(code="charge").count() == 1
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_a_failing_tool_rolls_its_charge_back(owner):
+    with pytest.raises(ZeroDivisionError), transaction.atomic():
+        services.lookup_charge(user=owner, tool="t", units=1, request_fingerprint="fp", client_request_id="req-1")
+        1 / 0  # noqa: B018  the tool's own work fails after the charge
+
+    assert UsageEvent.objects.count() == 0
+    assert not Transfer.objects.filter(code="charge").exists()
+    assert charge(owner, key="req-1").replayed is False  # the key is free again
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_retry_with_same_key_replays_the_stored_answer_without_charging(owner):
+    first = charge(owner, key="req-1")
+    services.lookup_store_response(charge=first, response={"evaluation_id": "eval_1"})
+    retry = charge(owner, key="req-1")
+
+    assert retry.replayed is True
+    assert retry.stored_response == {"evaluation_id": "eval_1"}
+    assert retry.usage == first.usage
+    assert retry.units_charged == 1
+    assert selectors.lookup_usage(user=owner)["used_lookups"] == 1
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_same_key_with_different_arguments_is_refused(owner):
+    charge(owner, key="req-1", fingerprint="fp-a")
+
+    with pytest.raises(BillingError) as refused:
+        charge(owner, key="req-1", fingerprint="fp-b")
+
+    assert refused.value.code == "idempotency_conflict"
+    assert selectors.lookup_usage(user=owner)["used_lookups"] == 1
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_keys_are_per_account(owner, outsider):
+    charge(owner, key="req-1", fingerprint="fp-a")
+    other = charge(outsider, key="req-1", fingerprint="fp-b")
+
+    assert other.replayed is False
+    assert other.units_charged == 1
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_free_plan_stops_at_its_allowance_and_charges_nothing(owner):
+    for _ in range(50):
+        charge(owner, units=2)
+
+    with pytest.raises(BillingError) as refused:
+        charge(owner, key="one-too-many")
+
+    error = refused.value
+    assert error.code == "quota_exhausted"
+    assert error.details["period_resets_at"] == "2026-09-01T00:00:00Z"
+    assert error.details["upgrade_url"] == "http://127.0.0.1:8000/account/"
+    assert error.details["used_lookups"] == 100
+    assert not UsageEvent.objects.filter(client_request_id="one-too-many").exists()
+    assert selectors.lookup_usage(user=owner)["used_lookups"] == 100
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_free_plan_refuses_a_two_lookup_call_with_one_left(owner):
+    for _ in range(99):
+        charge(owner)
+
+    with pytest.raises(BillingError):
+        charge(owner, units=2)
+
+    assert selectors.lookup_usage(user=owner)["lookups_remaining"] == 1
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_paid_plan_splits_a_charge_across_the_boundary_into_overage(owner):
+    pro(owner)
+    for _ in range(1999):
+        charge(owner)
+    result = charge(owner, units=2)
+
+    assert result.usage == {
+        "included_lookups": 2000,
+        "used_lookups": 2001,
+        "lookups_remaining": 0,
+        "overage_lookups": 1,
+        "overage_amount_usd": 0.01,
+        "lookup_cost": 2,
+        "cache": "miss",
+    }
+    assert list(Transfer.objects.filter(usage_event_id=result.usage_event_id).values_list("code", "amount")) == [
+        ("charge", 1),
+        ("overage", 1),
+    ]
+
+
+def test_month_boundary_is_utc(owner):
+    with time_machine.travel(datetime(2026, 8, 31, 23, 59, 59, tzinfo=UTC), tick=False):
+        charge(owner)
+    with time_machine.travel(datetime(2026, 9, 1, 0, 0, 0, tzinfo=UTC), tick=False):
+        september = charge(owner, units=2)
+        report = selectors.usage_report(user=owner)
+
+    assert september.usage["used_lookups"] == 2
+    assert report["period_start"] == "2026-09-01"
+    assert list(UsageEvent.objects.order_by("pk").values_list("period_start", flat=True)) == [
+        date(2026, 8, 1),
+        date(2026, 9, 1),
+    ]
+
+
+def test_bad_input_is_refused_and_changes_nothing(owner):
+    for bad in ({"units": 0}, {"units": 11}, {"fingerprint": ""}, {"key": ""}):
+        with pytest.raises(BillingError) as refused:
+            charge(owner, **bad)
+        assert refused.value.code == "invalid_request"
+
+    assert UsageEvent.objects.count() == 0
+    assert LedgerAccount.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_charging_outside_a_transaction_is_a_programming_error(owner):
+    with pytest.raises(RuntimeError):
+        services.lookup_charge(user=owner, tool="t", units=1, request_fingerprint="fp", client_request_id=None)
+
+
+@time_machine.travel(MID_AUGUST, tick=False)
+def test_upgrade_mid_month_adds_the_difference_and_keeps_usage(owner):
+    for _ in range(100):
+        charge(owner)
+    pro(owner)
+
+    result = charge(owner)
+
+    assert result.usage["included_lookups"] == 2000
+    assert result.usage["used_lookups"] == 101
+    assert result.usage["lookups_remaining"] == 1899
+    assert Transfer.objects.filter(code=Code.GRANT, unit="lookup").count() == 2
