@@ -12,7 +12,15 @@ from typing import Any
 
 import backtrader as bt
 
-from backtests.policy import Guards, PolicyViolation, PrintBuffer, compile_plain, compile_strategy, strategy_classes
+from backtests.policy import (
+    Guards,
+    PolicyViolation,
+    PrintBuffer,
+    compile_plain,
+    compile_strategy,
+    strategy_classes,
+    validate_source,
+)
 
 EPOCH_ORDINAL = 719163.0  # bt.date2num(1970-01-01)
 MAX_EQUITY_POINTS = 2000
@@ -41,9 +49,11 @@ def guards() -> Guards:
     return Guards(allowed_modules=(bt.indicators, math), writable=(bt.LineRoot,))
 
 
-def load_strategy(source: str, *, prints: PrintBuffer, restricted: bool = True) -> type:
-    """Compile agent source and return its (first) bt.Strategy subclass."""
-    if restricted:
+def load_strategy(source: str, *, prints: PrintBuffer, layers: frozenset[str] | set[str]) -> type:
+    """Compile agent source under the requested in-process layers and return its (first) bt.Strategy subclass."""
+    if "ast" in layers:
+        validate_source(source)
+    if "restricted_python" in layers:
         module = compile_strategy(source, bt_facade=_facade(), guards=guards(), prints=prints)
     else:
         module = compile_plain(source, bt_module=bt)

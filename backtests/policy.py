@@ -10,6 +10,7 @@ import ast
 import builtins
 import math
 import operator
+import re
 import sys
 import types
 from collections.abc import Callable, Iterable
@@ -22,7 +23,7 @@ from RestrictedPython.Guards import (
     guarded_iter_unpack_sequence,
     guarded_unpack_sequence,
     safe_builtins,
-    safer_getattr,
+    safer_getattr_raise,
 )
 
 MAX_SOURCE_BYTES = 64 * 1024
@@ -41,7 +42,7 @@ FORBIDDEN_ATTRIBUTES = frozenset(INSPECT_ATTRIBUTES) | {
     "env", "cerebro", "dataname", "format", "format_map", "mro", "owner", "f_lasti", "func_globals",
     "im_func", "im_self", "gi_running", "tb_lasti", "modules",
 }  # fmt: skip
-ALLOWED_DUNDER_ATTRIBUTES = frozenset({"__init__"})
+ALLOWED_DUNDER_METHODS = frozenset({"__init__"})  # as method names only; `super().__init__` is refused
 FORBIDDEN_NODES: dict[type[ast.AST], str] = {
     ast.Import: "imports are not allowed; the environment provides `bt` and `math`",
     ast.ImportFrom: "imports are not allowed; the environment provides `bt` and `math`",
@@ -103,10 +104,10 @@ def validate_source(source: str) -> ast.Module:
             name = node.attr
             if name in FORBIDDEN_ATTRIBUTES:
                 raise _refuse(node, f"the attribute `{name}` is not available in strategies")
-            if name.startswith("_") and name not in ALLOWED_DUNDER_ATTRIBUTES:
+            if name.startswith("_"):
                 raise _refuse(node, f"attributes starting with an underscore (`{name}`) are not allowed")
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            if node.name.startswith("_") and node.name not in ALLOWED_DUNDER_ATTRIBUTES:
+            if node.name.startswith("_") and node.name not in ALLOWED_DUNDER_METHODS:
                 raise _refuse(node, f"names starting with an underscore (`{node.name}`) are not allowed")
             if isinstance(node, ast.ClassDef):
                 if node.keywords:
@@ -191,10 +192,10 @@ class Guards:
     allowed_modules: tuple[types.ModuleType, ...]
     writable: tuple[type, ...]
 
-    def getattr(self, obj: Any, name: str, default: Any = None) -> Any:
-        if name in FORBIDDEN_ATTRIBUTES or (name.startswith("_") and name not in ALLOWED_DUNDER_ATTRIBUTES):
+    def getattr(self, obj: Any, name: str) -> Any:
+        if name in FORBIDDEN_ATTRIBUTES or name.startswith("_"):
             raise AttributeError(f"the attribute `{name}` is not available in strategies")
-        value = safer_getattr(obj, name)  # raises on a missing attribute instead of returning None
+        value = safer_getattr_raise(obj, name)  # raises on a missing attribute instead of returning None
         if isinstance(value, types.ModuleType) and not any(value is module for module in self.allowed_modules):
             raise AttributeError(f"`{name}` is a module and is not available in strategies")
         if isinstance(value, (types.FrameType, types.CodeType, types.TracebackType)):
@@ -222,19 +223,18 @@ def strategy_builtins() -> dict[str, object]:
     return {k: v for k, v in safe_builtins.items() if k not in unsafe} | EXTRA_BUILTINS
 
 
-def compile_strategy(
-    source: str, *, bt_facade: object, guards: Guards, prints: PrintBuffer, check_ast: bool = True
-) -> types.ModuleType:
-    """Layers 1 and 2: validate, compile with RestrictedPython and execute the module body into a fresh module.
+def compile_strategy(source: str, *, bt_facade: object, guards: Guards, prints: PrintBuffer) -> types.ModuleType:
+    """Layer 2: compile with RestrictedPython and execute the module body into a fresh module.
 
     The module is registered in `sys.modules` because backtrader's metaclass looks classes' modules up there.
     """
-    if check_ast:
-        validate_source(source)
     try:
         code = compile_restricted(source, filename="<strategy>", mode="exec")
     except SyntaxError as error:
-        raise PolicyViolation("validation_error", str(error.msg), error.lineno, error.offset) from None
+        messages = error.msg if isinstance(error.msg, tuple) else (str(error.msg),)
+        line = re.match(r"Line (\d+):", messages[0])
+        lineno = error.lineno or (int(line.group(1)) if line else None)
+        raise PolicyViolation("validation_error", "; ".join(messages), lineno, error.offset) from None
     module = types.ModuleType(STRATEGY_MODULE)
     module.__dict__.update(
         {

@@ -100,10 +100,10 @@ def _error_line(error: BaseException) -> int | None:
 
 def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
     prints = PrintBuffer()
-    restricted = "restricted_python" in job["layers"]
-    outcome: dict[str, Any] = {"layers": active + (["ast", "restricted_python"] if restricted else [])}
+    in_process = {"ast", "restricted_python"} & set(job["layers"])
+    outcome: dict[str, Any] = {"layers": active + sorted(in_process)}
     try:
-        strategy = engine.load_strategy(job["source"], prints=prints, restricted=restricted)
+        strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
         outcome["result"] = engine.run(
             strategy, datas=job["datas"], simulation=job["simulation"], parameters=job["parameters"]
         )

@@ -1,0 +1,240 @@
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from backtests import sandbox
+from backtests.dryrun import walk
+from backtests.sandbox import ALL_LAYERS, Limits
+
+DATA = [walk("TEST", bars=60)]
+SIM = {"initial_cash": 10_000, "commission": 0, "leverage": 1, "buy_on_close": False}
+FAST = Limits(cpu_seconds=2, wall_seconds=20, memory_bytes=768 * 1024 * 1024, output_bytes=1024 * 1024, uid=61000)
+
+
+def run(source: str, layers: frozenset[str] = ALL_LAYERS, limits: Limits = FAST, **kwargs):
+    return sandbox.run_job(
+        source=source, datas=DATA, simulation=SIM, parameters={}, layers=layers, limits=limits, **kwargs
+    )
+
+
+def attack(body: str, where: str = "__init__") -> str:
+    """A strategy whose `where` method runs `body` (indented as a method body)."""
+    lines = "\n".join("        " + line for line in body.strip().splitlines())
+    other = "next" if where == "__init__" else "__init__"
+    return f"class Attack(bt.Strategy):\n    def {where}(self):\n{lines}\n\n    def {other}(self):\n        pass\n"
+
+
+def plain(body: str) -> str:
+    """Attack code for the OS layers alone: no AST check, no RestrictedPython, the real modules."""
+    lines = "\n".join("        " + line for line in body.strip().splitlines())
+    return f"import os, socket\n\nclass Attack(bt.Strategy):\n    def __init__(self):\n{lines}\n"
+
+
+GOOD = attack("self.sma = bt.ind.SMA(period=5)")
+
+
+def test_all_layers_are_active_here_and_reported():
+    outcome = run(GOOD)
+
+    assert outcome.ok is True
+    assert outcome.layers == sorted(ALL_LAYERS | {"process"})
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "line"),
+    [
+        ("x = ().__class__.__mro__[1].__subclasses__()", "attributes starting with an underscore", 3),
+        ("os = __import__('os')", "`__import__` is not available", 3),
+        ("secret = open('/etc/passwd').read()", "`open` is not available", 3),
+        ("name = '__' + 'init' + '__'\ng = getattr(self, name)", "`getattr` is not available", 4),
+        ("leak = '{0.__init__.__globals__}'.format(self)", "`format` is not available", 3),
+        ("leak = str.format('{0.x}', self)", "`format` is not available", 3),
+        ("leak = f'{self.__init__.__globals__}'", "`__globals__`", 3),
+        ("base = type(self)", "`type` is not available", 3),
+        ("def gen():\n    yield 1\ng = gen()", "generators", 4),
+        ("f = self.gi_frame.f_back.f_globals", "`f_globals`", 3),
+        ("c = self.env.runstrats", "`env` is not available", 3),
+        ("self.data.p.dataname.to_csv('/tmp/leak.csv')", "`dataname`", 3),
+        ("import os", "imports are not allowed", 3),
+    ],
+)
+def test_static_layer_refuses_escape_with_line_and_column(body, message, line):
+    outcome = run(attack(body))
+
+    assert outcome.ok is False
+    assert outcome.error["code"] == "validation_error"
+    assert message in outcome.error["message"]
+    assert outcome.error["line"] == line
+    assert outcome.error["column"] >= 1
+    assert outcome.result is None
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("bt.os.popen('id')", "'types.SimpleNamespace' object has no attribute 'os'"),
+        ("m = bt.indicators.sys", "`sys` is a module"),
+        ("m = math.sys", "has no attribute 'sys'"),
+        ("bt.Strategy = None", "cannot be modified"),
+    ],
+)
+def test_restricted_layer_refuses_module_hops_at_run_time(body, message):
+    outcome = run(attack(body), layers=frozenset({"restricted_python"}))
+
+    assert outcome.ok is False
+    assert outcome.error["code"] == "execution_error"
+    assert message in outcome.error["message"]
+    assert outcome.error["line"] == 3
+
+
+def test_restricted_layer_alone_refuses_dunder_access_at_compile_time():
+    outcome = run(attack("x = ().__class__"), layers=frozenset({"restricted_python"}))
+
+    assert outcome.error["code"] == "validation_error"
+    assert "__class__" in outcome.error["message"]
+
+
+def test_infinite_loop_is_killed_by_the_cpu_limit():
+    outcome = run(attack("while True:\n    pass", where="next"), limits=Limits(1, 20, FAST.memory_bytes, 10**6, 61000))
+
+    assert outcome.ok is False
+    assert outcome.error["code"] == "cpu_limit"
+
+
+def test_memory_bomb_fails_with_memory_limit():
+    outcome = run(attack("x = [0] * 10**9"))
+
+    assert outcome.error["code"] == "memory_limit"
+
+
+def test_print_flood_is_capped_not_buffered_without_bound():
+    outcome = run(attack("for i in range(200000):\n    print('x' * 100)"))
+
+    assert outcome.ok is True
+    assert len(outcome.prints) == 64 * 1024
+
+
+def test_network_namespace_alone_refuses_a_local_connection():
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+
+    outcome = run(plain(f"socket.create_connection(('127.0.0.1', {port}), timeout=2)"), layers=frozenset({"netns"}))
+
+    assert outcome.error["code"] == "execution_error"
+    assert "Network is unreachable" in outcome.error["message"]
+    with pytest.raises(TimeoutError):
+        listener.accept()
+    listener.close()
+
+
+def test_seccomp_alone_refuses_socket_fork_and_exec():
+    sock = run(plain("socket.socket()"), layers=frozenset({"seccomp"}))
+    fork = run(plain("os.fork()"), layers=frozenset({"seccomp"}))
+    execute = run(plain("os.execv('/bin/true', ['true'])"), layers=frozenset({"seccomp"}))
+
+    for outcome in (sock, fork, execute):
+        assert outcome.error["code"] == "execution_error"
+        assert "[Errno 1] Operation not permitted" in outcome.error["message"]
+
+
+def test_uid_drop_alone_stops_fork_and_root_only_reads(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    tmp_path.chmod(0o755)
+
+    fork = run(plain("os.fork()"), layers=frozenset({"uid_drop"}))
+    read = run(plain(f"open({str(secret)!r}).read()"), layers=frozenset({"uid_drop"}))
+
+    assert "BlockingIOError" in fork.error["message"]
+    assert "PermissionError" in read.error["message"]
+
+
+def test_file_size_limit_alone_refuses_writes(tmp_path):
+    target = tmp_path / "out.csv"
+    tmp_path.chmod(0o777)
+
+    outcome = run(plain(f"open({str(target)!r}, 'w').write('x' * 10000)"), layers=frozenset({"rlimits"}))
+
+    assert "File too large" in outcome.error["message"] or "[Errno 27]" in outcome.error["message"]
+    assert target.stat().st_size == 0
+
+
+def test_bubblewrap_alone_hides_the_filesystem(tmp_path):
+    if not sandbox.bubblewrap_usable():
+        pytest.skip("bubblewrap cannot create namespaces on this machine")
+    target = tmp_path / "written.txt"
+
+    read = run(plain("open('/etc/passwd').read()"), layers=frozenset({"bubblewrap"}))
+    write = run(plain(f"open({str(target)!r}, 'w').write('x')"), layers=frozenset({"bubblewrap"}))
+
+    assert "FileNotFoundError" in read.error["message"]
+    assert read.layers == ["bubblewrap", "process"]
+    assert write.error["code"] == "execution_error"
+    assert not target.exists()
+
+
+def test_process_layer_alone_clears_the_environment_and_fds():
+    os.environ["LEROY_TEST_SECRET"] = "s3cret"
+    try:
+        outcome = run(
+            plain("raise RuntimeError(repr((sorted(os.environ), sorted(os.listdir('/proc/self/fd')))))"),
+            layers=frozenset(),
+        )
+    finally:
+        del os.environ["LEROY_TEST_SECRET"]
+
+    assert outcome.layers == ["process"]
+    env, fds = eval(outcome.error["message"].removeprefix("RuntimeError: "))  # noqa: S307 - our own repr
+    assert "LEROY_TEST_SECRET" not in env
+    assert fds == ["0", "1", "2", "3"]  # 3 is listdir's own handle
+
+
+def test_wall_clock_kills_the_process_group():
+    outcome = run(
+        plain("import time\ntime.sleep(60)"), layers=frozenset(), limits=Limits(5, 1.5, FAST.memory_bytes, 10**6, 0)
+    )
+
+    assert outcome.error["code"] == "timeout"
+    assert outcome.seconds < 10
+
+
+def test_output_cap_kills_a_flooding_child():
+    outcome = run(
+        plain("while True:\n    os.write(1, b'x' * 65536)"),
+        layers=frozenset(),
+        limits=Limits(5, 20, FAST.memory_bytes, 10**6, 0),
+    )
+
+    assert outcome.error["code"] == "output_limit"
+
+
+def test_a_child_killed_mid_run_is_reported_killed():
+    started = []
+
+    def kill_soon(running):
+        started.append(running)
+        threading.Timer(0.8, running.kill, args=("worker_shutdown",)).start()
+
+    began = time.monotonic()
+    outcome = run(
+        attack("while True:\n    pass", where="next"),
+        limits=Limits(30, 30, FAST.memory_bytes, 10**6, 61000),
+        on_start=kill_soon,
+    )
+
+    assert outcome.error == {"code": "killed", "message": "the run was stopped (worker_shutdown)", "line": None}
+    assert time.monotonic() - began < 10
+    assert started[0].process.returncode is not None
+
+
+def test_nothing_is_left_in_the_parent_working_tree():
+    before = set(Path.cwd().iterdir())
+    run(attack("x = 1"))
+
+    assert set(Path.cwd().iterdir()) == before
