@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.password_validation import validate_password
+from oauth2_provider.forms import AllowForm
 
 from accounts.models import User
 
@@ -33,3 +34,9 @@ class ApiKeyCreateForm(forms.Form):
         required=False,
         label="Allow mcp:write (create strategies, backtests, optimizations, alerts and journal notes; spend credits)",
     )
+
+
+class ConsentForm(AllowForm):
+    """DOT's consent form plus the user's choice to withhold mcp:write when a client asks for it."""
+
+    grant_write = forms.BooleanField(required=False, initial=True)

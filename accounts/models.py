@@ -80,3 +80,14 @@ class ApiKey(models.Model):
     @property
     def scope_list(self) -> list[str]:
         return self.scopes.split()
+
+
+class RedeemedCode(models.Model):
+    """An OAuth authorization code already exchanged, kept briefly so that a replay revokes what it issued."""
+
+    code_sha256 = models.CharField(max_length=64, unique=True)
+    token_family = models.UUIDField()
+    expires = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"redeemed code {self.code_sha256[:8]}…"

@@ -1,7 +1,7 @@
 from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from accounts import views
+from accounts import oauth_views, views
 
 app_name = "accounts"
 urlpatterns = [
@@ -12,4 +12,5 @@ urlpatterns = [
     path("mcp/activate/", views.mcp_activate, name="mcp-activate"),
     path("keys/", views.api_key_create, name="api-key-create"),
     path("keys/<int:key_id>/revoke/", views.api_key_revoke, name="api-key-revoke"),
+    path("clients/<str:client_id>/disconnect/", oauth_views.client_disconnect, name="oauth-client-disconnect"),
 ]

@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from accounts import selectors, services
+from accounts import oauth, selectors, services
 from accounts.forms import ApiKeyCreateForm, EmailAuthenticationForm, SignupForm
 from accounts.models import User
 
@@ -32,6 +32,7 @@ def _account_context(user: User, **extra: object) -> dict[str, object]:
     return {
         "keys": selectors.api_key_list(user=user),
         "active_count": selectors.api_key_active_count(user=user),
+        "oauth_clients": oauth.oauth_connected_clients(user=user),
         "form": ApiKeyCreateForm(),
         **extra,
     }

@@ -19,6 +19,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from accounts import oauth
 from accounts import services as account_services
 from leroy.clock import now
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
@@ -30,12 +31,13 @@ EXPOSED_HEADERS = "WWW-Authenticate, Retry-After, MCP-Protocol-Version, Mcp-Sess
 
 
 def bearer_challenge(*, error: str | None = None, description: str | None = None, scope: str = "mcp:read") -> str:
-    """A `WWW-Authenticate` value for /api/mcp."""
+    """A `WWW-Authenticate` value for /api/mcp; `resource_metadata` is where OAuth clients start (RFC 9728)."""
     parts = ['Bearer realm="leroy"']
     if error:
         parts.append(f'error="{error}"')
     if description:
         parts.append(f'error_description="{description}"')
+    parts.append(f'resource_metadata="{oauth.resource_metadata_url()}"')
     parts.append(f'scope="{scope}"')
     return ", ".join(parts)
 
@@ -98,6 +100,9 @@ def principal_of(token: AccessToken | None) -> Principal | None:
 
 
 def _authenticate(raw: str) -> AccessToken | None:
+    """An API key (`lr_live_…`) or an OAuth access token bound to this resource; None for anything else."""
+    if not raw.startswith(account_services.KEY_PREFIX):
+        return oauth.access_token_authenticate(raw=raw)
     api_key = account_services.api_key_authenticate(plaintext=raw)
     if api_key is None:
         return None
@@ -265,7 +270,11 @@ class McpTransport:
         request_id = message.get("id")
 
         if token is not None:
-            identity, limit = token.client_id, settings.LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE
+            # An API key is its own identity; an OAuth client is limited per user it acts for.
+            identity = (
+                token.client_id if token.client_id.startswith("apikey:") else f"{token.client_id}:{token.subject}"
+            )
+            limit = settings.LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE
         else:
             client = scope.get("client") or ("unknown", 0)
             identity, limit = f"ip:{client[0]}", settings.LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE

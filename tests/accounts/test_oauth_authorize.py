@@ -1,0 +1,235 @@
+from urllib.parse import urlencode
+
+import pytest
+from django.test import Client
+from oauth2_provider.models import Grant
+
+from tests.accounts.conftest import ORIGIN, REDIRECT_URI, RESOURCE, consent, hidden_inputs, query_of
+
+pytestmark = pytest.mark.django_db
+
+
+def test_consent_page_shows_unverified_name_redirect_host_account_and_read_access(browser: Client, flow):
+    response = browser.get(flow().url)
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "“Research Agent”" in page
+    assert "Unverified: the name was chosen by the client itself." in page
+    assert '<strong id="redirect-host">127.0.0.1</strong>' in page
+    assert 'id="loopback-warning"' in page
+    assert "Signed in as <strong>alice@example.com</strong>" in page
+    assert "Read research evidence and your own Leroy data through MCP" in page
+    assert 'name="grant_write"' not in page
+    assert 'id="impersonation-warning"' not in page
+
+
+def test_consent_page_is_hardened_against_framing_caching_and_referrer_leaks(browser: Client, flow):
+    response = browser.get(flow().url)
+
+    assert response["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in response["Content-Security-Policy"]
+    assert response["Referrer-Policy"] == "no-referrer"
+    assert response["Cache-Control"] == "no-store"
+
+
+def test_client_name_is_escaped_and_a_leroy_lookalike_is_flagged(browser: Client, flow, register):
+    client_id = register(client_name="<script>alert(1)</script> Leroy Official")["client_id"]
+
+    page = browser.get(flow(client_id=client_id).url).content.decode()
+
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; Leroy Official" in page
+    assert 'id="impersonation-warning"' in page
+
+
+def test_unnamed_client_is_shown_as_such(browser: Client, flow, register):
+    client_id = register(client_name=None)["client_id"]
+
+    page = browser.get(flow(client_id=client_id).url).content.decode()
+
+    assert "Connect Unnamed client to your Leroy account?" in page
+    assert client_id in page
+
+
+def test_https_redirect_host_shows_no_loopback_warning(browser: Client, flow, register):
+    client_id = register(redirect_uris=["https://agent.example/cb"])["client_id"]
+
+    page = browser.get(flow(client_id=client_id, redirect_uri="https://agent.example/cb").url).content.decode()
+
+    assert '<strong id="redirect-host">agent.example</strong>' in page
+    assert 'id="loopback-warning"' not in page
+
+
+def test_authorize_redirects_with_code_state_and_issuer(browser: Client, flow):
+    started = flow()
+
+    response = consent(browser, started)
+
+    assert response.status_code == 302
+    assert response["Location"].startswith(REDIRECT_URI + "?")
+    params = query_of(response["Location"])
+    assert params["state"] == started.params["state"]
+    assert params["iss"] == ORIGIN
+    grant = Grant.objects.get(code=params["code"])
+    assert grant.resource == [RESOURCE]
+    assert grant.code_challenge_method == "S256"
+    assert grant.scope == "mcp:read"
+
+
+def test_cancel_redirects_access_denied_with_state_and_issuer(browser: Client, flow):
+    started = flow()
+
+    response = consent(browser, started, allow=None)
+
+    assert response.status_code == 302
+    assert query_of(response["Location"]) == {
+        "error": "access_denied",
+        "state": started.params["state"],
+        "iss": ORIGIN,
+    }
+    assert Grant.objects.count() == 0
+
+
+def test_cancel_with_a_tampered_redirect_uri_does_not_redirect(browser: Client, flow):
+    response = consent(browser, flow(), allow=None, redirect_uri="https://evil.example/steal")
+
+    assert response.status_code == 400
+    assert "Location" not in response
+
+
+def test_write_scope_is_granted_only_when_the_user_leaves_it_ticked(browser: Client, flow):
+    page = browser.get(flow(scope="mcp:read mcp:write").url).content.decode()
+    assert 'name="grant_write" checked' in page
+
+    granted = consent(browser, flow(scope="mcp:read mcp:write"), grant_write="on")
+    withheld = consent(browser, flow(scope="mcp:read mcp:write"))
+
+    assert Grant.objects.get(code=query_of(granted["Location"])["code"]).scope == "mcp:read mcp:write"
+    assert Grant.objects.get(code=query_of(withheld["Location"])["code"]).scope == "mcp:read"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        ({"code_challenge": None, "code_challenge_method": None}, "invalid_request"),
+        ({"code_challenge_method": "plain"}, "invalid_request"),
+        ({"code_challenge_method": None}, "invalid_request"),
+        ({"code_challenge": "too-short"}, "invalid_request"),
+        ({"resource": None}, "invalid_target"),
+        ({"resource": "https://evil.example/api/mcp"}, "invalid_target"),
+        ({"resource": ORIGIN}, "invalid_target"),
+        ({"resource": RESOURCE + "/"}, "invalid_target"),
+        ({"resource": [RESOURCE, RESOURCE]}, "invalid_target"),
+        ({"resource": [RESOURCE, "https://other.example/api"]}, "invalid_target"),
+        ({"response_type": "token"}, "unauthorized_client"),
+        ({"scope": "mcp:admin"}, "invalid_scope"),
+    ],
+)
+def test_invalid_requests_render_an_error_page_before_consent_and_never_redirect(
+    browser: Client, flow, overrides, error
+):
+    response = browser.get(flow(**overrides).url)
+
+    assert response.status_code in {400, 401}
+    assert "Location" not in response
+    assert f'<code id="oauth-error">{error}</code>' in response.content.decode()
+    assert 'id="authorizationForm"' not in response.content.decode()
+
+
+def test_resource_with_default_port_and_upper_case_host_is_the_same_resource(browser: Client, flow):
+    started = flow(resource="HTTP://127.0.0.1:8000/api/mcp")
+
+    response = consent(browser, started)
+
+    assert Grant.objects.get(code=query_of(response["Location"])["code"]).resource == [RESOURCE]
+
+
+@pytest.mark.parametrize(
+    "redirect_uri",
+    [
+        "http://127.0.0.1:53117/other",
+        "http://127.0.0.1:53117/callback?x=1",
+        "http://evil.example:53117/callback",
+        "http://user@127.0.0.1:53117/callback",
+        "http://127.0.0.1:53117/callback#frag",
+        "https://evil.example/",
+    ],
+)
+def test_unregistered_redirect_uri_gets_an_error_page_and_no_redirect(browser: Client, flow, redirect_uri):
+    response = browser.get(flow(redirect_uri=redirect_uri).url)
+
+    assert response.status_code == 400
+    assert "Location" not in response
+    assert Grant.objects.count() == 0
+
+
+def test_loopback_ip_redirect_may_change_port_but_localhost_and_https_may_not(browser: Client, flow, register):
+    assert browser.get(flow(redirect_uri="http://127.0.0.1:1/callback").url).status_code == 200
+    localhost = register(redirect_uris=["http://localhost:4000/cb", "https://agent.example:8443/cb"])["client_id"]
+    assert browser.get(flow(client_id=localhost, redirect_uri="http://localhost:4001/cb").url).status_code == 400
+    assert browser.get(flow(client_id=localhost, redirect_uri="https://agent.example:9443/cb").url).status_code == 400
+    assert browser.get(flow(client_id=localhost, redirect_uri="http://localhost:4000/cb").url).status_code == 200
+
+
+def test_unknown_client_gets_an_error_page(browser: Client, flow):
+    response = browser.get(flow(client_id="no-such-client").url)
+
+    assert response.status_code == 400
+    assert "Location" not in response
+
+
+def test_approval_prompt_auto_still_shows_consent(browser: Client, flow, connect):
+    client_id = connect()["client_id"]
+
+    response = browser.get(flow(client_id=client_id, approval_prompt="auto").url)
+
+    assert response.status_code == 200
+    assert 'id="authorizationForm"' in response.content.decode()
+
+
+def test_signed_out_user_goes_to_login_even_with_prompt_none(client: Client, flow):
+    response = client.get(flow(prompt="none").url)
+
+    assert response.status_code == 302
+    assert response["Location"].startswith("/account/login/?next=/oauth/authorize/")
+
+
+def test_login_next_to_another_site_stays_on_site(client: Client, owner):
+    response = client.post(
+        "/account/login/?" + urlencode({"next": "https://evil.example/"}),
+        {"username": "alice@example.com", "password": "correct horse battery staple"},
+    )
+
+    assert response.status_code == 302
+    assert response["Location"] == "/account/"
+
+
+def test_consent_post_without_csrf_token_is_refused(browser: Client, flow):
+    started = flow()
+    form = hidden_inputs(browser.get(started.url).content.decode()) | {"allow": "Authorize"}
+    del form["csrfmiddlewaretoken"]
+
+    response = browser.post(started.url, form)
+
+    assert response.status_code == 403
+    assert Grant.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "tampered",
+    [
+        {"code_challenge_method": "plain"},
+        {"resource": "https://evil.example/api/mcp"},
+        {"resource": ""},
+        {"resource": RESOURCE + " https://evil.example/api"},
+        {"redirect_uri": "https://evil.example/cb"},
+        {"client_id": "no-such-client"},
+    ],
+)
+def test_tampered_consent_form_is_refused_without_a_grant_or_redirect(browser: Client, flow, tampered):
+    response = consent(browser, flow(), **tampered)
+
+    assert response.status_code in {400, 401}
+    assert "Location" not in response
+    assert Grant.objects.count() == 0
