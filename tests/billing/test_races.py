@@ -1,0 +1,122 @@
+"""Concurrent charges on PostgreSQL: threads with their own connections race around the allowance boundary."""
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import time_machine
+from django.conf import settings
+from django.db import connection, transaction
+
+from billing import selectors, services
+from billing.models import Plan, Transfer, UsageEvent
+from billing.services import BillingError
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(settings.LEROY_TEST_DATABASE != "PostgreSQL", reason="row locks need PostgreSQL"),
+    pytest.mark.usefixtures("mid_august"),
+]
+
+THREADS = 16
+
+
+@pytest.fixture
+def mid_august() -> Iterator[None]:
+    with time_machine.travel(datetime(2026, 8, 18, 14, 30, tzinfo=UTC), tick=False):
+        yield
+
+
+def race(calls_per_thread: int, work: Callable[[int, int], Any]) -> list[Any]:
+    """Run work(thread, call) from THREADS threads released together; each result or BillingError is kept."""
+    barrier = threading.Barrier(THREADS)
+    results: list[Any] = []
+    lock = threading.Lock()
+
+    def run(thread: int) -> None:
+        try:
+            barrier.wait()
+            for call in range(calls_per_thread):
+                try:
+                    outcome = work(thread, call)
+                except BillingError as error:
+                    outcome = error
+                with lock:
+                    results.append(outcome)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def charge(user: Any, key: str | None, fingerprint: str = "fp") -> services.LookupCharge:
+    with transaction.atomic():
+        result = services.lookup_charge(
+            user=user, tool="evaluate_current_setup", units=1, request_fingerprint=fingerprint, client_request_id=key
+        )
+        services.lookup_store_response(charge=result, response={"evaluation_id": f"eval_{result.usage_event_id}"})
+        return result
+
+
+def test_208_concurrent_lookups_on_a_paid_plan_split_exactly_at_the_boundary(owner):
+    plan = Plan.objects.create(code="metered-100", name="Metered 100", included_lookups=100, overage_allowed=True)
+    services.plan_assign(user=owner, plan=plan)
+
+    results = race(13, lambda thread, call: charge(owner, f"req-{thread}-{call}"))
+
+    assert len(results) == 208
+    assert all(isinstance(r, services.LookupCharge) for r in results)
+    usage = selectors.lookup_usage(user=owner)
+    assert usage == {
+        "included_lookups": 100,
+        "used_lookups": 208,
+        "lookups_remaining": 0,
+        "overage_lookups": 108,
+        "overage_amount_usd": 1.08,
+    }
+    assert sum(Transfer.objects.filter(code="charge").values_list("amount", flat=True)) == 100
+    assert sum(Transfer.objects.filter(code="overage").values_list("amount", flat=True)) == 108
+    assert selectors.ledger_drift() == []
+
+
+def test_208_concurrent_lookups_on_the_free_plan_stop_at_exactly_100(owner):
+    results = race(13, lambda thread, call: charge(owner, f"req-{thread}-{call}"))
+
+    refused = [r for r in results if isinstance(r, BillingError)]
+    assert len(refused) == 108
+    assert {r.code for r in refused} == {"quota_exhausted"}
+    assert UsageEvent.objects.count() == 100
+    assert selectors.lookup_usage(user=owner)["used_lookups"] == 100
+    assert not Transfer.objects.filter(code="overage").exists()
+    assert selectors.ledger_drift() == []
+
+
+def test_16_concurrent_retries_of_one_request_charge_once_and_replay_the_same_answer(owner):
+    results = race(1, lambda thread, call: charge(owner, "req-retried"))
+
+    originals = [r for r in results if not r.replayed]
+    replays = [r for r in results if r.replayed]
+    assert len(originals) == 1
+    assert len(replays) == 15
+    original = originals[0]
+    assert {r.usage_event_id for r in replays} == {original.usage_event_id}
+    assert all(r.stored_response == {"evaluation_id": f"eval_{original.usage_event_id}"} for r in replays)
+    assert all(r.usage == original.usage for r in replays)
+    assert selectors.lookup_usage(user=owner)["used_lookups"] == 1
+
+
+def test_concurrent_holds_never_overdraw_the_credit_balance(owner):
+    # 1,000 monthly credits on the free plan; 16 jobs of 100 want 1,600.
+    results = race(1, lambda thread, call: services.credits_reserve(user=owner, amount=100, reference=f"job-{thread}"))
+
+    assert sum(isinstance(r, services.CreditHold) for r in results) == 10
+    assert {r.code for r in results if isinstance(r, BillingError)} == {"insufficient_credits"}
+    assert selectors.credit_usage(user=owner)["credits_remaining"] == 0
+    assert selectors.ledger_drift() == []
