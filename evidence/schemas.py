@@ -37,8 +37,12 @@ Freshness = Literal["current", "behind", "unavailable", "unknown"]
 
 
 class EvaluateArgs(ToolArgs):
-    symbol: str = Field(min_length=1, max_length=10, pattern=r"^[A-Za-z][A-Za-z0-9.\-]{0,9}$",
-                        description="US equity ticker; normalised to uppercase")
+    symbol: str = Field(
+        min_length=1,
+        max_length=10,
+        pattern=r"^[A-Za-z][A-Za-z0-9.\-]{0,9}$",
+        description="US equity ticker; normalised to uppercase",
+    )
     side: RequestSide = Field(description="Direction to evaluate: buy, sell, or both (costs two lookups)")
     entry_price: float | None = Field(default=None, gt=0, description="Proposed entry price; context only")
     holding_horizons: list[Horizon] | None = Field(

@@ -2,14 +2,14 @@
 
 import re
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 from django.db import transaction
 
-from evidence import calendar
+from evidence import calendar, demo
 from evidence.models import (
     ASSET_CLASSES,
     FREQUENCIES,
@@ -17,6 +17,7 @@ from evidence.models import (
     SOURCES,
     XNYS_ASSET_CLASSES,
     BarPartition,
+    Corpus,
     Symbol,
 )
 from evidence.store import BAR_COLUMNS, BAR_SCHEMA, absolute, write_parquet_atomic
@@ -334,4 +335,66 @@ def bars_import(
         partitions=partitions,
         symbol_created=created,
         gaps=gaps,
+    )
+
+
+@dataclass(frozen=True)
+class DemoReport:
+    tickers: list[str]
+    sessions: int
+    first_session: date
+    last_session: date
+    historical_through: date
+    minute_rows: int
+    replay_minute: datetime  # an open minute of the last (forward-overlay) session
+
+
+def demo_data_load(*, symbols: int, sessions: int, seed: int, start: date, overlay_sessions: int) -> DemoReport:
+    """Replace the synthetic demo universe and its corpus row. Refuses to touch tickers holding vendor bars."""
+    if sessions < demo.WARMUP_SESSIONS + overlay_sessions + 1:
+        raise ImportRejected(
+            f"--sessions must exceed the {demo.WARMUP_SESSIONS}-session warm-up plus the overlay sessions",
+            {"sessions": sessions, "warmup": demo.WARMUP_SESSIONS, "overlay_sessions": overlay_sessions},
+        )
+    members = demo.universe(symbols)
+    tickers = [member.ticker for member in members]
+    vendor = sorted(
+        set(
+            BarPartition.objects.filter(symbol__ticker__in=tickers, source="vendor").values_list(
+                "symbol__ticker", flat=True
+            )
+        )
+    )
+    if vendor:
+        raise ImportRejected("demo tickers already hold vendor bars; refusing to replace them", {"tickers": vendor})
+    frames = demo.generate(symbols=symbols, sessions=sessions, seed=seed, start=start)
+    with transaction.atomic():
+        stale = list(BarPartition.objects.filter(source="synthetic").values_list("path", flat=True))
+        Corpus.objects.filter(source="synthetic").delete()
+        BarPartition.objects.filter(source="synthetic").delete()
+        Symbol.objects.filter(ticker__in=tickers).delete()
+        transaction.on_commit(lambda: [absolute(path).unlink(missing_ok=True) for path in stale])
+    for member in members:
+        minutes = frames[member.ticker]
+        common = {"name": member.name, "asset_class": member.asset_class, "exchange": "SYNTH", "source": "synthetic"}
+        bars_import(ticker=member.ticker, frequency="1m", frame=minutes, **common)
+        bars_import(ticker=member.ticker, frequency="1d", frame=demo.daily_from_minutes(minutes), **common)
+    days = demo.demo_sessions(start, sessions)
+    last = calendar.schedule(days[-1], days[-1]).row(0, named=True)
+    historical_through = days[-overlay_sessions - 1]
+    Corpus.objects.create(
+        source="synthetic",
+        benchmark=Symbol.objects.get(ticker=demo.BENCHMARK),
+        historical_through=historical_through,
+        overlay_tickers=[m.ticker for m in members if m.asset_class != "index"],
+        created_at=now(),
+    )
+    return DemoReport(
+        tickers=tickers,
+        sessions=len(days),
+        first_session=days[0],
+        last_session=days[-1],
+        historical_through=historical_through,
+        minute_rows=sum(len(frame) for frame in frames.values()),
+        replay_minute=last["session_open"] + timedelta(minutes=60),
     )

@@ -1,0 +1,136 @@
+"""Deterministic synthetic minute bars on the real XNYS grid (`source: synthetic` everywhere it is stored).
+
+Every random draw is seeded by (seed, symbol, session index) or (seed, session index), and state only flows forward,
+so the universe for M sessions is an exact prefix of the one for M + k sessions with the same seed and start.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+import numpy as np
+import polars as pl
+
+from evidence import calendar
+from evidence.store import BAR_SCHEMA
+
+BENCHMARK = "SYNX"
+# Obviously invented tickers: demo evidence must never pass for a real listing.
+TICKERS = (
+    "ALFA BRVO CHRL DLTA ECHO FXTR GOLF HTEL INDG JULT KILO LIMA MIKE NOVB OSCR PAPA QBEC ROMO SIER TANG UNIF "
+    "VICT WHSK XRAY YANK ZULU"
+).split()
+DEFAULT_START = date(2025, 9, 2)
+DEFAULT_SESSIONS = 180
+DEFAULT_SYMBOLS = 20
+DEFAULT_SEED = 7
+DEFAULT_OVERLAY_SESSIONS = 10
+WARMUP_SESSIONS = 60  # the longest daily lookback (regime thresholds), see evidence.features
+MARKET_STREAM = 1_000_000  # seed slot of the market factor, apart from every symbol index
+
+
+@dataclass(frozen=True)
+class DemoSymbol:
+    ticker: str
+    name: str
+    asset_class: str
+    index: int  # seed slot
+
+
+def universe(symbols: int) -> list[DemoSymbol]:
+    if not 1 <= symbols <= len(TICKERS):
+        raise ValueError(f"--symbols must be between 1 and {len(TICKERS)}")
+    out = [DemoSymbol(BENCHMARK, "Synthetic Benchmark Index", "index", 0)]
+    out += [DemoSymbol(t, f"Synthetic {t.title()} Corp", "equity", i + 1) for i, t in enumerate(TICKERS[:symbols])]
+    return out
+
+
+def demo_sessions(start: date, sessions: int) -> list[date]:
+    first = calendar.xnys().date_to_session(start.isoformat(), direction="next").date()
+    return [calendar.session_offset(first, i) for i in range(sessions)] if sessions else []
+
+
+def _rng(seed: int, slot: int, session_index: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([seed, slot, session_index]))
+
+
+def _u_shape(minutes: int) -> np.ndarray:
+    t = np.arange(minutes)
+    return 1.0 + 1.6 * np.exp(-t / 25.0) + 0.9 * np.exp(-(minutes - 1 - t) / 25.0)
+
+
+def _market(seed: int, lengths: list[int]) -> Iterator[np.ndarray]:
+    """Per session, the market factor's minute log-returns; a 3-state volatility regime moves as a Markov chain."""
+    regime = 1
+    vols = (0.0004, 0.0007, 0.0013)
+    drifts = (0.00002, 0.0, -0.00003)
+    for index, minutes in enumerate(lengths):
+        rng = _rng(seed, MARKET_STREAM, index)
+        if rng.random() < 0.08:
+            regime = int(rng.integers(0, 3))
+        shocks = rng.standard_t(4, size=minutes) / np.sqrt(2.0)
+        yield drifts[regime] + vols[regime] * _u_shape(minutes) * shocks
+
+
+def _bars(
+    rng: np.random.Generator, log_returns: np.ndarray, previous_close: float, gap_vol: float, base_volume: float
+) -> tuple[dict[str, np.ndarray], float]:
+    minutes = len(log_returns)
+    gap = rng.normal(0.0, gap_vol) + (rng.normal(0.0, 4 * gap_vol) if rng.random() < 0.03 else 0.0)
+    path = previous_close * np.exp(gap + np.cumsum(log_returns))
+    close = np.round(path, 2)
+    open_ = np.round(np.concatenate([[previous_close * np.exp(gap)], path[:-1]]), 2)
+    wiggle = np.abs(rng.normal(0.0, np.abs(log_returns).mean() + 1e-5, size=(2, minutes))) * path
+    high = np.round(np.maximum(np.maximum(open_, close), np.maximum(open_, close) + wiggle[0]), 2)
+    low = np.round(np.minimum(np.minimum(open_, close), np.minimum(open_, close) - wiggle[1]), 2)
+    low = np.maximum(low, 0.01)
+    spikes = np.where(rng.random(minutes) < 0.004, rng.uniform(3.0, 8.0, minutes), 1.0)
+    volume = np.round(base_volume * _u_shape(minutes) * rng.lognormal(0.0, 0.5, minutes) * spikes)
+    return {"open": open_, "high": high, "low": low, "close": close, "volume": volume}, float(close[-1])
+
+
+def generate(*, symbols: int, sessions: int, seed: int, start: date) -> dict[str, pl.DataFrame]:
+    """Minute bars per ticker. Equities occasionally miss a few minutes (no trade printed); the index never does."""
+    days = demo_sessions(start, sessions)
+    sched = calendar.schedule(days[0], days[-1])
+    opens = sched.get_column("session_open").to_list()
+    lengths = ((sched.get_column("session_close") - sched.get_column("session_open")).dt.total_minutes()).to_list()
+    market = list(_market(seed, lengths))
+    out: dict[str, pl.DataFrame] = {}
+    for member in universe(symbols):
+        profile = np.random.default_rng(np.random.SeedSequence([seed, member.index]))
+        beta = 1.0 if member.asset_class == "index" else float(profile.uniform(0.6, 1.6))
+        idio = 0.0 if member.asset_class == "index" else float(profile.uniform(0.0004, 0.0012))
+        price = float(profile.uniform(20.0, 400.0))
+        base_volume = float(profile.uniform(2_000.0, 40_000.0))
+        chunks: list[pl.DataFrame] = []
+        for index, (session_open, minutes) in enumerate(zip(opens, lengths, strict=True)):
+            rng = _rng(seed, member.index, index)
+            noise = idio * _u_shape(minutes) * rng.standard_t(4, size=minutes) / np.sqrt(2.0)
+            columns, price = _bars(rng, beta * market[index] + noise, price, 0.004 + idio * 4, base_volume)
+            ts = [session_open + timedelta(minutes=m) for m in range(minutes)]
+            frame = pl.DataFrame({"ts": ts, **columns}).cast(BAR_SCHEMA)  # type: ignore[arg-type]
+            if member.asset_class != "index" and rng.random() < 0.15:
+                dropped = rng.choice(np.arange(1, minutes - 1), size=int(rng.integers(1, 4)), replace=False)
+                frame = frame.with_row_index("_i").filter(~pl.col("_i").is_in(dropped.tolist())).drop("_i")
+            chunks.append(frame)
+        out[member.ticker] = pl.concat(chunks)
+    return out
+
+
+def daily_from_minutes(minutes: pl.DataFrame) -> pl.DataFrame:
+    """Session bars stamped 00:00 UTC of the session date, aggregated from the session's minute bars."""
+    return (
+        minutes.group_by(pl.col("ts").dt.convert_time_zone("America/New_York").dt.date().alias("session"))
+        .agg(
+            pl.col("open").first(),
+            pl.col("high").max(),
+            pl.col("low").min(),
+            pl.col("close").last(),
+            pl.col("volume").sum(),
+        )
+        .sort("session")
+        .select(
+            pl.col("session").cast(pl.Datetime("us")).dt.replace_time_zone("UTC").alias("ts"), pl.exclude("session")
+        )
+    )

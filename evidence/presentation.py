@@ -1,0 +1,92 @@
+"""The human scorecard of an evaluation, rendered only from its structured fields.
+
+Every number in the text is printed exactly as it stands in the structured result (no rounding, no percent
+conversion), so the text can never say more than the evidence does.
+"""
+
+from evidence.schemas import EvaluationOut, HistoricalEvidence, Presentation
+
+DISCLAIMER = "Historical observations are descriptive, not investment advice."
+SIDE_TITLES = {"buy": "Buy", "sell": "Sell", "both": "Buy & Sell"}
+
+
+def _value(number: float | int | None) -> str:
+    return "—" if number is None else str(number)
+
+
+def _evidence_rows(rows: list[HistoricalEvidence], tiers: dict[tuple[str, int], str]) -> list[str]:
+    lines = [
+        "| Side | Horizon (min) | Tier | Sample | Avg return % | Win rate | Profit factor | Lift (bps) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        if row.availability != "available":
+            continue
+        lines.append(
+            f"| {SIDE_TITLES[row.side]} | {row.horizon_minutes} | {tiers.get((row.side, row.horizon_minutes), '—')} "
+            f"| {_value(row.sample_size)} | {_value(row.average_return_pct)} | {_value(row.win_rate)} "
+            f"| {_value(row.profit_factor)} | {_value(row.lift_vs_baseline_bps)} |"
+        )
+    return lines
+
+
+def render(result: EvaluationOut) -> Presentation:
+    """The presentation object for `result` (whose own `presentation` is ignored)."""
+    symbol = result.request.symbol
+    frame = result.current_market_frame
+    if frame is not None and frame.frame_status == "market_closed":
+        text = (
+            f"{symbol}: regular-session trading is closed. Leroy evaluates current setups only while the regular "
+            f"session is open; this is not a setup evaluation. {DISCLAIMER}"
+        )
+        return Presentation(format="plain_text", state="market_closed", text=text)
+
+    parts = [f"## **{symbol}** · {SIDE_TITLES[result.request.side]}"]
+    if result.status == "unavailable":
+        parts.append("⚪ **No verified frame**")
+        parts.append(
+            f"{symbol} is not in Leroy's current verified read model, so there is no market frame and no "
+            "historical result for it. Nothing was substituted."
+        )
+    else:
+        if result.status == "stale_frame":
+            source_time = frame.source_time.isoformat() if frame and frame.source_time else "unknown"
+            parts.append(f"🟠 **Market Open · stale frame** (last verified bar {source_time})")
+        else:
+            parts.append("🟢 **Market Open**")
+        if result.active_confluence is not None:
+            signals = ", ".join(result.active_confluence.active_signals) or "none"
+            regime = result.active_confluence.regime.bucket
+            parts.append(
+                f"Active signals ({result.active_confluence.active_signal_count}): {signals} · regime {regime}"
+            )
+        if result.setup_geometry is not None:
+            geometry = result.setup_geometry
+            parts.append(
+                f"Setup: entry {_value(geometry.entry_price)} · stop {_value(geometry.stop_price)} · target "
+                f"{_value(geometry.target_price)} · reward-to-risk {_value(geometry.reward_to_risk)}"
+            )
+        available = [row for row in result.historical_evidence if row.availability == "available"]
+        if available:
+            tiers = {}
+            if result.market_memory is not None:
+                tiers = {
+                    (m.side, m.horizon_minutes): f"{m.match_strength.tier} (score {m.match_strength.score})"
+                    for m in result.market_memory.matches
+                }
+            parts.append("\n".join(_evidence_rows(result.historical_evidence, tiers)))
+            missing = [row for row in result.historical_evidence if row.availability != "available"]
+            if missing:
+                horizons = ", ".join(f"{SIDE_TITLES[r.side]} {r.horizon_minutes}" for r in missing)
+                parts.append(f"No validated comparison for: {horizons} (min). Nothing was substituted.")
+        else:
+            parts.append(
+                "No exact historical setup is available for the requested timeframes. "
+                "Leroy did not substitute a broader baseline."
+            )
+    if result.provenance.artifact_sha256:
+        parts.append(
+            f"Evidence: Market Memory {result.provenance.artifact_version} · sha256 {result.provenance.artifact_sha256}"
+        )
+    parts.append(DISCLAIMER)
+    return Presentation(format="markdown", state=result.status, text="\n\n".join(parts))
