@@ -55,7 +55,9 @@ def test_seed_response_example_validates_against_our_output_model():
 
     assert parsed.status == "no_comparable_sample"
     assert parsed.historical_evidence[0].sample_size is None
-    assert parsed.model_dump(mode="json", include={"research_boundary"}) == {"research_boundary": example["research_boundary"]}
+    assert parsed.model_dump(mode="json", include={"research_boundary"}) == {
+        "research_boundary": example["research_boundary"]
+    }
 
 
 def test_seed_request_example_is_a_valid_request():
@@ -69,11 +71,25 @@ def test_status_and_presentation_enums_are_spelled_as_the_contract():
     schema = EvaluationOut.model_json_schema()
     defs = schema["$defs"]
 
-    assert set(schema["properties"]["status"]["enum"]) == {"evaluated", "no_comparable_sample", "unavailable", "stale_frame"}
+    assert set(schema["properties"]["status"]["enum"]) == {
+        "evaluated",
+        "no_comparable_sample",
+        "unavailable",
+        "stale_frame",
+    }
     assert set(defs["Presentation"]["properties"]["format"]["enum"]) == {"markdown", "plain_text"}
     assert "market_closed" in defs["Presentation"]["properties"]["state"]["enum"]
     assert set(defs["MatchStrength"]["properties"]["tier"]["enum"]) == {
-        "exact_setup", "cross_ticker_setup", "signal_pattern", "contextual_analogue",
-        "direction_only_baseline", "no_comparable_evidence",
+        "exact_setup",
+        "cross_ticker_setup",
+        "signal_pattern",
+        "contextual_analogue",
+        "direction_only_baseline",
+        "no_comparable_evidence",
     }
-    assert set(defs["OverlayFreshness"]["properties"]["status"]["enum"]) == {"current", "behind", "unavailable", "unknown"}
+    assert set(defs["OverlayFreshness"]["properties"]["status"]["enum"]) == {
+        "current",
+        "behind",
+        "unavailable",
+        "unknown",
+    }

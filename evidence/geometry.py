@@ -1,0 +1,41 @@
+"""Setup geometry: context-only arithmetic on the caller's own price levels, never an execution."""
+
+from evidence.schemas import RequestSide, SetupGeometry
+
+PRICE_DECIMALS = 6
+
+
+class InvalidSetup(ValueError):
+    """The levels contradict the requested direction (e.g. a buy stop above the entry)."""
+
+
+def setup_geometry(
+    *, side: RequestSide, entry: float | None, stop: float | None, target: float | None
+) -> SetupGeometry | None:
+    """Risk and reward per share for one direction, each only when the prices it needs exist.
+
+    For `both`, risk and reward depend on the direction, so only the levels are echoed.
+    """
+    if entry is None and stop is None and target is None:
+        return None
+    risk = reward = ratio = None
+    if side != "both" and entry is not None:
+        sign = 1 if side == "buy" else -1
+        if stop is not None:
+            risk = round(sign * (entry - stop), PRICE_DECIMALS)
+            if risk <= 0:
+                raise InvalidSetup(f"a {side} stop must lie {'below' if side == 'buy' else 'above'} the entry price")
+        if target is not None:
+            reward = round(sign * (target - entry), PRICE_DECIMALS)
+            if reward <= 0:
+                raise InvalidSetup(f"a {side} target must lie {'above' if side == 'buy' else 'below'} the entry price")
+        if risk is not None and reward is not None:
+            ratio = round(reward / risk, 4)
+    return SetupGeometry(
+        entry_price=entry,
+        stop_price=stop,
+        target_price=target,
+        risk_per_share=risk,
+        reward_per_share=reward,
+        reward_to_risk=ratio,
+    )
