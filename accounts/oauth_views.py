@@ -141,6 +141,8 @@ class McpTokenView(TokenView):
             elif grant_type == "authorization_code":
                 list(Grant.objects.select_for_update().filter(code=request.POST.get("code", "")))
             response = super().post(request, *args, **kwargs)
+        # Errors raised while saving (e.g. invalid_target) come back from DOT without these headers.
+        response["Content-Type"] = "application/json"
         response["Cache-Control"] = "no-store"
         return response
 
