@@ -16,10 +16,34 @@ from evidence.store import BAR_SCHEMA
 
 BENCHMARK = "SYNX"
 # Obviously invented tickers: demo evidence must never pass for a real listing.
-TICKERS = (
-    "ALFA BRVO CHRL DLTA ECHO FXTR GOLF HTEL INDG JULT KILO LIMA MIKE NOVB OSCR PAPA QBEC ROMO SIER TANG UNIF "
-    "VICT WHSK XRAY YANK ZULU"
-).split()
+TICKERS = [
+    "ALFA",
+    "BRVO",
+    "CHRL",
+    "DLTA",
+    "ECHO",
+    "FXTR",
+    "GOLF",
+    "HTEL",
+    "INDG",
+    "JULT",
+    "KILO",
+    "LIMA",
+    "MIKE",
+    "NOVB",
+    "OSCR",
+    "PAPA",
+    "QBEC",
+    "ROMO",
+    "SIER",
+    "TANG",
+    "UNIF",
+    "VICT",
+    "WHSK",
+    "XRAY",
+    "YANK",
+    "ZULU",
+]
 DEFAULT_START = date(2025, 9, 2)
 DEFAULT_SESSIONS = 180
 DEFAULT_SYMBOLS = 20

@@ -1,0 +1,394 @@
+"""Point-in-time features, daily regime and forward labels for one symbol, in the sorted-boundary-mask style.
+
+One frame holds one symbol's dense minute grid sorted by ts, so a rolling window is valid as soon as it has its full
+length (polars' default `min_samples = window`), and the only other boundary is the session (labels, VWAP, opening
+ranges). Every feature at row t uses bars at or before t; daily context for session d uses sessions <= d-1 only.
+"""
+
+from datetime import date
+from typing import Any
+
+import polars as pl
+
+from evidence import calendar
+
+FEATURE_VERSION = "features.v1"
+HORIZONS = (5, 15, 30, 60)
+LABEL_SCALE = 100_000_000  # labels are int64 in 1e-8 units
+WARMUP_SESSIONS = 60
+TOD_BUCKETS = ("open", "mid", "close")  # first 30 minutes, the middle, the last 30 minutes before the close
+REGIME_DEFINITION = {
+    "trend": "benchmark close(d-1) vs its 20-session SMA through d-1: 0 below or equal, 1 above",
+    "volatility": (
+        "benchmark 20-session realized vol through d-1 vs terciles of its trailing 40 values: 0 low, 1 mid, 2 high"
+    ),
+    "time_of_day": "0 first 30 minutes, 1 middle, 2 last 30 minutes of the regular session",
+    "id": "trend*9 + volatility*3 + time_of_day",
+}
+
+FEATURES = (
+    "r1", "r5", "r15", "r30", "r60",
+    "sma20_gap", "sma50_gap", "ema9_gap", "ema21_gap", "ema_9_21", "ema_12_26", "sma_20_50",
+    "macd", "macd_signal", "macd_hist", "rsi14", "stoch_k", "stoch_d", "williams_r", "cci20",
+    "atr14_pct", "tr_atr", "adx14", "di_plus", "di_minus", "bb_z", "bb_width", "bb_squeeze",
+    "keltner_pos", "donchian20_pos", "donchian55_pos", "vwap_gap", "vwap_z",
+    "or5_pos", "or15_pos", "or30_pos", "gap", "session_return", "first_hour_return",
+    "rvol", "obv_slope", "mfi14", "rvol20", "roc10", "linreg_slope30", "inside_break",
+    "prev_high_gap", "prev_low_gap", "pivot_r1_gap", "pivot_s1_gap", "daily_sma20_gap", "daily_sma_20_50",
+    "daily_rsi2", "daily_nr7", "daily_20d_high_gap", "daily_20d_low_gap", "minute_of_session", "minutes_to_close",
+)  # fmt: skip
+# Features that are legitimately null on ready rows (not yet defined in the session) rather than warming up.
+SESSION_LATE = {"or5_pos": 5, "or15_pos": 15, "or30_pos": 30, "first_hour_return": 60}
+
+
+def dense_minutes(bars: pl.DataFrame, *, through: date | None = None) -> pl.DataFrame:
+    """Stage 0: one row per regular-session minute from the first bar's session; a missing minute becomes an explicit
+    no-trade bar (OHLC = previous close, volume 0, is_fill)."""
+    if bars.is_empty():
+        raise ValueError("no bars")
+    first = bars.get_column("ts").min().date()  # type: ignore[union-attr]
+    last = bars.get_column("ts").max().date()  # type: ignore[union-attr]
+    if through is not None:
+        last = min(last, through)
+    sched = calendar.schedule(first, last).with_row_index("session_pos")
+    grid = sched.with_columns(
+        ts=pl.datetime_ranges(
+            "session_open", pl.col("session_close") - pl.duration(minutes=1), interval="1m", time_unit="us"
+        ),
+        session_minutes=(pl.col("session_close") - pl.col("session_open")).dt.total_minutes(),
+    ).explode("ts")
+    grid = grid.with_columns(
+        minute_of_session=(pl.col("ts") - pl.col("session_open")).dt.total_minutes().cast(pl.Int32),
+    ).with_columns(minutes_to_close=(pl.col("session_minutes") - pl.col("minute_of_session")).cast(pl.Int32))
+    frame = grid.join(bars, on="ts", how="left").sort("ts")
+    frame = frame.with_columns(is_fill=pl.col("close").is_null())
+    carried = pl.col("close").forward_fill()
+    frame = frame.with_columns(
+        open=pl.col("open").fill_null(carried),
+        high=pl.col("high").fill_null(carried),
+        low=pl.col("low").fill_null(carried),
+        volume=pl.col("volume").fill_null(0.0),
+        close=carried,
+    ).filter(pl.col("close").is_not_null())
+    return frame.select(
+        "ts", "session", "session_pos", "minute_of_session", "minutes_to_close", "is_fill",
+        "open", "high", "low", "close", "volume",
+    )  # fmt: skip
+
+
+def _ratio(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
+    return pl.when(denominator != 0).then(numerator / denominator).otherwise(None)
+
+
+def _wilder(expr: pl.Expr, n: int) -> pl.Expr:
+    return expr.ewm_mean(alpha=1.0 / n, adjust=False, min_samples=n)
+
+
+def _ema(expr: pl.Expr, span: int) -> pl.Expr:
+    return expr.ewm_mean(span=span, adjust=False, min_samples=span)
+
+
+def daily_context(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per session d, values known before its open: computed over sessions <= d-1 (shifted by one session)."""
+    daily = (
+        frame.group_by("session", maintain_order=True)
+        .agg(
+            d_high=pl.col("high").max(),
+            d_low=pl.col("low").min(),
+            d_close=pl.col("close").last(),
+        )
+        .sort("session")
+    )
+    close = pl.col("d_close")
+    change = close.diff()
+    gain, loss = change.clip(lower_bound=0), (-change).clip(lower_bound=0)
+    rng = pl.col("d_high") - pl.col("d_low")
+    pivot = (pl.col("d_high") + pl.col("d_low") + close) / 3
+    known = daily.with_columns(
+        k_high=pl.col("d_high"),
+        k_low=pl.col("d_low"),
+        k_close=close,
+        k_sma20=close.rolling_mean(20),
+        k_sma50=close.rolling_mean(50),
+        k_rsi2=100 * _wilder(gain, 2) / (_wilder(gain, 2) + _wilder(loss, 2)),
+        k_nr7=(rng == rng.rolling_min(7)).cast(pl.Float64),
+        k_high20=pl.col("d_high").rolling_max(20),
+        k_low20=pl.col("d_low").rolling_min(20),
+        k_r1=2 * pivot - pl.col("d_low"),
+        k_s1=2 * pivot - pl.col("d_high"),
+    )
+    columns = [c for c in known.columns if c.startswith("k_")]
+    return known.select("session", *[pl.col(c).shift(1).alias(c.replace("k_", "prev_")) for c in columns])
+
+
+def regime_sessions(benchmark: pl.DataFrame) -> pl.DataFrame:
+    """Per benchmark session d: trend and volatility buckets from sessions <= d-1, with trailing-window thresholds
+    (never full-sample quantiles)."""
+    daily = benchmark.group_by("session", maintain_order=True).agg(close=pl.col("close").last()).sort("session")
+    vol = pl.col("close").log().diff().rolling_std(20)
+    known = daily.with_columns(sma20=pl.col("close").rolling_mean(20), vol20=vol).with_columns(
+        vol_q33=pl.col("vol20").rolling_quantile(1 / 3, window_size=40, interpolation="linear"),
+        vol_q67=pl.col("vol20").rolling_quantile(2 / 3, window_size=40, interpolation="linear"),
+    )
+    shifted = known.select(
+        "session",
+        *[pl.col(c).shift(1).alias(f"bench_{c}") for c in ("close", "sma20", "vol20", "vol_q33", "vol_q67")],
+    )
+    return shifted.with_columns(
+        trend=pl.when(pl.col("bench_sma20").is_null())
+        .then(None)
+        .otherwise((pl.col("bench_close") > pl.col("bench_sma20")).cast(pl.Int8)),
+        volatility=pl.when(pl.col("bench_vol_q67").is_null())
+        .then(None)
+        .when(pl.col("bench_vol20") <= pl.col("bench_vol_q33"))
+        .then(0)
+        .when(pl.col("bench_vol20") <= pl.col("bench_vol_q67"))
+        .then(1)
+        .otherwise(2)
+        .cast(pl.Int8),
+    )
+
+
+def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
+    """Stage 1 for one symbol's dense frame (sorted by ts)."""
+    c, h, lo, o, v = pl.col("close"), pl.col("high"), pl.col("low"), pl.col("open"), pl.col("volume")
+    m, session = pl.col("minute_of_session"), pl.col("session")
+    prev_close = c.shift(1)
+    tr = pl.max_horizontal(h - lo, (h - prev_close).abs(), (lo - prev_close).abs())
+    tp = (h + lo + c) / 3
+    change = c.diff()
+    base = frame.with_columns(
+        _tr=tr,
+        _tp=tp,
+        _gain=change.clip(lower_bound=0),
+        _loss=(-change).clip(lower_bound=0),
+        _up=h.diff(),
+        _down=-lo.diff(),
+        _sma20=c.rolling_mean(20),
+        _sma50=c.rolling_mean(50),
+        _ema9=_ema(c, 9),
+        _ema12=_ema(c, 12),
+        _ema20=_ema(c, 20),
+        _ema21=_ema(c, 21),
+        _ema26=_ema(c, 26),
+        _sd20=c.rolling_std(20),
+        _hh14=h.rolling_max(14),
+        _ll14=lo.rolling_min(14),
+        _i=pl.int_range(pl.len()).cast(pl.Float64),
+        # Cumulative sums stay per session partition (a global cumsum minus an offset loses precision).
+        _cum_v=v.cum_sum().over(session),
+        _cum_pv=(tp * v).cum_sum().over(session),
+        _cum_p2v=(tp * tp * v).cum_sum().over(session),
+        _session_high=h.cum_max().over(session),
+        _session_open=o.first().over(session),
+    )
+    base = base.with_columns(
+        _atr=_wilder(pl.col("_tr"), 14),
+        _plus_dm=pl.when((pl.col("_up") > pl.col("_down")) & (pl.col("_up") > 0)).then(pl.col("_up")).otherwise(0.0),
+        _minus_dm=pl.when((pl.col("_down") > pl.col("_up")) & (pl.col("_down") > 0))
+        .then(pl.col("_down"))
+        .otherwise(0.0),
+        _macd=pl.col("_ema12") - pl.col("_ema26"),
+        _vwap=_ratio(pl.col("_cum_pv"), pl.col("_cum_v")),
+        _k=100 * _ratio(c - pl.col("_ll14"), pl.col("_hh14") - pl.col("_ll14")),
+        _flow=pl.when(pl.col("_tp") > pl.col("_tp").shift(1))
+        .then(pl.col("_tp") * v)
+        .otherwise(-pl.when(pl.col("_tp") < pl.col("_tp").shift(1)).then(pl.col("_tp") * v).otherwise(0.0)),
+        _obv=(pl.when(change > 0).then(v).when(change < 0).then(-v).otherwise(0.0)).cum_sum(),
+    )
+    di_plus = 100 * _ratio(_wilder(pl.col("_plus_dm"), 14), pl.col("_atr"))
+    di_minus = 100 * _ratio(_wilder(pl.col("_minus_dm"), 14), pl.col("_atr"))
+    base = base.with_columns(
+        _di_plus=di_plus,
+        _di_minus=di_minus,
+        _macd_signal=_ema(pl.col("_macd"), 9),
+        _vwap_sd=(pl.col("_cum_p2v") / pl.col("_cum_v") - pl.col("_vwap") ** 2).clip(lower_bound=0).sqrt(),
+        _bb_width=_ratio(4 * pl.col("_sd20"), pl.col("_sma20")),
+    )
+    base = base.with_columns(
+        _dx=100 * _ratio((pl.col("_di_plus") - pl.col("_di_minus")).abs(), pl.col("_di_plus") + pl.col("_di_minus")),
+    )
+    opening = {}
+    for k in (5, 15, 30):
+        # The range is complete when bar k-1 closes; before that the feature is null (never a partial range).
+        high_k = pl.when(m == k - 1).then(h.rolling_max(k)).forward_fill()
+        low_k = pl.when(m == k - 1).then(lo.rolling_min(k)).forward_fill()
+        opening[f"or{k}_pos"] = pl.when(m >= k - 1).then(_ratio(c - low_k, high_k - low_k)).otherwise(None)
+    # Same minute-of-session volume over the prior 20 sessions: sort by (minute, ts), roll, mask the group boundary.
+    by_minute = (
+        base.select("ts", "minute_of_session", "volume")
+        .sort("minute_of_session", "ts")
+        .with_columns(
+            _rv_mean=pl.col("volume").rolling_mean(20).shift(1),
+            _rv_pos=pl.int_range(pl.len()).over("minute_of_session"),
+        )
+        .select("ts", _rv_mean=pl.when(pl.col("_rv_pos") >= 20).then(pl.col("_rv_mean")).otherwise(None))
+    )
+    base = base.join(by_minute, on="ts", how="left").sort("ts")
+    prev_session_close = pl.when(pl.col("minutes_to_close") == 1).then(c).shift(1).forward_fill()
+    first_hour_close = pl.when(m == 59).then(c).forward_fill()
+    mean_x = pl.col("_i").rolling_mean(30)
+    slope = ((pl.col("_i") * c).rolling_mean(30) - mean_x * c.rolling_mean(30)) / (
+        (pl.col("_i") ** 2).rolling_mean(30) - mean_x**2
+    )
+    pos_flow = pl.col("_flow").clip(lower_bound=0).rolling_sum(14)
+    neg_flow = (-pl.col("_flow")).clip(lower_bound=0).rolling_sum(14)
+    features = base.with_columns(
+        r1=c / c.shift(1) - 1,
+        r5=c / c.shift(5) - 1,
+        r15=c / c.shift(15) - 1,
+        r30=c / c.shift(30) - 1,
+        r60=c / c.shift(60) - 1,
+        sma20_gap=c / pl.col("_sma20") - 1,
+        sma50_gap=c / pl.col("_sma50") - 1,
+        ema9_gap=c / pl.col("_ema9") - 1,
+        ema21_gap=c / pl.col("_ema21") - 1,
+        ema_9_21=pl.col("_ema9") / pl.col("_ema21") - 1,
+        ema_12_26=pl.col("_ema12") / pl.col("_ema26") - 1,
+        sma_20_50=pl.col("_sma20") / pl.col("_sma50") - 1,
+        macd=pl.col("_macd") / c,
+        macd_signal=pl.col("_macd_signal") / c,
+        macd_hist=(pl.col("_macd") - pl.col("_macd_signal")) / c,
+        rsi14=pl.when(_wilder(pl.col("_gain"), 14) + _wilder(pl.col("_loss"), 14) > 0)
+        .then(100 * _wilder(pl.col("_gain"), 14) / (_wilder(pl.col("_gain"), 14) + _wilder(pl.col("_loss"), 14)))
+        .otherwise(pl.when(_wilder(pl.col("_gain"), 14).is_not_null()).then(50.0)),
+        stoch_k=pl.col("_k").fill_null(pl.when(pl.col("_hh14").is_not_null()).then(50.0)),
+        stoch_d=pl.col("_k").fill_null(pl.when(pl.col("_hh14").is_not_null()).then(50.0)).rolling_mean(3),
+        williams_r=pl.col("_k").fill_null(pl.when(pl.col("_hh14").is_not_null()).then(50.0)) - 100,
+        cci20=_ratio(pl.col("_tp") - pl.col("_tp").rolling_mean(20), 0.015 * pl.col("_tp").rolling_std(20)).fill_null(
+            pl.when(pl.col("_tp").rolling_std(20).is_not_null()).then(0.0)
+        ),
+        atr14_pct=pl.col("_atr") / c,
+        tr_atr=_ratio(pl.col("_tr"), pl.col("_atr")).fill_null(pl.when(pl.col("_atr").is_not_null()).then(0.0)),
+        adx14=_wilder(pl.col("_dx").fill_null(0.0), 14),
+        di_plus=pl.col("_di_plus").fill_null(pl.when(pl.col("_atr").is_not_null()).then(0.0)),
+        di_minus=pl.col("_di_minus").fill_null(pl.when(pl.col("_atr").is_not_null()).then(0.0)),
+        bb_z=_ratio(c - pl.col("_sma20"), pl.col("_sd20")).fill_null(pl.when(pl.col("_sd20").is_not_null()).then(0.0)),
+        bb_width=pl.col("_bb_width"),
+        bb_squeeze=(pl.col("_bb_width") <= 1.05 * pl.col("_bb_width").rolling_min(120)).cast(pl.Float64),
+        keltner_pos=_ratio(c - pl.col("_ema20"), 2 * pl.col("_atr")).fill_null(
+            pl.when(pl.col("_atr").is_not_null() & pl.col("_ema20").is_not_null()).then(0.0)
+        ),
+        donchian20_pos=_ratio(c - lo.rolling_min(20).shift(1), (h.rolling_max(20) - lo.rolling_min(20)).shift(1)),
+        donchian55_pos=_ratio(c - lo.rolling_min(55).shift(1), (h.rolling_max(55) - lo.rolling_min(55)).shift(1)),
+        vwap_gap=c / pl.col("_vwap") - 1,
+        vwap_z=_ratio(c - pl.col("_vwap"), pl.col("_vwap_sd")).fill_null(
+            pl.when(pl.col("_vwap").is_not_null()).then(0.0)
+        ),
+        **opening,
+        gap=pl.col("_session_open") / prev_session_close - 1,
+        session_return=c / pl.col("_session_open") - 1,
+        first_hour_return=pl.when(m >= 59).then(first_hour_close / pl.col("_session_open") - 1).otherwise(None),
+        rvol=_ratio(v, pl.col("_rv_mean")).fill_null(pl.when(pl.col("_rv_mean").is_not_null()).then(0.0)),
+        obv_slope=_ratio(pl.col("_obv") - pl.col("_obv").shift(20), v.rolling_sum(20)).fill_null(
+            pl.when(v.rolling_sum(20).is_not_null()).then(0.0)
+        ),
+        mfi14=_ratio(100 * pos_flow, pos_flow + neg_flow).fill_null(pl.when(pos_flow.is_not_null()).then(50.0)),
+        rvol20=(c / c.shift(1)).log().rolling_std(20),
+        roc10=c / c.shift(10) - 1,
+        linreg_slope30=slope / c,
+        inside_break=pl.when((h.shift(1) < h.shift(2)) & (lo.shift(1) > lo.shift(2)))
+        .then(pl.when(c > h.shift(1)).then(1.0).when(c < lo.shift(1)).then(-1.0).otherwise(0.0))
+        .otherwise(pl.when(h.shift(2).is_not_null()).then(0.0)),
+    )
+    return features
+
+
+def _attach_daily(features: pl.DataFrame, context: pl.DataFrame, regimes: pl.DataFrame) -> pl.DataFrame:
+    c = pl.col("close")
+    joined = features.join(context, on="session", how="left").join(
+        regimes.select("session", "trend", "volatility"), on="session", how="left"
+    )
+    tod = pl.when(pl.col("minute_of_session") < 30).then(0).when(pl.col("minutes_to_close") <= 30).then(2).otherwise(1)
+    return joined.with_columns(
+        prev_high_gap=c / pl.col("prev_high") - 1,
+        prev_low_gap=c / pl.col("prev_low") - 1,
+        pivot_r1_gap=c / pl.col("prev_r1") - 1,
+        pivot_s1_gap=c / pl.col("prev_s1") - 1,
+        daily_sma20_gap=pl.col("prev_close") / pl.col("prev_sma20") - 1,
+        daily_sma_20_50=pl.col("prev_sma20") / pl.col("prev_sma50") - 1,
+        daily_rsi2=pl.col("prev_rsi2"),
+        daily_nr7=pl.col("prev_nr7"),
+        daily_20d_high_gap=c / pl.col("prev_high20") - 1,
+        daily_20d_low_gap=c / pl.col("prev_low20") - 1,
+        tod=tod.cast(pl.Int8),
+        minute_of_session=pl.col("minute_of_session"),
+    ).with_columns(
+        regime=pl.when(pl.col("trend").is_null() | pl.col("volatility").is_null())
+        .then(None)
+        .otherwise(pl.col("trend") * 9 + pl.col("volatility") * 3 + pl.col("tod"))
+        .cast(pl.Int8),
+    )
+
+
+def labels(frame: pl.DataFrame) -> pl.DataFrame:
+    """Stage 2: buy-oriented forward return, max favourable (hi) and adverse (lo) excursion per horizon, int64 1e-8.
+
+    A label exists only if bar t+h is in the same session and no bar in (t, t+h] (nor t itself) is a fill.
+    """
+    c = pl.col("close")
+    fills = pl.col("is_fill").cast(pl.Int64).cum_sum()
+    columns = {}
+    for h in HORIZONS:
+        ok = (
+            (pl.col("session_pos").shift(-h) == pl.col("session_pos"))
+            & (fills.shift(-h) - fills == 0)
+            & ~pl.col("is_fill")
+        )
+        scale = float(LABEL_SCALE)
+        columns[f"lbl_{h}"] = pl.when(ok).then(((c.shift(-h) / c - 1) * scale).round(0).cast(pl.Int64))
+        columns[f"hi_{h}"] = pl.when(ok).then(
+            ((pl.col("high").rolling_max(h).shift(-h) / c - 1) * scale).round(0).cast(pl.Int64)
+        )
+        columns[f"lo_{h}"] = pl.when(ok).then(
+            ((pl.col("low").rolling_min(h).shift(-h) / c - 1) * scale).round(0).cast(pl.Int64)
+        )
+    return frame.with_columns(**columns)
+
+
+def symbol_frame(bars: pl.DataFrame, benchmark_bars: pl.DataFrame, *, through: date | None = None) -> pl.DataFrame:
+    """Features, regime, readiness and labels for one symbol (strategy states are added by the registry)."""
+    frame = dense_minutes(bars, through=through)
+    regimes = regime_sessions(dense_minutes(benchmark_bars, through=through))
+    featured = _attach_daily(minute_features(frame), daily_context(frame), regimes)
+    not_late = [
+        pl.col(name).is_not_null() | (pl.col("minute_of_session") < SESSION_LATE[name])
+        if name in SESSION_LATE
+        else pl.col(name).is_not_null()
+        for name in FEATURES
+    ]
+    featured = featured.with_columns(
+        ready=(pl.col("session_pos") >= WARMUP_SESSIONS)
+        & ~pl.col("is_fill")
+        & pl.col("regime").is_not_null()
+        & pl.all_horizontal(not_late),
+    )
+    keep = [
+        "ts",
+        "session",
+        "session_pos",
+        "minute_of_session",
+        "minutes_to_close",
+        "is_fill",
+        "open",
+        "high",
+        "low",
+        "close",
+        "volume",
+        "ready",
+        "trend",
+        "volatility",
+        "tod",
+        "regime",
+        *FEATURES,
+    ]
+    return labels(featured.select(list(dict.fromkeys(keep))))
+
+
+def describe() -> dict[str, Any]:
+    return {
+        "version": FEATURE_VERSION,
+        "features": list(FEATURES),
+        "horizons": list(HORIZONS),
+        "warmup_sessions": WARMUP_SESSIONS,
+    }
