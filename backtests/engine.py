@@ -46,7 +46,7 @@ def _facade() -> types.SimpleNamespace:
 
 
 def guards() -> Guards:
-    return Guards(allowed_modules=(bt.indicators, math), writable=(bt.LineRoot,))
+    return Guards(allowed_modules=(bt.indicators, math), writable=(bt.LineRoot, bt.lineseries.Lines))
 
 
 def load_strategy(source: str, *, prints: PrintBuffer, layers: frozenset[str] | set[str]) -> type:

@@ -1,0 +1,152 @@
+"""Strategies (immutable versions), dry-run passes, backtest reports and grid optimizations."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class Status(models.TextChoices):
+    PENDING = "PENDING"
+    EXECUTING = "EXECUTING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+
+
+class Strategy(models.Model):
+    """One immutable version of an agent-authored strategy; versions of one strategy share a lineage."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="strategies")
+    lineage = models.UUIDField(default=uuid.uuid4, db_index=True)
+    previous = models.OneToOneField("self", null=True, blank=True, on_delete=models.PROTECT, related_name="next")
+    revision = models.PositiveIntegerField(default=1)
+    is_current = models.BooleanField(default=True)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True, default="")
+    version = models.CharField(max_length=40, default="1.0.0")
+    code = models.TextField()
+    code_sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["lineage"], condition=models.Q(is_current=True), name="backtests_one_current_version"
+            ),
+            models.UniqueConstraint(fields=["lineage", "revision"], name="backtests_revision_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} r{self.revision}"
+
+
+class DryRunPass(models.Model):
+    """That this account dry-ran exactly this source successfully (saving a strategy requires one)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    code_sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "code_sha256"], name="backtests_dry_run_pass_unique")]
+
+
+class Report(models.Model):
+    """One asynchronous backtest and, once it has run, its report."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="reports")
+    strategy = models.ForeignKey(Strategy, on_delete=models.PROTECT, related_name="reports")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    data_ids = models.JSONField()  # symbol ids, in data order
+    tickers = models.JSONField()
+    frequency = models.CharField(max_length=4)
+    start_date = models.DateField()
+    end_date = models.DateField()
+    parameters = models.JSONField(default=dict)  # {name: value}
+    simulation = models.JSONField()  # initial_cash, commission, leverage, buy_on_close
+    credits_reserved = models.PositiveIntegerField(default=0)
+    credits_charged = models.PositiveIntegerField(default=0)
+    hold_id = models.BigIntegerField(null=True, blank=True)
+    data_version = models.CharField(max_length=64, blank=True, default="")
+    report_hash = models.CharField(max_length=64, blank=True, default="")
+    statistics = models.JSONField(null=True, blank=True)
+    per_symbol = models.JSONField(null=True, blank=True)
+    trades = models.JSONField(default=list)
+    equity = models.JSONField(default=list)
+    diagnostics = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=[s.value for s in Status if s != Status.CANCELLED]),
+                name="backtests_report_status",
+            )
+        ]
+
+
+class Optimization(models.Model):
+    """A 1-2 parameter grid over a saved strategy; each grid point is one `OptimizationRun` (one Celery task)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="optimizations")
+    strategy = models.ForeignKey(Strategy, on_delete=models.PROTECT, related_name="optimizations")
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    data_ids = models.JSONField()
+    tickers = models.JSONField()
+    frequency = models.CharField(max_length=4)
+    start_date = models.DateTimeField()
+    end_date = models.DateTimeField()
+    grids = models.JSONField()
+    parameters = models.JSONField(default=dict)
+    simulation_parameters = models.JSONField()
+    target_metric = models.CharField(max_length=40)
+    target_direction = models.CharField(max_length=8)
+    additional_metrics = models.JSONField(default=list)
+    use_free_optimization = models.BooleanField(default=False)
+    total_iterations = models.PositiveIntegerField()
+    completed_iterations = models.PositiveIntegerField(default=0)
+    failed_iterations = models.PositiveIntegerField(default=0)
+    credits_per_iteration = models.PositiveIntegerField(default=0)
+    credits_reserved = models.PositiveIntegerField(default=0)
+    credits_charged = models.PositiveIntegerField(default=0)
+    hold_id = models.BigIntegerField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class OptimizationRun(models.Model):
+    """One grid point of an optimization."""
+
+    optimization = models.ForeignKey(Optimization, on_delete=models.CASCADE, related_name="runs")
+    iteration = models.PositiveIntegerField()
+    parameters = models.JSONField()  # the swept values at this point
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    statistics = models.JSONField(null=True, blank=True)
+    data_version = models.CharField(max_length=64, blank=True, default="")
+    error = models.JSONField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["iteration"]
+        constraints = [
+            models.UniqueConstraint(fields=["optimization", "iteration"], name="backtests_run_iteration_unique")
+        ]

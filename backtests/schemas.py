@@ -1,0 +1,241 @@
+"""Arguments and results of the backtesting MCP tools (the contract's field names, defaults and limits)."""
+
+import re
+from datetime import UTC, date, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from backtests.statistics import METRICS
+from leroy.mcp.registry import ToolArgs
+
+Metric = Literal[METRICS]  # type: ignore[valid-type]
+SampleFrequency = Literal["5m", "15m", "1h", "4h", "1d"]
+AssetClass = Literal["crypto", "equity", "etf", "forex", "index"]
+ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$")
+
+
+def strict_date(value: str) -> date:
+    """A real `YYYY-MM-DD` calendar date; impossible dates and loose formats are refused."""
+    if not ISO_DATE.match(value):
+        raise ValueError(f"{value!r} is not a YYYY-MM-DD date")
+    return date.fromisoformat(value)  # raises on 2025-02-30
+
+
+def strict_instant(value: str, *, end: bool = False) -> datetime:
+    """An ISO 8601 calendar date or a date-time with an offset, as aware UTC; a date-only end covers that day."""
+    if ISO_DATE.match(value):
+        day = date.fromisoformat(value)
+        if end:
+            return datetime(day.year, day.month, day.day, 23, 59, 59, 999999, tzinfo=UTC)
+        return datetime(day.year, day.month, day.day, tzinfo=UTC)
+    if not ISO_DATETIME.match(value):
+        raise ValueError(f"{value!r} is not an ISO 8601 date or a date-time with an offset")
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+
+
+class Page(ToolArgs):
+    skip: int = Field(default=0, ge=0, description="How many items to skip (non-negative)")
+
+
+class ListStrategiesArgs(Page):
+    limit: int = Field(default=10, ge=1, le=50, description="Page size, 1-50")
+
+
+class IdArgs(ToolArgs):
+    id: str = Field(min_length=1, max_length=64, description="The resource id")
+
+
+class CreateStrategyArgs(ToolArgs):
+    name: str = Field(min_length=1, max_length=200, description="Strategy name")
+    description: str = Field(default="", max_length=5000, description="What the strategy does")
+    code: str = Field(min_length=1, max_length=65536, description="Complete Python source defining a bt.Strategy")
+    version: str = Field(default="1.0.0", min_length=1, max_length=40, description="Version label")
+
+
+class UpdateStrategyArgs(ToolArgs):
+    id: str = Field(min_length=1, max_length=64, description="The current strategy version's id")
+    name: str | None = Field(default=None, min_length=1, max_length=200, description="New name")
+    description: str | None = Field(default=None, max_length=5000, description="New description")
+    code: str | None = Field(default=None, min_length=1, max_length=65536, description="New complete source")
+
+
+class DryRunArgs(ToolArgs):
+    code: str = Field(min_length=1, max_length=65536, description="Complete Python source defining a bt.Strategy")
+
+
+class ListSymbolsArgs(Page):
+    limit: int = Field(default=20, ge=1, le=50, description="Page size, 1-50")
+    is_global: bool | None = Field(default=None, description="Omitted: both; true: global only; false: own only")
+    asset_class: AssetClass | None = Field(default=None, description="Only this asset class")
+
+
+class SearchSymbolsArgs(ToolArgs):
+    symbolName: str = Field(  # noqa: N815 - camelCase exactly as the contract names it
+        min_length=1, max_length=60, description="Ticker, name, prefix or pair (AAPL, XAU/USD, XAUUSD, gold)"
+    )
+
+
+class MarketDataSampleArgs(ToolArgs):
+    id: str = Field(min_length=1, max_length=64, description="Symbol id")
+    frequency: SampleFrequency = Field(description="A stored frequency of the symbol")
+    limit: int = Field(default=50, ge=1, le=10_000, description="Most recent points to return, 1-10,000")
+    start_date: str | None = Field(default=None, description="Inclusive ISO 8601 lower bound")
+    end_date: str | None = Field(default=None, description="Inclusive ISO 8601 upper bound; a date covers the day")
+
+    @field_validator("start_date", "end_date")
+    @classmethod
+    def _iso(cls, value: str | None) -> str | None:
+        if value is not None:
+            strict_instant(value)
+        return value
+
+
+class DownloadArgs(ToolArgs):
+    symbol: str = Field(min_length=1, max_length=20, description="Ticker or pair, e.g. AAPL, EUR/USD, BTC/USD")
+    frequency: SampleFrequency = Field(description="5m, 15m, 1h, 4h or 1d")
+    asset_class: Literal["equity", "etf", "forex", "crypto"] = Field(default="equity", description="Asset class")
+
+    @field_validator("symbol")
+    @classmethod
+    def _trimmed(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("symbol must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _frequency_for_class(self) -> "DownloadArgs":
+        if self.asset_class in ("equity", "etf") and self.frequency != "1d":
+            raise ValueError("equities and ETFs are available at 1d only; intraday needs forex or crypto")
+        return self
+
+
+class ParameterValue(ToolArgs):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="Parameter name")
+    value: bool | int | float = Field(description="Number or boolean")
+
+
+class RunBacktestArgs(ToolArgs):
+    strategy_id: str = Field(min_length=1, max_length=64, description="Saved strategy id")
+    data_ids: list[str] = Field(min_length=1, max_length=10, description="Symbol ids")
+    frequency: str = Field(pattern=r"^[1-9][0-9]*[mhdwM]$", description="Positive integer plus m, h, d, w or M")
+    start_date: str = Field(description="YYYY-MM-DD")
+    end_date: str = Field(description="YYYY-MM-DD")
+    parameters: list[ParameterValue] = Field(default_factory=list, description="Strategy parameter overrides")
+    initial_cash: float = Field(default=100_000, gt=0, description="Starting cash")
+    commission: float = Field(default=0, ge=0, lt=1, description="Commission as a decimal rate")
+    leverage: float = Field(default=1, gt=0, le=100, description="Leverage")
+    buy_on_close: bool = Field(default=False, description="Fill market orders at the signal bar's close")
+
+    @field_validator("start_date", "end_date")
+    @classmethod
+    def _date(cls, value: str) -> str:
+        strict_date(value)
+        return value
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> "RunBacktestArgs":
+        names = [p.name for p in self.parameters]
+        if len(names) != len(set(names)):
+            raise ValueError("parameter names must be unique")
+        return self
+
+
+class Grid(ToolArgs):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="Parameter")
+    min: int | float = Field(description="First value")
+    max: int | float = Field(description="Last value (>= min)")
+    step: int | float = Field(gt=0, description="Positive step")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Grid":
+        if self.max < self.min:
+            raise ValueError("max must be >= min")
+        return self
+
+
+class FixedParameter(ToolArgs):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="Parameter")
+    value: bool | int | float | str = Field(description="String, number or boolean")
+
+
+class CommissionSchema(ToolArgs):
+    commission: float = Field(ge=0, lt=1, description="Commission as a decimal rate")
+    leverage: float = Field(gt=0, le=100, description="Leverage")
+
+
+class SimulationParameters(ToolArgs):
+    initial_cash: float = Field(gt=0, description="Starting cash")
+    commission_schema: CommissionSchema
+    buy_on_close: bool
+
+
+def _default_simulation() -> SimulationParameters:
+    return SimulationParameters(
+        initial_cash=100_000, commission_schema=CommissionSchema(commission=0, leverage=1), buy_on_close=False
+    )
+
+
+class RunOptimizationArgs(ToolArgs):
+    strategy_id: str = Field(min_length=1, max_length=64, description="Saved strategy id")
+    name: str = Field(min_length=1, max_length=200, description="Optimization name")
+    data_ids: list[str] = Field(min_length=1, max_length=10, description="1-10 symbol ids")
+    frequency: SampleFrequency = Field(description="5m, 15m, 1h, 4h or 1d")
+    start_date: str = Field(description="ISO 8601")
+    end_date: str = Field(description="ISO 8601")
+    grids: list[Grid] = Field(min_length=1, max_length=2, description="1-2 grids {name, min, max, step}")
+    parameters: list[FixedParameter] = Field(default_factory=list, description="Fixed parameters")
+    simulation_parameters: SimulationParameters = Field(default_factory=_default_simulation)
+    target_metric: Metric = Field(description="Metric the grid is ordered by")
+    target_direction: Literal["maximize", "minimize"] = Field(description="maximize or minimize")
+    additional_metrics: list[Metric] = Field(default_factory=list, description="Other metrics to show")
+    use_free_optimization: bool = Field(default=False, description="Use a free optimization (only when asked)")
+
+    @field_validator("start_date", "end_date")
+    @classmethod
+    def _iso(cls, value: str) -> str:
+        strict_instant(value)
+        return value
+
+
+class ListOptimizationsArgs(Page):
+    limit: int = Field(default=10, ge=1, le=100, description="Page size, 1-100")
+
+
+class LatestOptimizationArgs(ToolArgs):
+    strategy_id: str = Field(min_length=1, max_length=64, description="Saved strategy id")
+
+
+class OptimizationResultsArgs(Page):
+    id: str = Field(min_length=1, max_length=64, description="Optimization id")
+    sort_by: Literal[("iteration", *METRICS)] | None = Field(  # type: ignore[valid-type]
+        default=None, description="iteration or a metric; omitted: the target metric"
+    )
+    descending: bool | None = Field(default=None, description="Omitted: the target direction, or ascending")
+    limit: int = Field(default=20, ge=1, le=100, description="Page size, 1-100")
+
+
+class ListReportsArgs(Page):
+    limit: int = Field(default=20, ge=1, le=50, description="Page size, 1-50")
+    strategy_id: str | None = Field(default=None, max_length=64, description="Only this saved strategy")
+
+
+class ReportTradesArgs(Page):
+    id: str = Field(min_length=1, max_length=64, description="Report id")
+    limit: int = Field(default=50, ge=1, le=200, description="Page size, 1-200")
+
+
+class WaitForReportsArgs(ToolArgs):
+    report_ids: list[str] = Field(min_length=1, max_length=50, description="Report ids (plural, snake_case)")
+
+
+class Result(BaseModel):
+    """Tool results are open JSON objects: the fields below are documented per tool in its description."""
+
+    model_config = {"extra": "allow"}
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None

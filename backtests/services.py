@@ -1,0 +1,523 @@
+"""Writes for backtests: strategy versions, dry runs, backtests, optimizations, cancellation and reaping.
+
+Credits: a backtest reserves its price at submission, settles it on completion and voids it on failure. An
+optimization reserves the whole grid up front (or uses a free optimization when asked), and settles only the
+completed points when it ends or is cancelled; the rest of the hold returns to the balance.
+"""
+
+import hashlib
+import itertools
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+
+from accounts.models import User
+from backtests import sandbox, statistics
+from backtests.dryrun import dry_run_datas
+from backtests.models import (
+    DryRunPass,
+    Optimization,
+    OptimizationRun,
+    Report,
+    Status,
+    Strategy,
+)
+from billing import services as billing
+from evidence.models import Symbol
+from evidence.selectors import bars_data_version, bars_read
+from leroy.clock import now
+
+MAX_GRID_POINTS = 400
+MAX_PRINTS_STORED = 8 * 1024
+DRY_RUN_SIMULATION = {"initial_cash": 100_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
+
+
+class BacktestError(Exception):
+    """A request the backtests app refuses; nothing was created or charged. `code` is machine-readable."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+def code_sha256(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+# --- strategies ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DryRunResult:
+    success: bool
+    layers: list[str]
+    error: dict[str, Any] | None
+    result: dict[str, Any] | None
+    prints: str
+
+
+def dry_run(*, user: User, code: str) -> DryRunResult:
+    """Execute complete source on the fixed dry-run data set; saves no strategy, only that this source passed."""
+    outcome = sandbox.run_job(source=code, datas=dry_run_datas(), simulation=DRY_RUN_SIMULATION, parameters={})
+    summary = None
+    if outcome.ok and outcome.result is not None:
+        result = outcome.result
+        summary = {
+            "bars": result["bars"],
+            "final_value": result["final_value"],
+            "trades": len(result["trades"]),
+            "orders": result["orders"],
+            "statistics": statistics.compute(result),
+        }
+        DryRunPass.objects.get_or_create(
+            user=user, code_sha256=code_sha256(code), defaults={"created_at": now()}
+        )
+    return DryRunResult(outcome.ok, outcome.layers, outcome.error, summary, outcome.prints[:MAX_PRINTS_STORED])
+
+
+def _require_dry_run(user: User, code: str) -> None:
+    if not DryRunPass.objects.filter(user=user, code_sha256=code_sha256(code)).exists():
+        raise BacktestError(
+            "dry_run_required",
+            "Run run_dry_run_backtest successfully with this exact code before saving it.",
+            code_sha256=code_sha256(code),
+        )
+
+
+@transaction.atomic
+def strategy_create(*, user: User, name: str, code: str, description: str = "", version: str = "1.0.0") -> Strategy:
+    _require_dry_run(user, code)
+    return Strategy.objects.create(
+        user=user,
+        name=name,
+        description=description,
+        version=version,
+        code=code,
+        code_sha256=code_sha256(code),
+        created_at=now(),
+    )
+
+
+@transaction.atomic
+def strategy_update(
+    *, user: User, strategy_id: str, name: str | None = None, description: str | None = None, code: str | None = None
+) -> Strategy:
+    """A new immutable version that replaces `strategy_id` (which must be the current version) in listings."""
+    current = Strategy.objects.select_for_update().filter(pk=strategy_id, user=user).first()
+    if current is None:
+        raise BacktestError("not_found", f"No strategy {strategy_id}.")
+    if not current.is_current:
+        latest = Strategy.objects.get(lineage=current.lineage, is_current=True)
+        raise BacktestError(
+            "strategy_superseded",
+            f"Strategy {strategy_id} was replaced by a newer version; update the current one.",
+            current_id=str(latest.pk),
+        )
+    if name is None and description is None and code is None:
+        raise BacktestError("invalid_request", "Give at least one of name, description or code.")
+    if code is not None and code != current.code:
+        _require_dry_run(user, code)
+    code = current.code if code is None else code
+    Strategy.objects.filter(pk=current.pk).update(is_current=False)
+    return Strategy.objects.create(
+        user=user,
+        lineage=current.lineage,
+        previous=current,
+        revision=current.revision + 1,
+        name=current.name if name is None else name,
+        description=current.description if description is None else description,
+        version=current.version,
+        code=code,
+        code_sha256=code_sha256(code),
+        created_at=now(),
+    )
+
+
+# --- shared run plumbing ---------------------------------------------------------------------------------------
+
+
+def symbols_for(*, data_ids: list[str], frequency: str) -> list[Symbol]:
+    """The symbols behind `data_ids`, each checked to exist and to hold bars at `frequency`."""
+    found = []
+    for data_id in data_ids:
+        symbol = Symbol.objects.filter(pk=int(data_id)).first() if data_id.isdigit() else None
+        if symbol is None:
+            raise BacktestError("symbol_not_found", f"No symbol with id {data_id!r}.", data_id=data_id)
+        if frequency not in symbol.frequencies:
+            raise BacktestError(
+                "frequency_unavailable",
+                f"{symbol.ticker} has no {frequency} data; available: {', '.join(symbol.frequencies) or 'none'}.",
+                data_id=data_id,
+                available=symbol.frequencies,
+            )
+        found.append(symbol)
+    if len({s.pk for s in found}) != len(found):
+        raise BacktestError("invalid_request", "data_ids must not repeat a symbol.")
+    return found
+
+
+def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datetime) -> tuple[list[dict], str]:
+    """Plain-list bars for the sandbox and the data version (SHA-256 over every symbol's bars)."""
+    datas, versions = [], []
+    for ticker in tickers:
+        symbol = Symbol.objects.get(ticker=ticker)
+        frame = bars_read(symbol=symbol, frequency=frequency, start=start, end=end)
+        if frame.is_empty():
+            raise BacktestError("no_data", f"{ticker} has no {frequency} bars between {start:%Y-%m-%d} and {end:%Y-%m-%d}.")
+        datas.append(
+            {
+                "name": ticker,
+                "ts_us": frame.get_column("ts").dt.epoch("us").to_list(),
+                **{c: [float(v) for v in frame.get_column(c).to_list()] for c in ("open", "high", "low", "close", "volume")},
+            }
+        )
+        versions.append(bars_data_version(symbol=symbol, frequency=frequency, start=start, end=end))
+    return datas, hashlib.sha256("|".join(versions).encode()).hexdigest()
+
+
+def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
+    """Inclusive UTC bounds: a date-only end covers that whole day."""
+    return datetime.combine(start, time(0), UTC), datetime.combine(end, time(0), UTC) + timedelta(days=1, microseconds=-1)
+
+
+def _reserve(user: User, amount: int, reference: str) -> int:
+    try:
+        return billing.credits_reserve(user=user, amount=amount, reference=reference).pk
+    except billing.BillingError as error:
+        raise BacktestError(error.code, error.message, **(error.details or {})) from None
+
+
+def _settle(hold_id: int | None, amount: int) -> None:
+    if hold_id is None:
+        return
+    if amount:
+        billing.credits_settle(hold_id=hold_id, amount=amount)
+    else:
+        billing.credits_void(hold_id=hold_id)
+
+
+def _diagnostics(outcome: sandbox.Outcome, data_version: str) -> dict[str, Any]:
+    result = outcome.result or {}
+    return {
+        "sandbox_layers": outcome.layers,
+        "sandbox_seconds": round(outcome.seconds, 3),
+        "data_version": data_version,
+        "bars": result.get("bars"),
+        "orders": result.get("orders"),
+        "initial_cash": result.get("initial_cash"),
+        "final_value": result.get("final_value"),
+        "final_cash": result.get("final_cash"),
+        "open_positions": result.get("open_positions"),
+        "prints": outcome.prints[:MAX_PRINTS_STORED],
+    }
+
+
+# --- backtests -------------------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def backtest_submit(
+    *,
+    user: User,
+    strategy_id: str,
+    data_ids: list[str],
+    frequency: str,
+    start_date: date,
+    end_date: date,
+    parameters: dict[str, Any],
+    simulation: dict[str, Any],
+) -> Report:
+    from backtests import tasks
+
+    strategy = Strategy.objects.filter(pk=strategy_id, user=user).first()
+    if strategy is None:
+        raise BacktestError("strategy_not_found", f"No saved strategy {strategy_id}.")
+    if end_date < start_date:
+        raise BacktestError("invalid_request", "end_date must not be before start_date.")
+    symbols = symbols_for(data_ids=data_ids, frequency=frequency)
+    price = settings.LEROY_BACKTEST_CREDITS
+    report = Report.objects.create(
+        user=user,
+        strategy=strategy,
+        data_ids=[str(s.pk) for s in symbols],
+        tickers=[s.ticker for s in symbols],
+        frequency=frequency,
+        start_date=start_date,
+        end_date=end_date,
+        parameters=parameters,
+        simulation=simulation,
+        credits_reserved=price,
+        created_at=now(),
+    )
+    report.hold_id = _reserve(user, price, f"backtest:{report.pk}")
+    report.save(update_fields=["hold_id"])
+    transaction.on_commit(lambda: tasks.backtest_run.delay(str(report.pk)))
+    return report
+
+
+def _report_fail(report_id: Any, error: dict[str, Any], diagnostics: dict[str, Any] | None = None) -> None:
+    with transaction.atomic():
+        report = Report.objects.select_for_update().get(pk=report_id)
+        if report.status not in (Status.PENDING, Status.EXECUTING):
+            return
+        report.status, report.error, report.finished_at = Status.FAILED, error, now()
+        report.diagnostics = diagnostics
+        report.save(update_fields=["status", "error", "finished_at", "diagnostics"])
+        _settle(report.hold_id, 0)
+
+
+WORKER_LOST = {"code": "worker_lost", "message": "the worker running this job stopped before it finished", "line": None}
+
+
+def backtest_execute(*, report_id: str) -> None:
+    """Claim a PENDING report, run it in the sandbox, store the report and settle or void its credits.
+
+    A report found EXECUTING here was claimed by a worker that died (the broker redelivered the task):
+    it fails and its credits are voided rather than running twice.
+    """
+    claimed = Report.objects.filter(pk=report_id, status=Status.PENDING).update(
+        status=Status.EXECUTING, started_at=now()
+    )
+    if not claimed:
+        if Report.objects.filter(pk=report_id, status=Status.EXECUTING).exists():
+            _report_fail(report_id, WORKER_LOST)
+        return
+    report = Report.objects.select_related("strategy").get(pk=report_id)
+    start, end = day_bounds(report.start_date, report.end_date)
+    try:
+        datas, data_version = load_bars(tickers=report.tickers, frequency=report.frequency, start=start, end=end)
+    except BacktestError as error:
+        _report_fail(report_id, {"code": error.code, "message": error.message, "line": None})
+        return
+    outcome = sandbox.run_job(
+        source=report.strategy.code, datas=datas, simulation=report.simulation, parameters=report.parameters
+    )
+    diagnostics = _diagnostics(outcome, data_version)
+    if not outcome.ok or outcome.result is None:
+        _report_fail(report_id, outcome.error or WORKER_LOST, diagnostics)
+        return
+    result = outcome.result
+    stats = statistics.compute(result)
+    with transaction.atomic():
+        locked = Report.objects.select_for_update().get(pk=report_id)
+        if locked.status != Status.EXECUTING:
+            return
+        locked.status, locked.finished_at = Status.COMPLETED, now()
+        locked.statistics, locked.per_symbol = stats, statistics.per_symbol(result)
+        locked.trades, locked.equity, locked.diagnostics = result["trades"], result["equity"], diagnostics
+        locked.data_version = data_version
+        locked.report_hash = statistics.report_hash(statistics=stats, result=result)
+        locked.credits_charged = locked.credits_reserved
+        locked.save()
+        _settle(locked.hold_id, locked.credits_charged)
+
+
+# --- optimizations ---------------------------------------------------------------------------------------------
+
+
+def grid_points(grids: list[dict[str, Any]]) -> list[dict[str, int | float]]:
+    """The cartesian product of each grid's min..max by step (exact decimal steps; ints stay ints)."""
+    axes = []
+    for grid in grids:
+        low, high, step = (Decimal(str(grid[k])) for k in ("min", "max", "step"))
+        count = int((high - low) / step) + 1
+        if count > MAX_GRID_POINTS:
+            raise BacktestError("grid_too_large", f"The grid has more than {MAX_GRID_POINTS} points.")
+        integral = all(isinstance(grid[k], int) and not isinstance(grid[k], bool) for k in ("min", "max", "step"))
+        axes.append([(grid["name"], int(low + i * step) if integral else float(low + i * step)) for i in range(count)])
+    points = [dict(combo) for combo in itertools.product(*axes)]
+    if len(points) > MAX_GRID_POINTS:
+        raise BacktestError("grid_too_large", f"The grid has {len(points)} points; at most {MAX_GRID_POINTS}.")
+    return points
+
+
+@transaction.atomic
+def optimization_submit(
+    *,
+    user: User,
+    strategy_id: str,
+    name: str,
+    data_ids: list[str],
+    frequency: str,
+    start: datetime,
+    end: datetime,
+    grids: list[dict[str, Any]],
+    parameters: dict[str, Any],
+    simulation_parameters: dict[str, Any],
+    target_metric: str,
+    target_direction: str,
+    additional_metrics: list[str],
+    use_free_optimization: bool,
+) -> Optimization:
+    from backtests import tasks
+
+    strategy = Strategy.objects.filter(pk=strategy_id, user=user).first()
+    if strategy is None:
+        raise BacktestError("strategy_not_found", f"No saved strategy {strategy_id}.")
+    if end < start:
+        raise BacktestError("invalid_request", "end_date must not be before start_date.")
+    clash = sorted({g["name"] for g in grids} & set(parameters))
+    if clash or len({g["name"] for g in grids}) != len(grids):
+        raise BacktestError("invalid_request", "Grid names must be distinct and not repeat fixed parameters.")
+    symbols = symbols_for(data_ids=data_ids, frequency=frequency)
+    points = grid_points(grids)
+    price = 0 if use_free_optimization else settings.LEROY_OPTIMIZATION_POINT_CREDITS
+    optimization = Optimization.objects.create(
+        user=user,
+        strategy=strategy,
+        name=name,
+        data_ids=[str(s.pk) for s in symbols],
+        tickers=[s.ticker for s in symbols],
+        frequency=frequency,
+        start_date=start,
+        end_date=end,
+        grids=grids,
+        parameters=parameters,
+        simulation_parameters=simulation_parameters,
+        target_metric=target_metric,
+        target_direction=target_direction,
+        additional_metrics=additional_metrics,
+        use_free_optimization=use_free_optimization,
+        total_iterations=len(points),
+        credits_per_iteration=price,
+        credits_reserved=price * len(points),
+        created_at=now(),
+    )
+    reference = f"optimization:{optimization.pk}"
+    if use_free_optimization:
+        try:
+            billing.free_optimization_consume(user=user, reference=reference)
+        except billing.BillingError as error:
+            raise BacktestError(error.code, error.message, **(error.details or {})) from None
+    else:
+        optimization.hold_id = _reserve(user, optimization.credits_reserved, reference)
+        optimization.save(update_fields=["hold_id"])
+    runs = OptimizationRun.objects.bulk_create(
+        OptimizationRun(optimization=optimization, iteration=i + 1, parameters=point) for i, point in enumerate(points)
+    )
+    run_ids = [run.pk for run in runs]
+    transaction.on_commit(lambda: [tasks.optimization_point.delay(run_id) for run_id in run_ids])
+    return optimization
+
+
+def simulation_of(simulation_parameters: dict[str, Any]) -> dict[str, Any]:
+    schema = simulation_parameters["commission_schema"]
+    return {
+        "initial_cash": simulation_parameters["initial_cash"],
+        "commission": schema["commission"],
+        "leverage": schema["leverage"],
+        "buy_on_close": simulation_parameters["buy_on_close"],
+    }
+
+
+def optimization_point_execute(*, run_id: int) -> None:
+    """Run one grid point; the last point to finish closes the optimization and settles its credits."""
+    live = (Status.PENDING, Status.EXECUTING)
+    claimed = OptimizationRun.objects.filter(pk=run_id, status=Status.PENDING, optimization__status__in=live).update(
+        status=Status.EXECUTING, started_at=now()
+    )
+    if not claimed:
+        if OptimizationRun.objects.filter(pk=run_id, status=Status.EXECUTING).exists():
+            _point_finish(run_id, error=WORKER_LOST)
+        return
+    run = OptimizationRun.objects.select_related("optimization__strategy").get(pk=run_id)
+    optimization = run.optimization
+    Optimization.objects.filter(pk=optimization.pk, status=Status.PENDING).update(
+        status=Status.EXECUTING, started_at=now()
+    )
+    try:
+        datas, data_version = load_bars(
+            tickers=optimization.tickers,
+            frequency=optimization.frequency,
+            start=optimization.start_date,
+            end=optimization.end_date,
+        )
+    except BacktestError as error:
+        _point_finish(run_id, error={"code": error.code, "message": error.message, "line": None})
+        return
+    outcome = sandbox.run_job(
+        source=optimization.strategy.code,
+        datas=datas,
+        simulation=simulation_of(optimization.simulation_parameters),
+        parameters={**optimization.parameters, **run.parameters},
+    )
+    if not outcome.ok or outcome.result is None:
+        _point_finish(run_id, error=outcome.error or WORKER_LOST, data_version=data_version)
+        return
+    _point_finish(run_id, stats=statistics.compute(outcome.result), data_version=data_version)
+
+
+def _point_finish(
+    run_id: int, *, stats: dict[str, Any] | None = None, error: dict[str, Any] | None = None, data_version: str = ""
+) -> None:
+    with transaction.atomic():
+        run = OptimizationRun.objects.select_related("optimization").get(pk=run_id)
+        optimization = Optimization.objects.select_for_update().get(pk=run.optimization_id)
+        if optimization.status not in (Status.PENDING, Status.EXECUTING):
+            # Cancelled (or closed) meanwhile: the point is not counted and not charged.
+            OptimizationRun.objects.filter(pk=run_id, status=Status.EXECUTING).update(
+                status=Status.CANCELLED, finished_at=now()
+            )
+            return
+        ok = error is None
+        OptimizationRun.objects.filter(pk=run_id).update(
+            status=Status.COMPLETED if ok else Status.FAILED,
+            statistics=stats,
+            error=error,
+            data_version=data_version,
+            finished_at=now(),
+        )
+        counter = "completed_iterations" if ok else "failed_iterations"
+        Optimization.objects.filter(pk=optimization.pk).update(**{counter: F(counter) + 1})
+        optimization.refresh_from_db()
+        if optimization.completed_iterations + optimization.failed_iterations < optimization.total_iterations:
+            return
+        optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
+        if not optimization.completed_iterations:
+            optimization.error = {"code": "all_iterations_failed", "message": "every grid point failed", **(error or {})}
+        optimization.finished_at = now()
+        optimization.credits_charged = optimization.completed_iterations * optimization.credits_per_iteration
+        optimization.save(update_fields=["status", "error", "finished_at", "credits_charged"])
+        _settle(optimization.hold_id, optimization.credits_charged)
+
+
+@transaction.atomic
+def optimization_cancel(*, user: User, optimization_id: str) -> Optimization:
+    """Stop the points not yet started and refund their credits; points already done stay charged."""
+    optimization = Optimization.objects.select_for_update().filter(pk=optimization_id, user=user).first()
+    if optimization is None:
+        raise BacktestError("not_found", f"No optimization {optimization_id}.")
+    if optimization.status not in (Status.PENDING, Status.EXECUTING):
+        raise BacktestError(
+            "not_cancellable", f"The optimization is {optimization.status}; only PENDING or EXECUTING can be cancelled."
+        )
+    OptimizationRun.objects.filter(optimization=optimization, status=Status.PENDING).update(
+        status=Status.CANCELLED, finished_at=now()
+    )
+    optimization.status, optimization.finished_at = Status.CANCELLED, now()
+    optimization.credits_charged = optimization.completed_iterations * optimization.credits_per_iteration
+    optimization.save(update_fields=["status", "finished_at", "credits_charged"])
+    _settle(optimization.hold_id, optimization.credits_charged)
+    return optimization
+
+
+def stale_jobs_reap(*, older_than: timedelta | None = None) -> int:
+    """Fail jobs whose worker vanished without a redelivery (EXECUTING past the sandbox's wall clock)."""
+    cutoff = now() - (older_than or timedelta(seconds=settings.LEROY_SANDBOX_WALL_SECONDS + 60))
+    reaped = 0
+    for report_id in Report.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff).values_list("pk", flat=True):
+        _report_fail(report_id, WORKER_LOST)
+        reaped += 1
+    for run_id in OptimizationRun.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff).values_list(
+        "pk", flat=True
+    ):
+        _point_finish(run_id, error=WORKER_LOST)
+        reaped += 1
+    return reaped

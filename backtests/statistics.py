@@ -1,0 +1,115 @@
+"""The contract's 14 metrics, from well-kept libraries only (notes/backtesting.md §4).
+
+Trade metrics come from backtrader's TradeAnalyzer output; return metrics from empyrical-reloaded applied to
+daily returns (TimeReturn, Days) with a 0 % risk-free rate. A metric that is undefined for the run (no losing
+trade, no returns) is null, never a substitute value.
+"""
+
+import hashlib
+import json
+import math
+from collections import defaultdict
+from typing import Any
+
+METRICS = (
+    "realized_pnl", "total_return", "cagr", "calmar_ratio", "recovery_factor", "annualized_sharpe_ratio",
+    "maximum_drawdown_percentage", "std_dev_returns", "profit_factor", "payoff_ratio", "expectancy",
+    "average_trade", "percentage_of_winning_trades", "avg_bars_held",
+)  # fmt: skip
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _dig(tree: dict[str, Any], *path: str) -> Any:
+    for key in path:
+        if not isinstance(tree, dict) or key not in tree:
+            return None
+        tree = tree[key]
+    return tree
+
+
+def _ratio(numerator: Any, denominator: Any) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return _finite(numerator / abs(denominator))
+
+
+def return_metrics(daily_returns: list[list[Any]]) -> dict[str, float | None]:
+    import empyrical
+    import pandas as pd
+
+    if not daily_returns:
+        names = ("total_return", "cagr", "calmar_ratio", "recovery_factor", "annualized_sharpe_ratio")
+        return dict.fromkeys((*names, "maximum_drawdown_percentage", "std_dev_returns"))
+    returns = pd.Series(
+        [float(r) for _, r in daily_returns], index=pd.DatetimeIndex([d for d, _ in daily_returns], tz="UTC")
+    )
+    total = _finite(empyrical.cum_returns_final(returns))
+    drawdown = _finite(empyrical.max_drawdown(returns))
+    return {
+        "total_return": total,
+        "cagr": _finite(empyrical.cagr(returns, period="daily")),
+        "calmar_ratio": _finite(empyrical.calmar_ratio(returns, period="daily")) if drawdown else None,
+        "recovery_factor": _ratio(total, drawdown),
+        "annualized_sharpe_ratio": _finite(empyrical.sharpe_ratio(returns, risk_free=0.0, period="daily")),
+        "maximum_drawdown_percentage": abs(drawdown) * 100 if drawdown is not None else None,
+        "std_dev_returns": _finite(returns.std()) if len(returns) > 1 else None,
+    }
+
+
+def trade_metrics(analysis: dict[str, Any]) -> dict[str, float | None]:
+    closed = _dig(analysis, "total", "closed") or 0
+    won = _dig(analysis, "won", "total") or 0
+    average = _finite(_dig(analysis, "pnl", "net", "average")) if closed else None
+    return {
+        "realized_pnl": _finite(_dig(analysis, "pnl", "net", "total")) if closed else 0.0,
+        "profit_factor": _ratio(_dig(analysis, "won", "pnl", "total"), _dig(analysis, "lost", "pnl", "total")),
+        "payoff_ratio": _ratio(_dig(analysis, "won", "pnl", "average"), _dig(analysis, "lost", "pnl", "average")),
+        "expectancy": average,
+        "average_trade": average,
+        "percentage_of_winning_trades": won / closed * 100 if closed else None,
+        "avg_bars_held": _finite(_dig(analysis, "len", "average")) if closed else None,
+    }
+
+
+def compute(result: dict[str, Any]) -> dict[str, float | None]:
+    """All 14 metrics for one engine result, in the contract's order."""
+    values = return_metrics(result["daily_returns"]) | trade_metrics(result["trade_analyzer"])
+    return {name: values[name] for name in METRICS}
+
+
+def per_symbol(result: dict[str, Any]) -> list[dict[str, Any]]:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for trade in result["trades"]:
+        groups[trade["symbol"]].append(trade)
+    rows = []
+    for symbol, bars in result["bars"].items():
+        trades = groups.get(symbol, [])
+        wins = sum(1 for t in trades if t["total"] > 0)
+        rows.append(
+            {
+                "symbol": symbol,
+                "bars": bars,
+                "trades": len(trades),
+                "gross_pnl": sum(t["gross_pnl"] for t in trades),
+                "net_pnl": sum(t["total"] for t in trades),
+                "percentage_of_winning_trades": wins / len(trades) * 100 if trades else None,
+            }
+        )
+    return rows
+
+
+def report_hash(*, statistics: dict[str, Any], result: dict[str, Any]) -> str:
+    """SHA-256 over the report's content; equal inputs (version, data, parameters) give equal hashes."""
+    body = {
+        "statistics": statistics,
+        "trades": result["trades"],
+        "equity": result["equity"],
+        "final_value": result["final_value"],
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -1,0 +1,54 @@
+import polars as pl
+import pytest
+
+from backtests.dryrun import walk
+from evidence.models import Symbol
+from evidence.services import bars_import
+
+SMA_CROSS = '''
+class SmaCross(bt.Strategy):
+    params = (("fast", 5), ("slow", 20), ("size", 10))
+
+    def __init__(self):
+        self.cross = bt.ind.CrossOver(bt.ind.SMA(self.data.close, period=self.p.fast),
+                                      bt.ind.SMA(self.data.close, period=self.p.slow))
+
+    def next(self):
+        if not self.position and self.cross[0] > 0:
+            self.buy(size=self.p.size)
+        elif self.position and self.cross[0] < 0:
+            self.close()
+'''
+
+
+def frame_of(data: dict) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "ts": pl.Series(data["ts_us"], dtype=pl.Int64).cast(pl.Datetime("us", "UTC")),
+            **{k: data[k] for k in ("open", "high", "low", "close", "volume")},
+        }
+    )
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_and_store(settings, tmp_path):
+    settings.LEROY_DATA_DIR = str(tmp_path / "data")
+    settings.LEROY_SANDBOX_CPU_SECONDS = 10
+    settings.LEROY_SANDBOX_WALL_SECONDS = 30
+    settings.LEROY_SANDBOX_MEMORY_MB = 768
+
+
+def import_walk(ticker: str, *, bars: int = 120, seed: int = 7) -> Symbol:
+    bars_import(ticker=ticker, frequency="1d", frame=frame_of(walk(ticker, bars=bars, seed=seed)), asset_class="crypto",
+                name=f"{ticker[:3]}/{ticker[3:]}")
+    return Symbol.objects.get(ticker=ticker)
+
+
+@pytest.fixture
+def coin(db) -> Symbol:
+    return import_walk("TSTUSD")
+
+
+@pytest.fixture
+def other_coin(db) -> Symbol:
+    return import_walk("XAUUSD", seed=11)

@@ -1,0 +1,261 @@
+from datetime import date, timedelta
+
+import pytest
+import time_machine
+
+from backtests import services
+from backtests.models import DryRunPass, Optimization, OptimizationRun, Report, Status, Strategy
+from billing.models import Transfer
+from billing.selectors import credit_usage
+from leroy.clock import now
+from tests.backtests.conftest import SMA_CROSS
+
+pytestmark = pytest.mark.django_db
+
+SIM = {"initial_cash": 100_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
+OPT_SIM = {"initial_cash": 100_000.0, "commission_schema": {"commission": 0.0, "leverage": 1.0}, "buy_on_close": False}
+
+
+def saved(owner, code: str = SMA_CROSS) -> Strategy:
+    DryRunPass.objects.create(user=owner, code_sha256=services.code_sha256(code), created_at=now())
+    return services.strategy_create(user=owner, name="SMA", code=code)
+
+
+def submit(owner, strategy, coin, capture, **overrides):
+    kwargs = dict(
+        user=owner,
+        strategy_id=str(strategy.pk),
+        data_ids=[str(coin.pk)],
+        frequency="1d",
+        start_date=date(2024, 1, 1),
+        end_date=date(2024, 12, 31),
+        parameters={},
+        simulation=SIM,
+    ) | overrides
+    with capture(execute=True):
+        report = services.backtest_submit(**kwargs)
+    report.refresh_from_db()
+    return report
+
+
+def test_dry_run_records_a_pass_and_saves_no_strategy(owner):
+    outcome = services.dry_run(user=owner, code=SMA_CROSS)
+
+    assert outcome.success is True
+    assert outcome.result["bars"] == {"DRYA": 260, "DRYB": 260}
+    assert set(outcome.result["statistics"]) == set(services.statistics.METRICS)
+    assert Strategy.objects.exists() is False
+    assert DryRunPass.objects.filter(user=owner, code_sha256=services.code_sha256(SMA_CROSS)).count() == 1
+
+
+def test_failed_dry_run_reports_the_error_and_records_nothing(owner):
+    outcome = services.dry_run(user=owner, code="class X(bt.Strategy):\n    def next(self):\n        1 / 0\n")
+
+    assert outcome.success is False
+    assert outcome.error == {"code": "execution_error", "message": "ZeroDivisionError: division by zero", "line": 3}
+    assert DryRunPass.objects.exists() is False
+
+
+def test_create_requires_a_dry_run_of_the_exact_code(owner):
+    with pytest.raises(services.BacktestError) as caught:
+        services.strategy_create(user=owner, name="SMA", code=SMA_CROSS)
+
+    assert caught.value.code == "dry_run_required"
+    assert Strategy.objects.exists() is False
+
+
+def test_update_creates_an_immutable_version_and_keeps_history(owner):
+    first = saved(owner)
+
+    second = services.strategy_update(user=owner, strategy_id=str(first.pk), name="SMA v2")
+
+    first.refresh_from_db()
+    assert (first.is_current, second.is_current) == (False, True)
+    assert (second.lineage, second.revision, second.previous_id) == (first.lineage, 2, first.pk)
+    assert (first.name, first.code) == ("SMA", SMA_CROSS)
+    assert second.code == SMA_CROSS
+    with pytest.raises(services.BacktestError) as caught:
+        services.strategy_update(user=owner, strategy_id=str(first.pk), name="stale")
+    assert caught.value.code == "strategy_superseded"
+    assert caught.value.details == {"current_id": str(second.pk)}
+    assert Strategy.objects.count() == 2
+
+
+def test_update_with_new_code_requires_its_dry_run(owner):
+    first = saved(owner)
+
+    with pytest.raises(services.BacktestError) as caught:
+        services.strategy_update(user=owner, strategy_id=str(first.pk), code=SMA_CROSS + "\n# changed\n")
+
+    assert caught.value.code == "dry_run_required"
+    assert Strategy.objects.count() == 1
+
+
+def test_backtest_completes_settles_credits_and_is_deterministic(owner, coin, django_capture_on_commit_callbacks):
+    strategy = saved(owner)
+
+    first = submit(owner, strategy, coin, django_capture_on_commit_callbacks)
+    second = submit(owner, strategy, coin, django_capture_on_commit_callbacks)
+
+    assert first.status == Status.COMPLETED
+    assert first.error is None
+    assert len(first.trades) >= 1
+    assert first.statistics["realized_pnl"] == pytest.approx(sum(t["total"] for t in first.trades))
+    assert first.diagnostics["sandbox_layers"] == sorted(services.sandbox.ALL_LAYERS | {"process"})
+    assert len(first.data_version) == 64
+    assert (second.data_version, second.report_hash) == (first.data_version, first.report_hash)
+    assert first.credits_charged == 10
+    usage = credit_usage(user=owner)
+    assert (usage["credits_consumed"], usage["credits_remaining"]) == (20, 980)
+
+
+def test_failing_strategy_fails_the_report_and_voids_credits(owner, coin, django_capture_on_commit_callbacks):
+    code = "class Boom(bt.Strategy):\n    def next(self):\n        x = 1 / 0\n"
+    strategy = saved(owner, code)
+
+    report = submit(owner, strategy, coin, django_capture_on_commit_callbacks)
+
+    assert report.status == Status.FAILED
+    assert report.error["code"] == "execution_error"
+    assert report.error["line"] == 3
+    assert report.statistics is None
+    usage = credit_usage(user=owner)
+    assert (usage["credits_consumed"], usage["credits_remaining"]) == (0, 1000)
+
+
+def test_unknown_parameter_fails_the_run_with_a_clear_error(owner, coin, django_capture_on_commit_callbacks):
+    report = submit(owner, saved(owner), coin, django_capture_on_commit_callbacks, parameters={"nope": 3})
+
+    assert report.status == Status.FAILED
+    assert report.error["code"] == "unknown_parameter"
+    assert "nope" in report.error["message"]
+
+
+def test_missing_frequency_is_refused_at_submission_without_charge(owner, coin, django_capture_on_commit_callbacks):
+    with pytest.raises(services.BacktestError) as caught:
+        submit(owner, saved(owner), coin, django_capture_on_commit_callbacks, frequency="1h")
+
+    assert caught.value.code == "frequency_unavailable"
+    assert Report.objects.exists() is False
+    assert Transfer.objects.filter(reference__startswith="backtest:").exists() is False
+
+
+def test_insufficient_credits_creates_nothing(owner, coin, settings, django_capture_on_commit_callbacks):
+    settings.LEROY_BACKTEST_CREDITS = 5000
+
+    with pytest.raises(services.BacktestError) as caught:
+        submit(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+
+    assert caught.value.code == "insufficient_credits"
+    assert Report.objects.exists() is False
+
+
+def test_worker_lost_mid_run_fails_the_report_and_voids_credits(owner, coin, django_capture_on_commit_callbacks):
+    # given a report a worker claimed (EXECUTING) and then died in, so the broker redelivers its task
+    with django_capture_on_commit_callbacks(execute=False):
+        report = services.backtest_submit(
+            user=owner, strategy_id=str(saved(owner).pk), data_ids=[str(coin.pk)], frequency="1d",
+            start_date=date(2024, 1, 1), end_date=date(2024, 12, 31), parameters={}, simulation=SIM,
+        )  # fmt: skip
+    Report.objects.filter(pk=report.pk).update(status=Status.EXECUTING, started_at=now())
+
+    # when the redelivered task runs
+    services.backtest_execute(report_id=str(report.pk))
+
+    # then the run fails instead of running twice, and the hold is released
+    report.refresh_from_db()
+    assert report.status == Status.FAILED
+    assert report.error["code"] == "worker_lost"
+    assert credit_usage(user=owner)["credits_remaining"] == 1000
+
+
+def test_reaper_fails_stale_executing_reports(owner, coin, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        report = services.backtest_submit(
+            user=owner, strategy_id=str(saved(owner).pk), data_ids=[str(coin.pk)], frequency="1d",
+            start_date=date(2024, 1, 1), end_date=date(2024, 12, 31), parameters={}, simulation=SIM,
+        )  # fmt: skip
+    Report.objects.filter(pk=report.pk).update(status=Status.EXECUTING, started_at=now())
+
+    assert services.stale_jobs_reap(older_than=timedelta(minutes=5)) == 0
+    with time_machine.travel(now() + timedelta(minutes=10)):
+        assert services.stale_jobs_reap(older_than=timedelta(minutes=5)) == 1
+
+    report.refresh_from_db()
+    assert (report.status, report.error["code"]) == (Status.FAILED, "worker_lost")
+    assert credit_usage(user=owner)["credits_remaining"] == 1000
+
+
+def optimization(owner, strategy, coin, capture, *, execute=True, **overrides):
+    kwargs = dict(
+        user=owner, strategy_id=str(strategy.pk), name="grid", data_ids=[str(coin.pk)], frequency="1d",
+        start=now().replace(year=2024, month=1, day=1), end=now().replace(year=2024, month=12, day=31),
+        grids=[{"name": "fast", "min": 3, "max": 5, "step": 1}, {"name": "slow", "min": 10, "max": 20, "step": 10}],
+        parameters={"size": 5}, simulation_parameters=OPT_SIM, target_metric="realized_pnl",
+        target_direction="maximize", additional_metrics=[], use_free_optimization=False,
+    ) | overrides  # fmt: skip
+    with capture(execute=execute):
+        result = services.optimization_submit(**kwargs)
+    result.refresh_from_db()
+    return result
+
+
+def test_grid_points_are_exact_and_keep_integers():
+    points = services.grid_points([{"name": "a", "min": 0.1, "max": 0.3, "step": 0.1}, {"name": "b", "min": 1, "max": 2, "step": 1}])
+
+    assert points == [{"a": 0.1, "b": 1}, {"a": 0.1, "b": 2}, {"a": 0.2, "b": 1}, {"a": 0.2, "b": 2},
+                      {"a": 0.3, "b": 1}, {"a": 0.3, "b": 2}]  # fmt: skip
+
+
+def test_optimization_runs_every_point_and_charges_them(owner, coin, django_capture_on_commit_callbacks):
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+
+    assert (result.status, result.total_iterations, result.completed_iterations) == (Status.COMPLETED, 6, 6)
+    runs = list(OptimizationRun.objects.filter(optimization=result))
+    assert [r.parameters for r in runs][:2] == [{"fast": 3, "slow": 10}, {"fast": 3, "slow": 20}]
+    assert all(set(r.statistics) == set(services.statistics.METRICS) for r in runs)
+    assert result.credits_charged == 30
+    assert credit_usage(user=owner)["credits_remaining"] == 970
+
+
+def test_cancel_mid_optimization_stops_the_rest_and_refunds_exactly(owner, coin, django_capture_on_commit_callbacks):
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
+    runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
+    assert credit_usage(user=owner)["credits_remaining"] == 970  # 6 points x 5 credits reserved
+
+    services.optimization_point_execute(run_id=runs[0].pk)
+    services.optimization_point_execute(run_id=runs[1].pk)
+    cancelled = services.optimization_cancel(user=owner, optimization_id=str(result.pk))
+    for run in runs[2:]:
+        services.optimization_point_execute(run_id=run.pk)  # the queued tasks arrive after the cancel
+
+    assert (cancelled.status, cancelled.completed_iterations, cancelled.credits_charged) == (Status.CANCELLED, 2, 10)
+    statuses = list(OptimizationRun.objects.filter(optimization=result).values_list("status", flat=True))
+    assert statuses == [Status.COMPLETED] * 2 + [Status.CANCELLED] * 4
+    usage = credit_usage(user=owner)
+    assert (usage["credits_consumed"], usage["credits_remaining"]) == (10, 990)
+    with pytest.raises(services.BacktestError) as caught:
+        services.optimization_cancel(user=owner, optimization_id=str(result.pk))
+    assert caught.value.code == "not_cancellable"
+
+
+def test_free_optimization_reserves_no_credits(owner, coin, django_capture_on_commit_callbacks):
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, use_free_optimization=True)
+
+    assert (result.status, result.credits_reserved, result.credits_charged) == (Status.COMPLETED, 0, 0)
+    usage = credit_usage(user=owner)
+    assert (usage["credits_remaining"], usage["free_optimizations_remaining"]) == (1000, 0)
+    with pytest.raises(services.BacktestError) as caught:
+        optimization(owner, Strategy.objects.get(), coin, django_capture_on_commit_callbacks, use_free_optimization=True)
+    assert caught.value.code == "no_free_optimizations"
+    assert Optimization.objects.count() == 1
+
+
+def test_other_accounts_cannot_use_a_strategy(owner, outsider, coin, django_capture_on_commit_callbacks):
+    strategy = saved(owner)
+
+    with pytest.raises(services.BacktestError) as caught:
+        submit(outsider, strategy, coin, django_capture_on_commit_callbacks)
+
+    assert caught.value.code == "strategy_not_found"
+    assert Report.objects.exists() is False
