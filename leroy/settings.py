@@ -263,3 +263,5 @@ LEROY_SANDBOX_OUTPUT_BYTES = int(env_str("LEROY_SANDBOX_OUTPUT_BYTES", str(32 * 
 LEROY_SANDBOX_BWRAP = env_str("LEROY_SANDBOX_BWRAP", "auto")  # auto: use bubblewrap when it works here; off
 LEROY_BACKTEST_CREDITS = int(env_str("LEROY_BACKTEST_CREDITS", "10"))
 LEROY_OPTIMIZATION_POINT_CREDITS = int(env_str("LEROY_OPTIMIZATION_POINT_CREDITS", "5"))
+LEROY_MARKET_DATA_URL = env_str("LEROY_MARKET_DATA_URL", "https://api.tiingo.com")  # a Tiingo-compatible API
+LEROY_MARKET_DATA_TOKEN = env_str("LEROY_MARKET_DATA_TOKEN")
