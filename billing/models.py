@@ -4,6 +4,8 @@ The database enforces the invariants: no overdraw (CHECK), one transfer per idem
 transfer resolves at most once (partial UNIQUE), and transfers are append-only (trigger on PostgreSQL).
 """
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
@@ -152,6 +154,20 @@ class UsageEvent(models.Model):
         return self.included_qty + self.overage_qty
 
 
+class AppendOnly(Exception):
+    pass
+
+
+class TransferQuerySet(models.QuerySet["Transfer"]):
+    """The ORM side of append-only (the PostgreSQL trigger is the database side; SQLite relies on this)."""
+
+    def update(self, **kwargs: Any) -> int:
+        raise AppendOnly("transfers are append-only; post a correcting transfer instead")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise AppendOnly("transfers are append-only; post a correcting transfer instead")
+
+
 class Transfer(models.Model):
     """An immutable movement of `amount` units from one ledger account to another."""
 
@@ -174,6 +190,8 @@ class Transfer(models.Model):
     )
     occurred_at = models.DateTimeField()
 
+    objects = TransferQuerySet.as_manager()
+
     class Meta:
         ordering = ["occurred_at", "pk"]
         constraints = [
@@ -192,6 +210,14 @@ class Transfer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.code} {self.amount} {self.unit} #{self.pk}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnly("transfers are append-only; post a correcting transfer instead")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnly("transfers are append-only; post a correcting transfer instead")
 
 
 class StripeCustomer(models.Model):
