@@ -180,9 +180,11 @@ async def test_use_is_recorded_at_most_once_a_minute(mcp_http, owner):
 def test_bearer_credentials_are_ignored_on_non_mcp_routes(owner, path, kind):
     owner.is_staff = owner.is_superuser = True
     owner.save()
-    token = issue(owner, scope="mcp:read mcp:write") if kind == "oauth" else services.api_key_create(
-        user=owner, name="k", write=True
-    ).plaintext
+    token = (
+        issue(owner, scope="mcp:read mcp:write")
+        if kind == "oauth"
+        else services.api_key_create(user=owner, name="k", write=True).plaintext
+    )
     browser = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
 
     response = browser.get(path) if path in {"/account/", "/admin/"} else browser.post(path, {"name": "x"})
