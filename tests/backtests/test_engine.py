@@ -1,0 +1,90 @@
+import sys
+import types
+
+import backtrader as bt
+import pandas as pd
+
+from backtests import sandbox
+from backtests.dryrun import walk
+from tests.backtests.conftest import SMA_CROSS
+
+PAIR_CODE = '''
+class Rotate(bt.Strategy):
+    params = (("period", 15),)
+
+    def __init__(self):
+        self.roc = [bt.ind.ROC(d.close, period=self.p.period) for d in self.datas]
+
+    def next(self):
+        best = self.datas[0] if self.roc[0][0] >= self.roc[1][0] else self.datas[1]
+        for data in self.datas:
+            held = self.getposition(data).size
+            if data is best and not held:
+                self.buy(data=data, size=7)
+            elif data is not best and held:
+                self.close(data=data)
+'''
+
+
+class Closed(bt.Analyzer):
+    def start(self):
+        self.rows = []
+
+    def notify_trade(self, trade):
+        if trade.isclosed:
+            self.rows.append((trade.data._name, bt.num2date(trade.dtopen).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                              bt.num2date(trade.dtclose).strftime("%Y-%m-%dT%H:%M:%SZ"), trade.price, trade.pnl,
+                              trade.pnlcomm, trade.barlen))
+
+    def get_analysis(self):
+        return self.rows
+
+
+def direct(code, datas, simulation, parameters):
+    """The same source run by plain Backtrader in this process with its stock pandas feed."""
+    module = types.ModuleType("direct_strategy")
+    sys.modules[module.__name__] = module  # backtrader's metaclass looks the class's module up there
+    namespace = module.__dict__
+    namespace["bt"] = bt
+    exec(code, namespace)  # noqa: S102 - our own test source
+    strategy = next(v for v in namespace.values() if isinstance(v, type) and issubclass(v, bt.Strategy) and v is not bt.Strategy)
+    cerebro = bt.Cerebro(stdstats=False)
+    for data in datas:
+        frame = pd.DataFrame({k: data[k] for k in ("open", "high", "low", "close", "volume")},
+                             index=pd.to_datetime(data["ts_us"], unit="us"))
+        cerebro.adddata(bt.feeds.PandasData(dataname=frame), name=data["name"])
+    cerebro.addstrategy(strategy, **parameters)
+    cerebro.broker.setcash(simulation["initial_cash"])
+    cerebro.broker.setcommission(commission=simulation["commission"], leverage=simulation["leverage"])
+    cerebro.broker.set_coc(simulation["buy_on_close"])
+    cerebro.addanalyzer(Closed, _name="closed")
+    (result,) = cerebro.run()
+    return cerebro.broker.getvalue(), result.analyzers.closed.get_analysis()
+
+
+def sandboxed(code, datas, simulation, parameters):
+    outcome = sandbox.run_job(source=code, datas=datas, simulation=simulation, parameters=parameters)
+    assert outcome.ok is True, outcome.error
+    trades = [(t["symbol"], t["entry_time"], t["exit_time"], t["entry_price"], t["gross_pnl"], t["total"],
+               t["bars_held"]) for t in outcome.result["trades"]]
+    return outcome.result["final_value"], trades
+
+
+def test_sandboxed_run_equals_direct_backtrader_exactly():
+    datas = [walk("ONE", bars=400)]
+    simulation = {"initial_cash": 50_000.0, "commission": 0.001, "leverage": 1.0, "buy_on_close": False}
+
+    value, trades = sandboxed(SMA_CROSS, datas, simulation, {"fast": 7})
+
+    assert (value, trades) == direct(SMA_CROSS, datas, simulation, {"fast": 7})
+    assert len(trades) >= 5
+
+
+def test_multi_data_buy_on_close_run_equals_direct_backtrader_exactly():
+    datas = [walk("ONE", bars=300), walk("TWO", bars=300)]
+    simulation = {"initial_cash": 20_000.0, "commission": 0.0005, "leverage": 2.0, "buy_on_close": True}
+
+    value, trades = sandboxed(PAIR_CODE, datas, simulation, {})
+
+    assert (value, trades) == direct(PAIR_CODE, datas, simulation, {})
+    assert {t[0] for t in trades} == {"ONE", "TWO"}
