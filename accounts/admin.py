@@ -1,6 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.db.models import QuerySet
 from django.http import HttpRequest
+from oauth2_provider import admin as oauth_admin
+from oauth2_provider.models import AccessToken, Grant, RefreshToken
 
 from accounts.models import ApiKey, User
 
@@ -28,3 +31,42 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # keys are issued by the owner (shown once) or by `manage.py issue_api_key`
+
+
+class _ReadOnlyTokenAdmin:
+    """Issued credentials are facts: staff may view and revoke them, never edit them."""
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        opts = self.opts  # type: ignore[attr-defined]
+        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
+
+
+class OAuthAccessTokenAdmin(_ReadOnlyTokenAdmin, oauth_admin.AccessTokenAdmin):
+    list_display = ("pk", "user", "application", "scope", "expires", "updated")
+
+    @admin.action(description="Revoke selected access tokens (and their refresh tokens)", permissions=["revoke"])
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[AccessToken]) -> None:
+        super().revoke_tokens(request, queryset)
+
+
+class OAuthRefreshTokenAdmin(_ReadOnlyTokenAdmin, oauth_admin.RefreshTokenAdmin):
+    list_display = ("pk", "user", "application", "token_family", "created", "revoked")
+    list_filter = ("application", "revoked")
+
+    @admin.action(description="Revoke selected refresh tokens (and their access tokens)", permissions=["revoke"])
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[RefreshToken]) -> None:
+        super().revoke_tokens(request, queryset)
+
+
+class OAuthGrantAdmin(_ReadOnlyTokenAdmin, oauth_admin.GrantAdmin):
+    pass
+
+
+# DOT registers its own admins on import; Leroy's read-only ones replace them.
+admin.site.unregister([AccessToken, RefreshToken, Grant])
+admin.site.register(AccessToken, OAuthAccessTokenAdmin)
+admin.site.register(RefreshToken, OAuthRefreshTokenAdmin)
+admin.site.register(Grant, OAuthGrantAdmin)

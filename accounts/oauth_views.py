@@ -50,8 +50,9 @@ class McpAuthorizationView(AuthorizationView):
 
     def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         # Consent is never skipped on the client's say-so (approval_prompt=auto).
-        request.GET = request.GET.copy()
-        request.GET.pop("approval_prompt", None)
+        query = request.GET.copy()
+        query.pop("approval_prompt", None)
+        request.GET = query  # type: ignore[assignment]
         return _harden(super().get(request, *args, **kwargs))
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
