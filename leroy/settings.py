@@ -250,10 +250,6 @@ LOGGING = {
     },
 }
 
-# Plan figures quoted to anonymous callers (billing's Plan rows are the system of record once configured).
-LEROY_FREE_MONTHLY_LOOKUPS = 100
-LEROY_OVERAGE_MICROS_PER_LOOKUP = 10_000  # $0.01
-
 # Backtests: the sandbox child's limits (notes/backtesting.md §3) and credit prices.
 LEROY_SANDBOX_UID = int(env_str("LEROY_SANDBOX_UID", "61000"))
 LEROY_SANDBOX_CPU_SECONDS = int(env_str("LEROY_SANDBOX_CPU_SECONDS", "120"))

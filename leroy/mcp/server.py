@@ -4,6 +4,7 @@ import json
 from importlib.metadata import version
 from typing import Annotated, Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver import Context, MCPServer
@@ -39,7 +40,7 @@ def _register(mcp: MCPServer, spec: ToolSpec) -> None:
         principal = transport.principal_of(get_access_token())
         # The transport already refused these over HTTP; this guards in-process callers too.
         if spec.access == "subscriber" and principal is None:
-            payload, challenge = transport.subscription_required(spec)
+            payload, challenge = await sync_to_async(transport.subscription_required)(spec)
             return _result(payload, is_error=True, meta={"mcp/www_authenticate": [challenge]})
         if principal is not None and spec.scope not in principal.scopes:
             payload, challenge = transport.insufficient_scope(spec)

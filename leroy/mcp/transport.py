@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from accounts import oauth
 from accounts import services as account_services
+from billing import selectors as billing_selectors
 from leroy.clock import now
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
 
@@ -43,7 +44,7 @@ def bearer_challenge(*, error: str | None = None, description: str | None = None
 
 
 def subscription_required(spec: ToolSpec) -> tuple[dict[str, Any], str]:
-    """The structured payload and challenge for an anonymous call of a subscriber tool."""
+    """The structured payload and challenge for an anonymous call of a subscriber tool (reads the plans: sync)."""
     origin = settings.LEROY_PUBLIC_ORIGIN
     challenge = bearer_challenge(description=f"{spec.name} requires a Leroy API key or OAuth access token")
     payload = {
@@ -56,11 +57,7 @@ def subscription_required(spec: ToolSpec) -> tuple[dict[str, Any], str]:
             "tool": spec.name,
             "sign_up_url": origin + reverse("accounts:signup"),
             "account_url": origin + reverse("accounts:account"),
-            "pricing": {
-                "free_plan_usd_per_month": 0,
-                "free_included_lookups_per_month": settings.LEROY_FREE_MONTHLY_LOOKUPS,
-                "paid_overage_usd_per_lookup": settings.LEROY_OVERAGE_MICROS_PER_LOOKUP / 1_000_000,
-            },
+            "pricing": billing_selectors.plan_pricing(),
             "free_alternatives": sorted(s.name for s in REGISTRY.values() if s.access == "public"),
         }
     }
@@ -292,7 +289,7 @@ class McpTransport:
         if spec is None or (header_name is not None and header_name != name):
             return False  # unknown tools and header/body mismatches are the SDK's to answer
         if spec.access == "subscriber" and token is None:
-            payload, challenge = subscription_required(spec)
+            payload, challenge = await sync_to_async(subscription_required)(spec)
             status = 401
         elif token is not None and spec.scope not in token.scopes:
             payload, challenge = insufficient_scope(spec)
