@@ -1,0 +1,239 @@
+import pytest
+from asgiref.sync import sync_to_async
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from backtests.models import Report, Strategy
+from leroy.mcp.registry import load_tools
+from tests.backtests.conftest import SMA_CROSS, import_walk
+from tests.conftest import MCP_URL
+
+pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
+
+MODERN = "2026-07-28"
+TOOLS = {
+    "get_strategy_documentation": "mcp:read", "list_strategies": "mcp:read", "get_strategy": "mcp:read",
+    "create_strategy": "mcp:write", "update_strategy": "mcp:write", "run_dry_run_backtest": "mcp:read",
+    "list_symbols": "mcp:read", "search_symbols_by_name": "mcp:read", "get_symbol": "mcp:read",
+    "get_market_data_sample": "mcp:read", "download_market_data": "mcp:write", "run_backtest": "mcp:write",
+    "list_reports": "mcp:read", "get_report": "mcp:read", "list_report_trades": "mcp:read",
+    "wait_for_reports": "mcp:read", "run_optimization": "mcp:write", "list_optimizations": "mcp:read",
+    "get_optimization": "mcp:read", "get_latest_optimization_by_strategy": "mcp:read",
+    "wait_for_optimization": "mcp:read", "list_optimization_results": "mcp:read", "cancel_optimization": "mcp:write",
+}  # fmt: skip
+
+
+def client(mcp_http, key):
+    return Client(streamable_http_client(MCP_URL, http_client=mcp_http(key)), mode=MODERN)
+
+
+async def ok(session, name, arguments):
+    result = await session.call_tool(name, arguments)
+    assert result.is_error is False, result.content[0].text
+    return result.structured_content
+
+
+async def refused(session, name, arguments):
+    result = await session.call_tool(name, arguments)
+    assert result.is_error is True
+    return result.content[0].text, result.structured_content
+
+
+def test_the_contract_tools_are_registered_for_subscribers_with_their_scopes():
+    specs = {name: spec for name, spec in load_tools().items() if name in TOOLS}
+
+    assert {name: spec.scope for name, spec in specs.items()} == TOOLS
+    assert {spec.access for spec in specs.values()} == {"subscriber"}
+    assert {n for n, s in specs.items() if s.metering == "credits"} == {
+        "run_backtest", "run_optimization", "cancel_optimization"
+    }  # fmt: skip
+
+
+async def test_agent_authors_dry_runs_saves_versions_and_backtests(mcp_http, owner, write_key):
+    coin = await sync_to_async(import_walk)("TSTUSD")
+    async with client(mcp_http, write_key) as session:
+        docs = await ok(session, "get_strategy_documentation", {})
+        assert "No imports" in docs["documentation"]
+        code, payload = await refused(session, "create_strategy", {"name": "SMA", "code": SMA_CROSS})
+        assert payload["error"]["code"] == "dry_run_required"
+
+        dry = await ok(session, "run_dry_run_backtest", {"code": SMA_CROSS})
+        assert dry["success"] is True
+        assert dry["result"]["bars"] == {"DRYA": 260, "DRYB": 260}
+        created = await ok(session, "create_strategy", {"name": "SMA", "code": SMA_CROSS, "description": "cross"})
+        updated = await ok(session, "update_strategy", {"id": created["id"], "name": "SMA 2"})
+        listing = await ok(session, "list_strategies", {})
+        fetched = await ok(session, "get_strategy", {"id": created["id"]})
+
+        assert [s["id"] for s in listing["items"]] == [updated["id"]]
+        assert "code" not in listing["items"][0]
+        assert (fetched["code"], fetched["is_current"]) == (SMA_CROSS, False)
+        assert [v["id"] for v in fetched["versions"]] == [created["id"], updated["id"]]
+
+        submitted = await ok(session, "run_backtest", {
+            "strategy_id": updated["id"], "data_ids": [str(coin.pk)], "frequency": "1d",
+            "start_date": "2024-01-01", "end_date": "2024-12-31", "parameters": [{"name": "fast", "value": 4}],
+        })  # fmt: skip
+        waited = await ok(session, "wait_for_reports", {"report_ids": [submitted["report_id"]]})
+        report = await ok(session, "get_report", {"id": submitted["report_id"]})
+        page = await ok(session, "list_report_trades", {"id": submitted["report_id"], "limit": 1})
+        reports = await ok(session, "list_reports", {"strategy_id": updated["id"]})
+
+    assert submitted["usage"]["credits_remaining"] == 990
+    assert waited["results"] == [{"report_id": submitted["report_id"], "status": "COMPLETED"}]
+    assert report["status"] == "COMPLETED"
+    assert report["parameters"] == [{"name": "fast", "value": 4}]
+    assert set(report["statistics"]) >= {"annualized_sharpe_ratio", "profit_factor", "avg_bars_held"}
+    assert report["per_symbol"][0]["symbol"] == "TSTUSD"
+    assert report["determinism"]["strategy_version_id"] == updated["id"]
+    assert len(report["chart_data"]["equity_curve"]) == 120
+    assert page["total"] == report["trade_count"] and page["has_next"] is (report["trade_count"] > 1)
+    assert page["items"] == report["recent_trades"][:1] or report["trade_count"] > 20
+    assert [r["id"] for r in reports["items"]] == [submitted["report_id"]]
+
+
+async def test_read_only_key_cannot_save_or_spend(mcp_http, owner, api_key):
+    async with mcp_http(api_key) as http:
+        response = await http.post(
+            "/api/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                  "params": {"name": "run_backtest", "arguments": {}}},
+            headers={"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"},
+        )  # fmt: skip
+
+    assert response.status_code == 403
+    assert await Report.objects.aexists() is False
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "fragment"),
+    [
+        ("search_symbols_by_name", {"symbol_name": "AAPL"}, "symbolName"),
+        ("list_strategies", {"limit": 51}, "less than or equal to 50"),
+        ("list_symbols", {"limit": 0}, "greater than or equal to 1"),
+        ("list_symbols", {"asset_class": "bond"}, "asset_class"),
+        ("get_market_data_sample", {"id": "1", "frequency": "1d", "limit": 10001}, "10000"),
+        ("get_market_data_sample", {"id": "1", "frequency": "1m"}, "frequency"),
+        ("get_market_data_sample", {"id": "1", "frequency": "1d", "start_date": "2024-02-30"}, "day is out of range"),
+        ("get_market_data_sample", {"id": "1", "frequency": "1d", "end_date": "2024/01/05"}, "ISO 8601"),
+        ("download_market_data", {"symbol": "AAPL", "frequency": "5m"}, "1d only"),
+        ("download_market_data", {"symbol": "   ", "frequency": "1d"}, "must not be empty"),
+        ("run_backtest", {"strategy_id": "x", "data_ids": [], "frequency": "1d", "start_date": "2024-01-01",
+                          "end_date": "2024-02-01"}, "at least 1 item"),
+        ("run_backtest", {"strategy_id": "x", "data_ids": ["1"], "frequency": "0d", "start_date": "2024-01-01",
+                          "end_date": "2024-02-01"}, "pattern"),
+        ("run_backtest", {"strategy_id": "x", "data_ids": ["1"], "frequency": "1d", "start_date": "2024-1-1",
+                          "end_date": "2024-02-01"}, "YYYY-MM-DD"),
+        ("list_report_trades", {"id": "x", "limit": 201}, "200"),
+        ("list_optimizations", {"limit": 101}, "100"),
+        ("list_optimization_results", {"id": "x", "sort_by": "best"}, "sort_by"),
+        ("wait_for_reports", {"report_ids": []}, "at least 1 item"),
+        ("wait_for_reports", {"reportIds": ["a"]}, "report_ids"),
+    ],
+)
+async def test_contract_validation_is_refused_in_band(mcp_http, owner, write_key, name, arguments, fragment):
+    async with client(mcp_http, write_key) as session:
+        text, _ = await refused(session, name, arguments)
+
+    assert fragment in text
+
+
+def optimization_args(strategy_id, data_id, **overrides):
+    return {
+        "strategy_id": strategy_id, "name": "grid", "data_ids": [data_id], "frequency": "1d",
+        "start_date": "2024-01-01", "end_date": "2024-12-31T23:59:59Z",
+        "grids": [{"name": "fast", "min": 3, "max": 6, "step": 1}],
+        "parameters": [{"name": "size", "value": 2}], "target_metric": "realized_pnl", "target_direction": "maximize",
+    } | overrides  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"grids": []}, "at least 1 item"),
+        ({"grids": [{"name": n, "min": 1, "max": 2, "step": 1} for n in "abc"]}, "at most 2 items"),
+        ({"grids": [{"name": "fast", "min": 5, "max": 3, "step": 1}]}, "max must be >= min"),
+        ({"grids": [{"name": "fast", "min": 1, "max": 3, "step": 0}]}, "greater than 0"),
+        ({"target_metric": "best_return"}, "target_metric"),
+        ({"target_direction": "up"}, "target_direction"),
+        ({"simulation_parameters": {"initial_cash": 1000, "buy_on_close": False}}, "commission_schema"),
+        ({"simulation_parameters": {"initial_cash": 1000, "commission_schema": {"commission": 0, "leverage": 1},
+                                    "buy_on_close": False, "lookahead": 1}}, "lookahead"),
+        ({"data_ids": [str(i) for i in range(11)]}, "at most 10 items"),
+        ({"start_date": "2024-13-01"}, "month must be in 1..12"),
+    ],
+)
+async def test_optimization_validation_is_refused_in_band(mcp_http, owner, write_key, overrides, fragment):
+    async with client(mcp_http, write_key) as session:
+        text, _ = await refused(session, "run_optimization", optimization_args("x", "1", **overrides))
+
+    assert fragment in text
+
+
+async def test_agent_optimizes_reads_results_and_cannot_cancel_a_finished_grid(mcp_http, owner, write_key):
+    coin = await sync_to_async(import_walk)("TSTUSD")
+    async with client(mcp_http, write_key) as session:
+        await ok(session, "run_dry_run_backtest", {"code": SMA_CROSS})
+        strategy = await ok(session, "create_strategy", {"name": "SMA", "code": SMA_CROSS})
+        started = await ok(session, "run_optimization", optimization_args(strategy["id"], str(coin.pk)))
+        waited = await ok(session, "wait_for_optimization", {"id": started["optimization_id"]})
+        detail = await ok(session, "get_optimization", {"id": started["optimization_id"]})
+        latest = await ok(session, "get_latest_optimization_by_strategy", {"strategy_id": strategy["id"]})
+        ranked = await ok(session, "list_optimization_results", {"id": started["optimization_id"], "limit": 3})
+        by_iteration = await ok(session, "list_optimization_results",
+                                {"id": started["optimization_id"], "sort_by": "iteration", "skip": 3})
+        listing = await ok(session, "list_optimizations", {})
+        _, cancel = await refused(session, "cancel_optimization", {"id": started["optimization_id"]})
+
+    assert (started["success"], started["total_iterations"], started["credits_reserved"]) == (True, 4, 20)
+    assert (waited["status"], waited["completed_iterations"], waited["failed_iterations"]) == ("COMPLETED", 4, 0)
+    assert "best" not in str(sorted(detail)) and "top" not in detail
+    assert detail["simulation_parameters"] == {
+        "initial_cash": 100000, "commission_schema": {"commission": 0, "leverage": 1}, "buy_on_close": False
+    }  # fmt: skip
+    assert latest["optimization"]["id"] == started["optimization_id"]
+    pnl = [item["statistics"]["realized_pnl"] for item in ranked["items"]]
+    assert pnl == sorted(pnl, reverse=True)
+    assert (ranked["sort_by"], ranked["descending"], ranked["has_next"]) == ("realized_pnl", True, True)
+    assert [item["iteration"] for item in by_iteration["items"]] == [4]
+    assert by_iteration["has_next"] is False
+    assert listing["items"][0]["progress"] == 1.0
+    assert cancel["error"]["code"] == "not_cancellable"
+
+
+async def test_symbols_are_found_by_pair_forms_and_names(mcp_http, owner, api_key):
+    gold = await sync_to_async(import_walk)("XAUUSD")
+    await sync_to_async(import_walk)("TSTUSD")
+    async with client(mcp_http, api_key) as session:
+        found = {q: await ok(session, "search_symbols_by_name", {"symbolName": q}) for q in ("XAU/USD", "XAUUSD", "gold", "xau")}
+        listed = await ok(session, "list_symbols", {"limit": 1})
+        own = await ok(session, "list_symbols", {"is_global": False})
+        symbol = await ok(session, "get_symbol", {"id": str(gold.pk)})
+        sample = await ok(session, "get_market_data_sample", {
+            "id": str(gold.pk), "frequency": "1d", "limit": 3, "end_date": "2024-01-05"})
+        _, missing = await refused(session, "get_symbol", {"id": "999999"})
+
+    for query, result in found.items():
+        assert [item["symbol"] for item in result["items"]] == ["XAUUSD"], query
+    assert (listed["total"], listed["has_next"], len(listed["items"])) == (2, True, 1)
+    assert own["items"] == []
+    assert (symbol["name"], symbol["asset_class"], symbol["data_availability"]) == ("XAU/USD", "crypto", {"1d": True})
+    assert [p["timestamp"] for p in sample["points"]] == ["2024-01-03T00:00:00Z", "2024-01-04T00:00:00Z", "2024-01-05T00:00:00Z"]
+    assert sample["csv_resource"]["text"].splitlines()[0] == "timestamp,open,high,low,close,volume"
+    assert len(sample["csv_resource"]["text"].splitlines()) == 4
+    assert missing["error"]["code"] == "not_found"
+
+
+async def test_outsider_sees_none_of_the_owners_strategies(mcp_http, owner, outsider):
+    from accounts import services as accounts
+
+    strategy = await Strategy.objects.acreate(
+        user=owner, name="mine", code=SMA_CROSS, code_sha256="x", created_at="2026-01-01T00:00:00Z"
+    )
+    key = (await sync_to_async(accounts.api_key_create)(user=outsider, name="o")).plaintext
+    async with client(mcp_http, key) as session:
+        _, payload = await refused(session, "get_strategy", {"id": str(strategy.pk)})
+        listing = await ok(session, "list_strategies", {})
+
+    assert payload["error"]["code"] == "not_found"
+    assert listing["items"] == []
