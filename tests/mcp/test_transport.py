@@ -135,7 +135,10 @@ async def test_anonymous_subscriber_call_gets_401_with_subscription_payload(mcp_
 
     assert response.status_code == 401
     challenge = response.headers["www-authenticate"]
-    assert challenge.startswith('Bearer realm="leroy"')
+    assert challenge == (
+        'Bearer realm="leroy", error_description="probe_whoami requires a Leroy API key or OAuth access token", '
+        'resource_metadata="http://127.0.0.1:8000/.well-known/oauth-protected-resource/api/mcp", scope="mcp:read"'
+    )
     body = response.json()
     assert body["id"] == 7
     result = body["result"]
@@ -182,7 +185,11 @@ async def test_unknown_or_malformed_bearer_gets_401_with_challenge(mcp_http, key
         )
 
     assert response.status_code == 401
-    assert response.headers["www-authenticate"].startswith('Bearer realm="leroy", error="invalid_token"')
+    assert response.headers["www-authenticate"] == (
+        'Bearer realm="leroy", error="invalid_token", '
+        'error_description="The bearer credential is unknown, revoked or expired", '
+        'resource_metadata="http://127.0.0.1:8000/.well-known/oauth-protected-resource/api/mcp", scope="mcp:read"'
+    )
 
 
 async def test_revoked_key_is_refused_on_the_next_call(mcp_http, owner, api_key):
