@@ -1,0 +1,117 @@
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from backtests import providers
+from evidence.models import BarPartition, Symbol
+
+pytestmark = pytest.mark.django_db
+
+DAILY = [
+    {"date": f"2024-01-0{d}T00:00:00.000Z", "open": 10.0 + d, "high": 12.0 + d, "low": 9.0 + d, "close": 11.0 + d,
+     "volume": 1000 * d, "adjClose": 1.0}
+    for d in (2, 3, 4)
+]  # fmt: skip
+FX = [
+    {"date": f"2024-01-02T0{h}:00:00.000Z", "ticker": "xauusd", "open": 2000.0 + h, "high": 2001.0 + h,
+     "low": 1999.0 + h, "close": 2000.5 + h}
+    for h in range(4)
+]  # fmt: skip
+
+
+class FakeTiingo(BaseHTTPRequestHandler):
+    requests: list[tuple[str, dict, str]] = []
+    status = 200
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        FakeTiingo.requests.append((url.path, query, self.headers.get("Authorization", "")))
+        body = {
+            "/tiingo/daily/aapl/prices": DAILY,
+            "/tiingo/fx/xauusd/prices": FX,
+            "/tiingo/crypto/prices": [{"ticker": "btcusd", "priceData": [dict(r, volume=5.0) for r in FX]}],
+        }.get(url.path)
+        status = FakeTiingo.status if body is not None else 404
+        payload = json.dumps(body if status == 200 else {"detail": "no"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def tiingo(settings):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeTiingo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    FakeTiingo.requests, FakeTiingo.status = [], 200
+    settings.LEROY_MARKET_DATA_URL = f"http://127.0.0.1:{server.server_address[1]}"
+    settings.LEROY_MARKET_DATA_TOKEN = "test-token"
+    yield FakeTiingo
+    server.shutdown()
+    server.server_close()
+
+
+def test_equity_daily_history_is_downloaded_into_the_bar_store_and_then_reused(tiingo):
+    first = providers.market_data_download(symbol=" aapl ", frequency="1d", asset_class="equity")
+    second = providers.market_data_download(symbol="AAPL", frequency="1d", asset_class="equity")
+
+    symbol = Symbol.objects.get(ticker="AAPL")
+    assert first == {
+        "symbol_id": str(symbol.pk), "symbol": "AAPL", "name": "AAPL", "reused": False, "frequency": "1d", "rows": 3,
+        "first_timestamp": "2024-01-02T00:00:00Z", "last_timestamp": "2024-01-04T00:00:00Z",
+    }  # fmt: skip
+    assert second == {"symbol_id": str(symbol.pk), "symbol": "AAPL", "name": "AAPL", "reused": True}
+    assert tiingo.requests == [("/tiingo/daily/aapl/prices", {"startDate": "1900-01-01"}, "Token test-token")]
+    assert symbol.frequencies == ["1d"]
+
+
+def test_metal_pair_is_stored_compact_and_named_as_a_pair(tiingo):
+    result = providers.market_data_download(symbol="XAU/USD", frequency="1h", asset_class="forex")
+
+    symbol = Symbol.objects.get(ticker="XAUUSD")
+    assert (result["symbol"], result["name"], result["rows"]) == ("XAUUSD", "XAU/USD", 4)
+    assert (symbol.asset_class, symbol.currency, symbol.frequencies) == ("forex", "USD", ["1h"])
+    assert tiingo.requests[0][1] == {"startDate": "1900-01-01", "resampleFreq": "1hour"}
+
+
+def test_crypto_pair_reads_the_price_data_of_the_answer(tiingo):
+    result = providers.market_data_download(symbol="BTC-USD", frequency="1h", asset_class="crypto")
+
+    assert (result["symbol"], result["rows"]) == ("BTCUSD", 4)
+    assert tiingo.requests[0][:2] == ("/tiingo/crypto/prices",
+                                      {"startDate": "1900-01-01", "tickers": "btcusd", "resampleFreq": "1hour"})
+
+
+@pytest.mark.parametrize(
+    ("status", "symbol", "code"), [(500, "AAPL", "provider_error"), (200, "MSFT", "symbol_unknown")]
+)
+def test_provider_failures_store_nothing(tiingo, status, symbol, code):
+    tiingo.status = status
+
+    with pytest.raises(providers.DownloadError) as caught:
+        providers.market_data_download(symbol=symbol, frequency="1d", asset_class="equity")
+
+    assert caught.value.code == code
+    assert Symbol.objects.exists() is False
+    assert BarPartition.objects.exists() is False
+
+
+def test_unconfigured_provider_and_bad_symbols_are_refused_before_any_request(settings):
+    settings.LEROY_MARKET_DATA_TOKEN = ""
+
+    with pytest.raises(providers.DownloadError) as unconfigured:
+        providers.market_data_download(symbol="AAPL", frequency="1d", asset_class="equity")
+    with pytest.raises(providers.DownloadError) as not_a_pair:
+        providers.market_data_download(symbol="GOLD", frequency="1h", asset_class="forex")
+
+    assert unconfigured.value.code == "provider_not_configured"
+    assert not_a_pair.value.code == "invalid_symbol"
