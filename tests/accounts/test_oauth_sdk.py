@@ -27,6 +27,8 @@ from tests.accounts.conftest import hidden_inputs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+MODERN = "2026-07-28"
+
 
 class MemoryStorage:
     def __init__(self) -> None:
@@ -73,79 +75,100 @@ def live_origin(transactional_db: None, settings) -> Iterator[str]:
     sock.close()
 
 
-@pytest.mark.parametrize("auth_method", [None, "client_secret_post"])
-def test_sdk_connects_by_oauth_refreshes_and_is_cut_off_by_disconnect(live_origin: str, owner: User, auth_method):
-    signed_in = Client()
-    signed_in.force_login(owner)
-    browser = httpx2.Client(base_url=live_origin, cookies={"sessionid": signed_in.cookies["sessionid"].value})
-    seen: dict[str, str] = {}
-    consent_allowed = True
+class Agent:
+    """An MCP client using the SDK's OAuth provider; its "user" consents in a signed-in browser session."""
 
-    async def redirect_handler(authorization_url: str) -> None:
-        if not consent_allowed:
+    def __init__(self, origin: str, owner: User, auth_method: str | None = None) -> None:
+        signed_in = Client()
+        signed_in.force_login(owner)
+        self.origin = origin
+        self.browser = httpx2.Client(base_url=origin, cookies={"sessionid": signed_in.cookies["sessionid"].value})
+        self.consents = 0
+        self.consent_allowed = True
+        self.location = ""
+        self.provider = OAuthClientProvider(
+            server_url=origin + "/api/mcp",
+            storage=MemoryStorage(),
+            client_metadata=OAuthClientMetadata(
+                client_name="SDK Test Agent",
+                redirect_uris=["http://127.0.0.1:1/callback"],
+                token_endpoint_auth_method=auth_method,
+            ),
+            redirect_handler=self.redirect_handler,
+            callback_handler=self.callback_handler,
+        )
+
+    async def redirect_handler(self, authorization_url: str) -> None:
+        if not self.consent_allowed:
             raise ConsentWithheld(authorization_url)
+        await anyio.to_thread.run_sync(self.press_authorize, authorization_url)
 
-        def press_authorize() -> None:
-            page = browser.get(authorization_url)
-            assert page.status_code == 200, page.text
-            assert "“SDK Test Agent”" in page.text
-            form = hidden_inputs(page.text) | {"allow": "Authorize"}
-            seen["location"] = browser.post(authorization_url, data=form).headers["location"]
+    def press_authorize(self, authorization_url: str) -> None:
+        page = self.browser.get(authorization_url)
+        assert page.status_code == 200, page.text
+        assert "“SDK Test Agent”" in page.text
+        form = hidden_inputs(page.text) | {"allow": "Authorize"}
+        self.location = self.browser.post(authorization_url, data=form).headers["location"]
+        self.consents += 1
 
-        await anyio.to_thread.run_sync(press_authorize)
-
-    async def callback_handler() -> AuthorizationCodeResult:
-        params = dict(parse_qsl(urlsplit(seen["location"]).query))
+    async def callback_handler(self) -> AuthorizationCodeResult:
+        params = dict(parse_qsl(urlsplit(self.location).query))
         return AuthorizationCodeResult(code=params["code"], state=params["state"], iss=params["iss"])
 
-    provider = OAuthClientProvider(
-        server_url=live_origin + "/api/mcp",
-        storage=MemoryStorage(),
-        client_metadata=OAuthClientMetadata(
-            client_name="SDK Test Agent",
-            redirect_uris=["http://127.0.0.1:1/callback"],
-            token_endpoint_auth_method=auth_method,
-        ),
-        redirect_handler=redirect_handler,
-        callback_handler=callback_handler,
-    )
+    @property
+    def tokens(self) -> OAuthToken:
+        assert self.provider.context.current_tokens is not None
+        return self.provider.context.current_tokens
 
-    async def session() -> tuple[str, str]:
-        async with (
-            httpx2.AsyncClient(auth=provider) as http,
-            McpClient(streamable_http_client(live_origin + "/api/mcp", http_client=http), mode="2026-07-28") as mcp,
-        ):
-            first = await mcp.call_tool("probe_whoami", {})  # 401 → discovery → registration → consent → code
-            first_tokens = provider.context.current_tokens
-            provider.context.token_expiry_time = time.time() - 1  # the SDK refreshes only on its own clock
-            second = await mcp.call_tool("probe_whoami", {})
-        assert first.is_error is False and second.is_error is False
-        assert first.structured_content["email"] == second.structured_content["email"] == "alice@example.com"
-        assert first.structured_content["scopes"] == ["mcp:read"]
-        assert first_tokens is not None and provider.context.current_tokens is not None
-        assert provider.context.current_tokens.refresh_token != first_tokens.refresh_token
-        return first_tokens.refresh_token or "", provider.context.current_tokens.access_token
+    def expire_locally(self) -> None:
+        self.provider.context.token_expiry_time = time.time() - 1  # the SDK refreshes only on its own clock
 
-    first_refresh, access_token = anyio.run(session)
+    def whoami(self) -> dict[str, object]:
+        async def call() -> dict[str, object]:
+            async with (
+                httpx2.AsyncClient(auth=self.provider) as http,
+                McpClient(streamable_http_client(self.origin + "/api/mcp", http_client=http), mode=MODERN) as mcp,
+            ):
+                result = await mcp.call_tool("probe_whoami", {})
+            assert result.is_error is False, result
+            return result.structured_content or {}
 
+        return anyio.run(call)
+
+
+@pytest.mark.parametrize("auth_method", [None, "client_secret_post"])
+def test_sdk_connects_by_oauth_refreshes_and_is_cut_off_by_disconnect(live_origin: str, owner: User, auth_method):
+    agent = Agent(live_origin, owner, auth_method)
+
+    first = agent.whoami()  # 401 → discovery → registration → consent → code exchange → retried call
+    first_tokens = agent.tokens
+    agent.expire_locally()
+    second = agent.whoami()
+
+    assert first["email"] == second["email"] == "alice@example.com"
+    assert first["scopes"] == ["mcp:read"]
+    assert agent.consents == 1
+    assert agent.tokens.refresh_token != first_tokens.refresh_token
     application = Application.objects.get()
+    assert first["client_id"] == f"oauth:{application.client_id}"
     assert application.name == "SDK Test Agent"
     assert application.client_type == "public"
     assert RefreshToken.objects.filter(revoked__isnull=False).count() == 1  # the first, rotated away
     assert AccessToken.objects.count() == 1
 
-    account = browser.get("/account/")
-    assert "SDK Test Agent" in account.text
-    disconnected = browser.post(
+    assert "SDK Test Agent" in agent.browser.get("/account/").text
+    disconnected = agent.browser.post(
         f"/account/clients/{application.client_id}/disconnect/",
-        data={"csrfmiddlewaretoken": browser.cookies["csrftoken"]},
+        data={"csrfmiddlewaretoken": agent.browser.cookies["csrftoken"]},
     )
     assert disconnected.status_code == 302
-    consent_allowed = False
 
     refused = httpx2.post(
         live_origin + "/api/mcp",
-        headers={"Authorization": f"Bearer {access_token}", "Accept": "application/json, text/event-stream"},
+        headers={
+            "Authorization": f"Bearer {agent.tokens.access_token}",
+            "Accept": "application/json, text/event-stream",
+        },
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
     )
     assert refused.status_code == 401
@@ -153,19 +176,33 @@ def test_sdk_connects_by_oauth_refreshes_and_is_cut_off_by_disconnect(live_origi
         f'resource_metadata="{live_origin}/.well-known/oauth-protected-resource/api/mcp"'
         in (refused.headers["www-authenticate"])
     )
-    assert httpx2.post(
-        live_origin + "/oauth/token/",
-        data={"grant_type": "refresh_token", "refresh_token": first_refresh, "client_id": application.client_id},
-    ).json() == {"error": "invalid_grant"}
-
-    async def after_disconnect() -> None:
-        async with (
-            httpx2.AsyncClient(auth=provider) as http,
-            McpClient(streamable_http_client(live_origin + "/api/mcp", http_client=http), mode="2026-07-28") as mcp,
-        ):
-            await mcp.call_tool("probe_whoami", {})
-
-    # The SDK's stored token is dead: its next call is refused and it must ask the user to consent again.
+    # The SDK's stored tokens are dead: its next call is refused and it must ask the user to consent again.
+    agent.consent_allowed = False
     with pytest.RaisesGroup(ConsentWithheld):
-        anyio.run(after_disconnect)
-    browser.close()
+        agent.whoami()
+    agent.browser.close()
+
+
+def test_replayed_refresh_token_kills_the_sdk_session_until_the_user_consents_again(live_origin: str, owner: User):
+    agent = Agent(live_origin, owner)
+    agent.whoami()
+    stolen = agent.tokens.refresh_token
+    agent.expire_locally()
+    agent.whoami()
+
+    replay = httpx2.post(
+        live_origin + "/oauth/token/",
+        data={
+            "grant_type": "refresh_token",
+            "refresh_token": stolen,
+            "client_id": agent.provider.context.client_info.client_id,
+        },
+    )
+
+    assert replay.status_code == 400
+    assert replay.json() == {"error": "invalid_grant"}
+    assert AccessToken.objects.count() == 0
+    assert agent.whoami()["email"] == "alice@example.com"  # 401 → failed refresh → full flow → consent
+    assert agent.consents == 2
+    assert Application.objects.count() == 1  # the SDK re-used its registration
+    agent.browser.close()
