@@ -1,0 +1,96 @@
+"""Backtest overhead: Leroy's sandboxed path vs a plain in-process Backtrader run of the same strategy and bars.
+
+The baseline, measured in the same run, is the SMA-cross source executed directly with the real `backtrader`
+module and its stock pandas feed. Leroy's path is what a worker does per backtest: a fresh sandbox child
+(every available layer), the list-backed feed, the analyzers, and the statistics. Prints one line.
+
+    .venv/bin/python bench/backtest_overhead.py [--bars 2516] [--repeats 3]
+"""
+
+import argparse
+import os
+import sys
+import time
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
+os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
+
+import django  # noqa: E402
+
+django.setup()
+
+import backtrader as bt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from backtests import sandbox, statistics  # noqa: E402
+from backtests.dryrun import walk  # noqa: E402
+
+SMA_CROSS = """
+class SmaCross(bt.Strategy):
+    params = (("fast", 10), ("slow", 30))
+
+    def __init__(self):
+        self.cross = bt.ind.CrossOver(bt.ind.SMA(self.data.close, period=self.p.fast),
+                                      bt.ind.SMA(self.data.close, period=self.p.slow))
+
+    def next(self):
+        if not self.position and self.cross[0] > 0:
+            self.buy(size=100)
+        elif self.position and self.cross[0] < 0:
+            self.close()
+"""
+SIMULATION = {"initial_cash": 1_000_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
+
+
+def direct(data: dict) -> float:
+    module = types.ModuleType("bench_strategy")
+    sys.modules[module.__name__] = module
+    module.__dict__["bt"] = bt
+    exec(SMA_CROSS, module.__dict__)  # noqa: S102 - the bench's own source
+    frame = pd.DataFrame(
+        {k: data[k] for k in ("open", "high", "low", "close", "volume")}, index=pd.to_datetime(data["ts_us"], unit="us")
+    )
+    cerebro = bt.Cerebro(stdstats=False)
+    cerebro.adddata(bt.feeds.PandasData(dataname=frame))
+    cerebro.addstrategy(module.SmaCross)
+    cerebro.broker.setcash(SIMULATION["initial_cash"])
+    cerebro.run()
+    return cerebro.broker.getvalue()
+
+
+def leroy(data: dict) -> tuple[float, list[str]]:
+    outcome = sandbox.run_job(source=SMA_CROSS, datas=[data], simulation=SIMULATION, parameters={})
+    assert outcome.ok and outcome.result is not None, outcome.error
+    statistics.compute(outcome.result)
+    return outcome.result["final_value"], outcome.layers
+
+
+def best(func, data: dict, repeats: int) -> tuple[float, object]:
+    times, value = [], None
+    for _ in range(repeats):
+        began = time.perf_counter()
+        value = func(data)
+        times.append(time.perf_counter() - began)
+    return min(times), value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bars", type=int, default=2516)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    data = walk("BENCH", bars=args.bars)
+    direct_seconds, direct_value = best(direct, data, args.repeats)
+    leroy_seconds, (leroy_value, layers) = best(leroy, data, args.repeats)
+    assert leroy_value == direct_value, (leroy_value, direct_value)
+    print(
+        f"backtest_overhead bars={args.bars} direct={direct_seconds:.3f}s leroy_sandboxed={leroy_seconds:.3f}s "
+        f"ratio={leroy_seconds / direct_seconds:.2f}x final_value_equal=True layers={','.join(layers)}"
+    )
+
+
+if __name__ == "__main__":
+    main()
