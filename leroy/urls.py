@@ -14,6 +14,7 @@ urlpatterns = [
     path("", lambda request: redirect("accounts:account"), name="home"),
     path("account/", include("accounts.urls")),
     path("admin/", admin.site.urls),
+    path("", include("billing.urls")),
     path("", include("accounts.oauth_urls")),
     path(".well-known/mcp.json", server_card, name="mcp-json"),
     path(".well-known/mcp/server-card.json", server_card, name="mcp-server-card"),

@@ -1,0 +1,182 @@
+"""Finance exports of the ledger: one row per transfer, RFC 4180 CSV, money as 2-dp decimal strings."""
+
+import csv
+import hashlib
+import io
+from collections.abc import Iterable, Iterator
+from datetime import date
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+
+from billing.models import Code, ExportBatch, LedgerAccount, MeterReport, Period, StripeCustomer, Transfer
+from leroy.clock import now
+
+COLUMNS = (
+    "entry_id",
+    "posted_at_utc",
+    "occurred_at_utc",
+    "period",
+    "entry_type",
+    "unit",
+    "quantity",
+    "direction",
+    "debit_account",
+    "credit_account",
+    "account_id",
+    "stripe_customer_id",
+    "plan_code",
+    "unit_price_usd",
+    "amount_usd",
+    "currency",
+    "source_type",
+    "source_id",
+    "usage_event_id",
+    "client_request_id",
+    "pending_entry_id",
+    "reverses_entry_id",
+    "reason",
+    "created_by",
+    "stripe_meter_identifier",
+    "stripe_invoice_id",
+    "stripe_sync_status",
+    "export_batch_id",
+)
+# Cells a spreadsheet could read as a formula (OWASP CSV injection); only free text is escaped, never numbers.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+FREE_TEXT = {"debit_account", "credit_account", "source_id", "client_request_id", "reason", "created_by"}
+# Value returns to the account's balance (a grant, or a hold released).
+CREDIT_CODES = {Code.GRANT, Code.VOID}
+
+
+def month_start(month: str) -> date:
+    """`YYYY-MM` as the first day of that month; ValueError for anything else."""
+    year, _, number = month.partition("-")
+    if len(year) != 4 or len(number) != 2 or not (year + number).isdigit():
+        raise ValueError(f"month must be YYYY-MM, not {month!r}")
+    return date(int(year), int(number), 1)
+
+
+def usd(micros: int) -> str:
+    return str((Decimal(micros) / 1_000_000).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def escape(value: str) -> str:
+    return "'" + value if value.startswith(FORMULA_PREFIXES) else value
+
+
+def _zulu(value: Any) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def ledger_entries(period_start: date) -> QuerySet[Transfer]:
+    return (
+        Transfer.objects.filter(period_start=period_start)
+        .select_related("debit_account", "credit_account", "usage_event", "created_by")
+        .order_by("occurred_at", "pk")
+    )
+
+
+def _label(account: LedgerAccount) -> str:
+    return f"{account.user_id}:{account.unit}:{account.kind}"
+
+
+def ledger_rows(transfers: Iterable[Transfer], *, export_batch_id: int | None = None) -> Iterator[dict[str, Any]]:
+    """Export rows for `transfers` (one period), with Stripe and plan context looked up once per account."""
+    transfers = list(transfers)
+    user_ids = {t.debit_account.user_id for t in transfers}
+    customers = dict(StripeCustomer.objects.filter(user_id__in=user_ids).values_list("user_id", "customer_id"))
+    periods = {
+        (p.user_id, p.period_start): p
+        for p in Period.objects.filter(user_id__in=user_ids).select_related("plan")
+        if p.period_start in {t.period_start for t in transfers}
+    }
+    reports = {r.transfer_id: r for r in MeterReport.objects.filter(transfer__in=transfers)}
+    for t in transfers:
+        user_id = t.debit_account.user_id
+        period = periods.get((user_id, t.period_start))
+        rate = period.overage_micros_per_lookup if period and t.code == Code.OVERAGE else None
+        sign = -1 if t.code in CREDIT_CODES else 1
+        event = t.usage_event
+        report = reports.get(t.pk)
+        row = {
+            "entry_id": t.pk,
+            "posted_at_utc": _zulu(t.occurred_at),
+            "occurred_at_utc": _zulu(event.occurred_at if event else t.occurred_at),
+            "period": f"{t.period_start:%Y-%m}",
+            "entry_type": t.code,
+            "unit": t.unit,
+            "quantity": sign * t.amount,
+            "direction": "credit" if sign < 0 else "debit",
+            "debit_account": _label(t.debit_account),
+            "credit_account": _label(t.credit_account),
+            "account_id": user_id,
+            "stripe_customer_id": customers.get(user_id, ""),
+            "plan_code": period.plan.code if period else "",
+            "unit_price_usd": usd(rate) if rate is not None else "",
+            "amount_usd": usd(t.amount * rate) if rate is not None else usd(0),
+            "currency": "usd",
+            "source_type": "usage_event" if event else ("job" if t.reference else "period"),
+            "source_id": event.tool if event else t.reference,
+            "usage_event_id": event.pk if event else "",
+            "client_request_id": (event.client_request_id or "") if event else "",
+            "pending_entry_id": t.pending_id or "",
+            "reverses_entry_id": t.reverses_id or "",
+            "reason": t.reason,
+            "created_by": t.created_by.email if t.created_by else "",
+            "stripe_meter_identifier": report.identifier if report else "",
+            "stripe_invoice_id": "",
+            "stripe_sync_status": report.status if report else "",
+            "export_batch_id": export_batch_id or "",
+        }
+        yield {key: escape(value) if key in FREE_TEXT else value for key, value in row.items()}
+
+
+def write_csv(rows: Iterable[dict[str, Any]], out: io.TextIOBase | Any) -> None:
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\r\n")
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def totals_of(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Control totals per entry type: row count, quantity and amount (strings, exact)."""
+    totals: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        entry = totals.setdefault(row["entry_type"], {"rows": 0, "quantity": 0, "amount_usd": Decimal("0.00")})
+        entry["rows"] += 1
+        entry["quantity"] += row["quantity"]
+        entry["amount_usd"] += Decimal(row["amount_usd"])
+    return {code: {**entry, "amount_usd": str(entry["amount_usd"])} for code, entry in sorted(totals.items())}
+
+
+@transaction.atomic
+def ledger_export(*, month: str) -> tuple[ExportBatch, bytes]:
+    """Build the month's ledger CSV and record its manifest (row count, per-type totals, sha256)."""
+    start = month_start(month)
+    batch = ExportBatch.objects.create(
+        period_start=start, kind="ledger_entries", row_count=0, totals={}, sha256="", created_at=now()
+    )
+    rows = list(ledger_rows(ledger_entries(start), export_batch_id=batch.pk))
+    buffer = io.StringIO()
+    write_csv(rows, buffer)
+    body = buffer.getvalue().encode()
+    batch.row_count = len(rows)
+    batch.totals = totals_of(rows)
+    batch.sha256 = hashlib.sha256(body).hexdigest()
+    batch.save(update_fields=["row_count", "totals", "sha256"])
+    return batch, body
+
+
+def manifest_of(batch: ExportBatch, file_name: str) -> dict[str, Any]:
+    return {
+        "file": file_name,
+        "export_batch_id": batch.pk,
+        "kind": batch.kind,
+        "period": f"{batch.period_start:%Y-%m}",
+        "row_count": batch.row_count,
+        "totals": batch.totals,
+        "sha256": batch.sha256,
+        "created_at": _zulu(batch.created_at),
+    }

@@ -1,0 +1,57 @@
+"""Finance API (DRF): the month's ledger entries as paginated JSON or CSV, for staff."""
+
+import csv
+import io
+from typing import Any
+
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import IsAdminUser
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from billing import exports
+
+
+class CSVRenderer(BaseRenderer):
+    """The page's rows in the export's column order; an error renders as a one-cell `detail` CSV."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
+        buffer = io.StringIO()
+        if isinstance(data, dict) and "results" in data:
+            exports.write_csv(data["results"], buffer)
+        else:
+            writer = csv.writer(buffer, lineterminator="\r\n")
+            writer.writerows([["detail"], [exports.escape(str(data.get("detail", data)))]])
+        return buffer.getvalue().encode()
+
+
+class LedgerPagination(PageNumberPagination):
+    page_size = 500
+    page_size_query_param = "page_size"
+    max_page_size = 5000
+
+
+class FinanceLedgerView(APIView):
+    """GET /api/finance/ledger?month=YYYY-MM[&page=N][&format=csv]"""
+
+    authentication_classes = [SessionAuthentication]
+    permission_classes = [IsAdminUser]
+    renderer_classes = [JSONRenderer, CSVRenderer]
+
+    def get(self, request: Request) -> Response:
+        try:
+            start = exports.month_start(request.query_params.get("month", ""))
+        except ValueError as error:
+            raise ValidationError({"month": [str(error)]}) from error
+        paginator = LedgerPagination()
+        page = paginator.paginate_queryset(exports.ledger_entries(start), request, view=self)
+        assert page is not None
+        return paginator.get_paginated_response(list(exports.ledger_rows(page)))

@@ -1,0 +1,139 @@
+import csv
+import hashlib
+import io
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+import time_machine
+from django.core.management import CommandError, call_command
+from django.db import transaction
+from django.db.models import Sum
+
+from accounts import services as account_services
+from billing import services
+from billing.models import Code, ExportBatch, Plan, Transfer
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("august")]
+
+
+@pytest.fixture
+def august():
+    with time_machine.travel(datetime(2026, 8, 18, 14, 30, tzinfo=UTC), tick=False):
+        yield
+
+
+@pytest.fixture
+def activity(owner):
+    plan = Plan.objects.create(
+        code="metered-3", name="Metered 3", included_lookups=3, overage_allowed=True, monthly_credits=100
+    )
+    services.plan_assign(user=owner, plan=plan)
+    for n in range(5):
+        with transaction.atomic():
+            services.lookup_charge(
+                user=owner,
+                tool="evaluate_current_setup",
+                units=1,
+                request_fingerprint=f"fp{n}",
+                client_request_id=f'=HYPERLINK("http://evil")-{n}',
+            )
+    hold = services.credits_reserve(user=owner, amount=40, reference="-job-1")
+    services.credits_settle(hold_id=hold.pk, amount=25)
+    return owner
+
+
+def read(body: bytes) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(body.decode())))
+
+
+def test_export_command_writes_csv_and_manifest_that_reconcile_to_the_ledger(activity, tmp_path, capsys):
+    out = tmp_path / "ledger_entries_2026-08.csv"
+
+    call_command("export_ledger", "--month", "2026-08", "--out", str(out))
+
+    body = out.read_bytes()
+    rows = read(body)
+    manifest = json.loads((tmp_path / "ledger_entries_2026-08.csv.manifest.json").read_text())
+    assert manifest["sha256"] == hashlib.sha256(body).hexdigest()
+    assert manifest["row_count"] == len(rows) == Transfer.objects.count()
+    for code in (Code.CHARGE, Code.OVERAGE, Code.RESERVE, Code.POST):
+        in_csv = sum(int(r["quantity"]) for r in rows if r["entry_type"] == code)
+        assert in_csv == Transfer.objects.filter(code=code).aggregate(total=Sum("amount"))["total"]
+    assert manifest["totals"]["charge"] == {"rows": 3, "quantity": 3, "amount_usd": "0.00"}
+    assert manifest["totals"]["overage"] == {"rows": 2, "quantity": 2, "amount_usd": "0.02"}
+    assert sum(Decimal(r["amount_usd"]) for r in rows) == Decimal("0.02")
+    assert ExportBatch.objects.get().sha256 == manifest["sha256"]
+    assert {r["export_batch_id"] for r in rows} == {str(manifest["export_batch_id"])}
+
+
+def test_export_escapes_formula_like_text_but_not_numbers(activity, tmp_path):
+    out = tmp_path / "ledger.csv"
+    call_command("export_ledger", "--month", "2026-08", "--out", str(out))
+
+    rows = read(out.read_bytes())
+    charged = [r for r in rows if r["entry_type"] == "charge"]
+    assert charged[0]["client_request_id"] == '\'=HYPERLINK("http://evil")-0'
+    post = next(r for r in rows if r["entry_type"] == "post")
+    assert post["source_id"] == "'-job-1"
+    grant = next(r for r in rows if r["entry_type"] == "grant")
+    assert grant["quantity"].startswith("-")  # grants are credits: negative, and a number stays a number
+
+
+def test_export_rejects_a_bad_month_and_writes_nothing(tmp_path):
+    with pytest.raises(CommandError, match="YYYY-MM"):
+        call_command("export_ledger", "--month", "2026-8", "--out", str(tmp_path / "x.csv"))
+
+    assert not (tmp_path / "x.csv").exists()
+    assert ExportBatch.objects.count() == 0
+
+
+@pytest.fixture
+def staff(db):
+    user = account_services.user_create(email="finance@example.com", password="correct horse battery staple")
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    return user
+
+
+def test_finance_api_pages_json(activity, staff, client):
+    client.force_login(staff)
+
+    response = client.get("/api/finance/ledger", {"month": "2026-08", "page_size": 4})
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["count"] == Transfer.objects.count()
+    assert len(body["results"]) == 4
+    assert body["next"].endswith("month=2026-08&page=2&page_size=4")
+    assert [r["entry_id"] for r in body["results"]] == list(
+        Transfer.objects.order_by("occurred_at", "pk").values_list("pk", flat=True)[:4]
+    )
+
+
+def test_finance_api_renders_csv(activity, staff, client):
+    client.force_login(staff)
+
+    response = client.get("/api/finance/ledger", {"month": "2026-08", "format": "csv"})
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    rows = read(response.content)
+    assert len(rows) == Transfer.objects.count()
+    assert sum(Decimal(r["amount_usd"]) for r in rows) == Decimal("0.02")
+
+
+def test_finance_api_is_for_staff_only(activity, client):
+    assert client.get("/api/finance/ledger", {"month": "2026-08"}).status_code == 403
+    client.force_login(activity)
+    assert client.get("/api/finance/ledger", {"month": "2026-08"}).status_code == 403
+
+
+def test_finance_api_refuses_a_bad_month(staff, client):
+    client.force_login(staff)
+
+    response = client.get("/api/finance/ledger", {"month": "August"})
+
+    assert response.status_code == 400
+    assert "YYYY-MM" in response.json()["month"][0]
