@@ -1,0 +1,467 @@
+"""Market Memory build: a map over symbols (features -> states -> labels -> additive per-key partials) and a reduce
+(sum, prune, sort) into one immutable artifact directory whose identity is SHA-256 of its canonical manifest.
+
+Every statistic is an integer sum over int64 labels (1e-8 units) so rebuilds are byte-identical; distinct-session
+counts are computed inside a symbol partition and summed across symbols, which is exact because symbols are disjoint.
+"""
+
+import hashlib
+import json
+import shutil
+import sqlite3
+import subprocess
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from django.conf import settings
+
+from evidence import calendar, features, strategies
+from evidence.features import HORIZONS
+from evidence.models import BarPartition, Corpus, Symbol
+from evidence.selectors import bars_read
+from evidence.store import absolute, file_sha256, write_parquet_atomic
+
+SCHEMA_VERSION = 1
+TIER_NAMES = {
+    5: "exact_setup",
+    4: "cross_ticker_setup",
+    3: "signal_pattern",
+    2: "contextual_analogue",
+    1: "direction_only_baseline",
+    0: "no_comparable_evidence",
+}
+SYMBOL_BASELINE = 6  # per-symbol direction baseline: the lift reference for tier 5, never displayed as a match
+REGIME_TABLE = 7  # per regime bucket, for regime tools
+TIER_KEYS: dict[int, tuple[str, ...]] = {
+    5: ("symbol", "mask", "regime"),
+    4: ("mask", "regime"),
+    3: ("mask",),
+    2: ("regime", "band"),
+    1: (),
+    SYMBOL_BASELINE: ("symbol",),
+    REGIME_TABLE: ("regime",),
+}
+KEY_COLUMNS = ("period", "tier", "side", "horizon", "symbol", "mask", "regime", "band")
+SENTINEL: dict[str, Any] = {"symbol": "", "mask": -1, "regime": -1, "band": -1}
+KEY_SCHEMA: dict[str, Any] = {
+    "period": pl.Int8, "tier": pl.Int8, "side": pl.Int8, "horizon": pl.Int16,
+    "symbol": pl.String, "mask": pl.Int64, "regime": pl.Int8, "band": pl.Int8,
+}  # fmt: skip
+RESERVOIR_KEY_SCHEMA = {name: dtype for name, dtype in KEY_SCHEMA.items() if name != "horizon"}
+PERIODS = {0: "historical", 1: "forward_overlay"}
+SIDES = strategies.SIDES
+BAND_MAX = 4  # active-signal count band: 0, 1, 2, 3, 4+
+EXCURSION_LEVELS_BPS = (10, 25, 50, 100, 200)
+BPS = 10_000  # one basis point in label units (1e-8)
+RESERVOIR_SIZE = 5
+EXECUTION_BUCKET_MINUTES = 30
+STAT_COLUMNS = (
+    "n", "n_sessions", "sum_r", "n_win", "sum_pos", "sum_neg", "sum_fav", "sum_adv",
+    *[f"n_fav_{level}" for level in EXCURSION_LEVELS_BPS], *[f"n_adv_{level}" for level in EXCURSION_LEVELS_BPS],
+)  # fmt: skip
+
+
+class BuildError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything a build depends on; two builds with equal plans and equal code produce the same artifact."""
+
+    source: str
+    benchmark: str
+    through: str  # last session included (ISO date)
+    historical_through: str  # later sessions are the forward overlay
+    tickers: list[str]
+    overlay_tickers: list[str]
+    inputs: dict[str, list[str]]  # ticker -> SHA-256 of its 1m partitions, in year order
+    min_sessions: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_plan(*, through: date | None = None) -> BuildPlan:
+    corpus = Corpus.objects.select_related("benchmark").first()
+    if corpus is None:
+        raise BuildError("no corpus defined: load demo data or create a Corpus (benchmark, historical boundary)")
+    symbols = list(Symbol.objects.filter(partitions__frequency="1m").distinct().order_by("ticker"))
+    if corpus.benchmark not in symbols:
+        raise BuildError(f"benchmark {corpus.benchmark.ticker} has no 1m bars")
+    last_bar = max(BarPartition.objects.filter(frequency="1m").values_list("last_ts", flat=True), default=None)
+    assert last_bar is not None
+    last_complete = _last_completed_session()
+    end = min(last_bar.date(), last_complete)
+    if through is not None:
+        end = min(end, through)
+    end = calendar.xnys().date_to_session(end.isoformat(), direction="previous").date()
+    inputs = {
+        symbol.ticker: list(
+            BarPartition.objects.filter(symbol=symbol, frequency="1m").order_by("year").values_list("sha256", flat=True)
+        )
+        for symbol in symbols
+    }
+    sources = set(BarPartition.objects.filter(frequency="1m").values_list("source", flat=True))
+    return BuildPlan(
+        source="synthetic" if "synthetic" in sources else corpus.source,
+        benchmark=corpus.benchmark.ticker,
+        through=end.isoformat(),
+        historical_through=min(corpus.historical_through, end).isoformat(),
+        tickers=[s.ticker for s in symbols],
+        overlay_tickers=sorted(set(corpus.overlay_tickers) & {s.ticker for s in symbols}),
+        inputs=inputs,
+        min_sessions=settings.LEROY_MM_MIN_SESSIONS,
+    )
+
+
+def _last_completed_session() -> date:
+    """The latest session whose close is at or before leroy.clock.now()."""
+    from leroy.clock import now
+
+    moment = now()
+    cal = calendar.xnys()
+    session = cal.minute_to_past_session(moment.replace(second=0, microsecond=0), count=1).date()
+    return session
+
+
+def symbol_evidence_frame(ticker: str, plan: BuildPlan) -> pl.DataFrame:
+    """One symbol's point-in-time frame (features, states, regime, labels) through the plan's last session."""
+    through = date.fromisoformat(plan.through)
+    bars = bars_read(symbol=Symbol.objects.get(ticker=ticker), frequency="1m")
+    benchmark = (
+        bars
+        if ticker == plan.benchmark
+        else bars_read(symbol=Symbol.objects.get(ticker=plan.benchmark), frequency="1m")
+    )
+    return strategies.with_states(features.symbol_frame(bars, benchmark, through=through))
+
+
+def _stats_aggs() -> list[pl.Expr]:
+    r, fav, adv = pl.col("r"), pl.col("fav"), pl.col("adv")
+    return [
+        pl.len().cast(pl.Int64).alias("n"),
+        pl.col("session").n_unique().cast(pl.Int64).alias("n_sessions"),
+        r.sum().alias("sum_r"),
+        (r > 0).sum().cast(pl.Int64).alias("n_win"),
+        r.clip(lower_bound=0).sum().alias("sum_pos"),
+        (-r).clip(lower_bound=0).sum().alias("sum_neg"),
+        fav.sum().alias("sum_fav"),
+        adv.sum().alias("sum_adv"),
+        *[(fav >= level * BPS).sum().cast(pl.Int64).alias(f"n_fav_{level}") for level in EXCURSION_LEVELS_BPS],
+        *[(adv >= level * BPS).sum().cast(pl.Int64).alias(f"n_adv_{level}") for level in EXCURSION_LEVELS_BPS],
+    ]
+
+
+def _with_key(frame: pl.DataFrame, tier: int, schema: dict[str, Any] = KEY_SCHEMA) -> pl.DataFrame:
+    """Fill the key columns a tier does not use with sentinels and put the key columns first, in canonical order."""
+    fills = {name: pl.lit(value) for name, value in SENTINEL.items() if name not in TIER_KEYS[tier]}
+    return frame.with_columns(tier=pl.lit(tier), **fills).select(
+        *[pl.col(name).cast(dtype) for name, dtype in schema.items()],
+        *[c for c in frame.columns if c not in schema],
+    )
+
+
+def _rows(frame: pl.DataFrame, ticker: str, plan: BuildPlan) -> pl.DataFrame:
+    """Ready rows tagged with their period (historical, or overlay for the overlay universe); others dropped."""
+    boundary = date.fromisoformat(plan.historical_through)
+    in_overlay = ticker in plan.overlay_tickers
+    period = pl.when(pl.col("session") <= boundary).then(0).when(pl.lit(in_overlay)).then(1).otherwise(None)
+    return (
+        frame.filter(pl.col("ready"))
+        .with_columns(period=period.cast(pl.Int8), symbol=pl.lit(ticker))
+        .filter(pl.col("period").is_not_null())
+    )
+
+
+def _long(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per (ready row, side, horizon) with a mature label; returns side-oriented (sell = negated)."""
+    parts = []
+    for side_index, side in enumerate(SIDES):
+        sign = 1 if side == "buy" else -1
+        for h in HORIZONS:
+            fav = pl.col(f"hi_{h}") if side == "buy" else -pl.col(f"lo_{h}")
+            adv = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
+            parts.append(
+                rows.filter(pl.col(f"lbl_{h}").is_not_null()).select(
+                    "period", "symbol", "session", "ts", "regime",
+                    side=pl.lit(side_index, pl.Int8),
+                    horizon=pl.lit(h, pl.Int16),
+                    mask=pl.col(f"{side}_mask"),
+                    band=pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX)).cast(pl.Int8),
+                    r=pl.col(f"lbl_{h}") * sign,
+                    fav=fav,
+                    adv=adv,
+                )
+            )  # fmt: skip
+    return pl.concat(parts)
+
+
+def _reservoir_candidates(rows: pl.DataFrame) -> pl.DataFrame:
+    """Every ready row once per side, with its side-oriented labels for all horizons (nulls stay null)."""
+    parts = []
+    for side_index, side in enumerate(SIDES):
+        sign = 1 if side == "buy" else -1
+        labels = {}
+        for h in HORIZONS:
+            labels[f"r_{h}"] = pl.col(f"lbl_{h}") * sign
+            labels[f"fav_{h}"] = pl.col(f"hi_{h}") if side == "buy" else -pl.col(f"lo_{h}")
+            labels[f"adv_{h}"] = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
+        parts.append(
+            rows.select(
+                "period", "symbol", "session", "ts", "regime",
+                side=pl.lit(side_index, pl.Int8),
+                mask=pl.col(f"{side}_mask"),
+                band=pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX)).cast(pl.Int8),
+                **labels,
+            )
+        )  # fmt: skip
+    # A fixed pseudo-random order (hash of symbol and minute) keeps the reservoir deterministic and not biased in time.
+    return pl.concat(parts).with_columns(
+        pick=pl.struct("symbol", "ts").hash(seed=20260701),
+        row_symbol=pl.col("symbol"),
+        row_mask=pl.col("mask"),
+        row_regime=pl.col("regime"),
+    )
+
+
+def _reservoir(candidates: pl.DataFrame, tier: int) -> pl.DataFrame:
+    keys = ["period", "side", *TIER_KEYS[tier]]
+    chosen = candidates.sort("pick", "row_symbol", "ts").group_by(keys, maintain_order=True).head(RESERVOIR_SIZE)
+    return _with_key(chosen, tier, RESERVOIR_KEY_SCHEMA)
+
+
+def partial_dir(build_dir: Path, ticker: str) -> Path:
+    return build_dir / "partials" / ticker
+
+
+def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: Path) -> dict[str, int]:
+    """Map step for one symbol: stats, reservoir candidates, returns (for medians), coverage and execution."""
+    frame = symbol_evidence_frame(ticker, plan)
+    rows = _rows(frame, ticker, plan)
+    long = _long(rows)
+    stats = [
+        _with_key(long.group_by(["period", "side", "horizon", *keys]).agg(_stats_aggs()), tier)
+        for tier, keys in TIER_KEYS.items()
+    ]
+    candidates = _reservoir_candidates(rows)
+    reservoir = [_reservoir(candidates, tier) for tier in TIER_KEYS if tier <= 5]
+    coverage = rows.group_by("period").agg(
+        symbol=pl.lit(ticker),
+        ready_rows=pl.len().cast(pl.Int64),
+        first_session=pl.col("session").min(),
+        last_session=pl.col("session").max(),
+        **{f"label_rows_{h}": pl.col(f"lbl_{h}").is_not_null().sum().cast(pl.Int64) for h in HORIZONS},
+    )
+    historical = frame.filter(~pl.col("is_fill") & (pl.col("session") <= date.fromisoformat(plan.historical_through)))
+    execution = historical.group_by(
+        bucket=(pl.col("minute_of_session") // EXECUTION_BUCKET_MINUTES).cast(pl.Int16)
+    ).agg(
+        symbol=pl.lit(ticker),
+        n_bars=pl.len().cast(pl.Int64),
+        n_sessions=pl.col("session").n_unique().cast(pl.Int64),
+        sum_volume=pl.col("volume").round(0).cast(pl.Int64).sum(),
+        zero_volume_bars=(pl.col("volume") == 0).sum().cast(pl.Int64),
+    )
+    out = partial_dir(build_dir, ticker)
+    write_parquet_atomic(pl.concat(stats).sort(KEY_COLUMNS), out / "stats.parquet")
+    write_parquet_atomic(pl.concat(reservoir), out / "reservoir.parquet")
+    write_parquet_atomic(
+        long.select("period", "side", "horizon", "symbol", "mask", "regime", "band", "r"), out / "returns.parquet"
+    )
+    write_parquet_atomic(coverage.sort("period"), out / "coverage.parquet")
+    write_parquet_atomic(execution.sort("bucket"), out / "execution.parquet")
+    marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
+    (out / "done.json").write_text(canonical_json(marker).decode())
+    return {"rows": len(frame), "ready_rows": len(rows)}
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted keys, no whitespace, ASCII only, integers and strings only: equal to its RFC 8785 form."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+def plan_sha256(plan: BuildPlan) -> str:
+    return hashlib.sha256(canonical_json(plan.as_dict())).hexdigest()
+
+
+def code_commit() -> str:
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=5, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return result.stdout.strip()
+
+
+def _medians(build_dir: Path, tickers: list[str], served: pl.DataFrame) -> pl.DataFrame:
+    """Exact median return of each served key, from every symbol's mature returns (medians are not additive)."""
+    returns = pl.scan_parquet([partial_dir(build_dir, t) / "returns.parquet" for t in tickers])
+    parts = []
+    for tier, keys in TIER_KEYS.items():
+        group = ["period", "side", "horizon", *keys]
+        wanted = served.lazy().filter(pl.col("tier") == tier).select(group)
+        grouped = returns.join(wanted, on=group, how="semi").group_by(group).agg(median_r=pl.col("r").median())
+        parts.append(_with_key(grouped.collect(), tier))
+    return pl.concat(parts)
+
+
+def _coverage_block(coverage: pl.DataFrame, period: int) -> dict[str, Any]:
+    rows = coverage.filter(pl.col("period") == period)
+    if rows.is_empty():
+        return {"status": "empty", "symbols": 0, "ready_rows": 0}
+    first, last = rows.get_column("first_session").min(), rows.get_column("last_session").max()
+    ready = int(rows.get_column("ready_rows").sum())
+    block: dict[str, Any] = {
+        "status": "available",
+        "symbols": len(rows),
+        "ready_rows": ready,
+        "first_session": first.isoformat(),  # type: ignore[union-attr]
+        "last_session": last.isoformat(),  # type: ignore[union-attr]
+        "sessions": len(calendar.sessions_between(first, last)),  # type: ignore[arg-type]
+        "label_rows": {str(h): int(rows.get_column(f"label_rows_{h}").sum()) for h in HORIZONS},
+        "label_coverage_bps": {
+            str(h): int(rows.get_column(f"label_rows_{h}").sum()) * 10_000 // ready for h in HORIZONS
+        },
+    }
+    return block
+
+
+def _write_serving_file(path: Path, stats: pl.DataFrame, reservoir: pl.DataFrame, regimes: pl.DataFrame,
+                        execution: pl.DataFrame) -> None:  # fmt: skip
+    """A read-only SQLite file with WITHOUT ROWID primary keys; rows are inserted in key order for identical bytes."""
+    path.unlink(missing_ok=True)
+    db = sqlite3.connect(path)
+    try:
+        db.execute("PRAGMA journal_mode=OFF")
+        tables = {
+            "stats": (stats, KEY_COLUMNS),
+            "reservoir": (reservoir, (*RESERVOIR_KEY_SCHEMA, "rank")),
+            "regime_sessions": (regimes, ("session",)),
+            "execution": (execution, ("symbol", "bucket")),
+        }
+        for name, (frame, key) in tables.items():
+            columns = ", ".join(f'"{c}"' for c in frame.columns)
+            db.execute(f"CREATE TABLE {name} ({columns}, PRIMARY KEY ({', '.join(key)})) WITHOUT ROWID")
+            values = ", ".join("?" * len(frame.columns))
+            db.executemany(f"INSERT INTO {name} VALUES ({values})", frame.sort(list(key)).iter_rows())  # noqa: S608
+        db.commit()
+    finally:
+        db.close()
+
+
+def reduce_partials(plan: BuildPlan, build_dir: Path) -> tuple[Path, str, dict[str, Any]]:
+    """Sum the partials, prune keys below the minimum sample from the serving file, write and hash the artifact."""
+    tickers = plan.tickers
+    for ticker in tickers:
+        marker = partial_dir(build_dir, ticker) / "done.json"
+        expected = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
+        if not marker.exists() or json.loads(marker.read_text()) != expected:
+            raise BuildError(f"partial for {ticker} is missing or was built from other inputs")
+    read = lambda name: pl.concat(  # noqa: E731
+        [pl.read_parquet(partial_dir(build_dir, t) / name) for t in tickers], how="vertical_relaxed"
+    )
+    summed = read("stats.parquet").group_by(KEY_COLUMNS).agg([pl.col(c).sum() for c in STAT_COLUMNS])
+    # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
+    shown = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE]) | (pl.col("n_sessions") >= plan.min_sessions)
+    served = summed.filter(shown)
+    served = served.join(_medians(build_dir, tickers, served), on=KEY_COLUMNS, how="left").sort(KEY_COLUMNS)
+    key_counts = {
+        str(tier): {
+            "keys_built": int((summed.get_column("tier") == tier).sum()),
+            "keys_served": int((served.get_column("tier") == tier).sum()),
+        }
+        for tier in TIER_KEYS
+    }
+    stats = served
+    reservoir_keys = [*RESERVOIR_KEY_SCHEMA]
+    reservoir = (
+        read("reservoir.parquet")
+        .join(served.select(reservoir_keys).unique(), on=reservoir_keys, how="semi")
+        .sort([*reservoir_keys, "pick", "row_symbol", "ts"])
+        .group_by(reservoir_keys, maintain_order=True)
+        .head(RESERVOIR_SIZE)
+        .with_columns(rank=pl.int_range(pl.len()).over(reservoir_keys).cast(pl.Int8))
+        .drop("pick", "symbol_right", strict=False)
+    )
+    reservoir = reservoir.with_columns(
+        pl.col("ts").dt.to_string("%Y-%m-%dT%H:%M:%SZ"), pl.col("session").cast(pl.String)
+    )
+    coverage = read("coverage.parquet").sort("period", "symbol")
+    execution = read("execution.parquet").sort("symbol", "bucket")
+    through = date.fromisoformat(plan.through)
+    benchmark_bars = bars_read(symbol=Symbol.objects.get(ticker=plan.benchmark), frequency="1m")
+    regimes = (
+        features.regime_sessions(features.dense_minutes(benchmark_bars, through=through))
+        .filter(pl.col("trend").is_not_null() & pl.col("volatility").is_not_null())
+        .with_columns(pl.col("session").cast(pl.String))
+    )
+
+    staging = build_dir / "artifact"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    files: dict[str, pl.DataFrame] = {
+        **{f"tier{tier}.parquet": stats.filter(pl.col("tier") == tier) for tier in (5, 4, 3, 2, 1)},
+        "symbol_baseline.parquet": stats.filter(pl.col("tier") == SYMBOL_BASELINE),
+        "regimes.parquet": stats.filter(pl.col("tier") == REGIME_TABLE),
+        "regime_sessions.parquet": regimes,
+        "reservoir.parquet": reservoir,
+        "coverage.parquet": coverage,
+        "execution.parquet": execution,
+    }
+    listing: dict[str, dict[str, Any]] = {}
+    for name, frame in files.items():
+        sha = write_parquet_atomic(frame, staging / name)
+        listing[name] = {"sha256": sha, "bytes": (staging / name).stat().st_size, "rows": len(frame)}
+    _write_serving_file(staging / "serve.sqlite3", served, reservoir, regimes, execution)
+    listing["serve.sqlite3"] = {
+        "sha256": file_sha256(staging / "serve.sqlite3"),
+        "bytes": (staging / "serve.sqlite3").stat().st_size,
+        "rows": len(served),
+    }
+    identity = {"plan": plan.as_dict(), "features": features.FEATURE_VERSION,
+                "registry": strategies.registry_lineage()["registry_sha256"], "schema": SCHEMA_VERSION,
+                "code": code_commit()}  # fmt: skip
+    identity_sha = hashlib.sha256(canonical_json(identity)).hexdigest()
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "version": f"mm-{through:%Y%m%d}-{identity_sha[:12]}",
+        "data_as_of": plan.through,
+        "source": plan.source,
+        "corpus": {
+            "benchmark": plan.benchmark,
+            "historical_through": plan.historical_through,
+            "tickers": plan.tickers,
+            "overlay_tickers": plan.overlay_tickers,
+        },
+        "inputs": {"bars_1m": plan.inputs, "plan_sha256": plan_sha256(plan)},
+        "code_commit": identity["code"],
+        "features": features.describe(),
+        "registry": strategies.registry_lineage(),
+        "regime": features.REGIME_DEFINITION,
+        "calendar": calendar.calendar_lineage(),
+        "tiers": {str(tier): name for tier, name in TIER_NAMES.items()},
+        "min_sessions": plan.min_sessions,
+        "keys": key_counts,
+        "label_unit": "1e-8 of price (int64)",
+        "excursion_levels_bps": list(EXCURSION_LEVELS_BPS),
+        "reservoir_size": RESERVOIR_SIZE,
+        "coverage": {PERIODS[p]: _coverage_block(coverage, p) for p in PERIODS},
+        "execution": {"volume": "available", "spread": "absent: the bar data carries no quotes"},
+        "files": listing,
+    }
+    body = canonical_json(manifest)
+    (staging / "manifest.json").write_bytes(body)
+    sha = hashlib.sha256(body).hexdigest()
+    final = absolute(f"market_memory/{sha}")
+    if final.exists():
+        shutil.rmtree(staging)  # identical inputs already produced this artifact
+    else:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(final)
+    return final, sha, manifest

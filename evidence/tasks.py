@@ -1,0 +1,21 @@
+"""Celery tasks for the Market Memory build: ids in, one service call out."""
+
+from celery import shared_task
+
+from evidence import memory, services
+from evidence.models import MarketMemoryBuild
+
+
+@shared_task(acks_late=True, max_retries=2, default_retry_delay=30)
+def market_memory_symbol_task(build_id: int, ticker: str) -> None:
+    build = MarketMemoryBuild.objects.get(pk=build_id)
+    if build.status != "running":
+        return
+    # Partials are written to temporary files and renamed, so a retried task simply rewrites them.
+    memory.build_symbol_partial(memory.BuildPlan(**build.params), ticker, services.market_memory_build_dir(build_id))
+    services.market_memory_partial_done(build_id=build_id)
+
+
+@shared_task(acks_late=True)
+def market_memory_reduce_task(build_id: int) -> None:
+    services.market_memory_reduce(build_id=build_id)
