@@ -261,3 +261,7 @@ LEROY_BACKTEST_CREDITS = int(env_str("LEROY_BACKTEST_CREDITS", "10"))
 LEROY_OPTIMIZATION_POINT_CREDITS = int(env_str("LEROY_OPTIMIZATION_POINT_CREDITS", "5"))
 LEROY_MARKET_DATA_URL = env_str("LEROY_MARKET_DATA_URL", "https://api.tiingo.com")  # a Tiingo-compatible API
 LEROY_MARKET_DATA_TOKEN = env_str("LEROY_MARKET_DATA_TOKEN")
+
+# Evidence / Market Memory.
+LEROY_MM_MIN_SESSIONS = int(env_str("LEROY_MM_MIN_SESSIONS", "30"))  # a tier counts only with this many sessions
+LEROY_MM_RELOAD_SECONDS = float(env_str("LEROY_MM_RELOAD_SECONDS", "5"))  # how often a process checks activation
