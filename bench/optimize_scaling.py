@@ -1,0 +1,137 @@
+"""Optimization scaling: one 20-point grid (one Celery task per point) with 1 worker process, then with 2.
+
+Builds a throwaway Leroy in a temporary var dir (SQLite, kombu's filesystem broker, polled every 50 ms), imports a daily random
+walk, saves an SMA-cross strategy, then for each worker count starts `celery worker --concurrency N`, submits
+the grid and waits until the optimization is COMPLETED. The 1-worker run is the baseline. Prints one line.
+
+    .venv/bin/python bench/optimize_scaling.py [--bars 2516]
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VAR = tempfile.mkdtemp(prefix="leroy-bench-opt-")
+for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
+    del os.environ[name]
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="leroy.settings",
+    LEROY_VAR_DIR=VAR,
+    SECRET_KEY="bench-only-secret-key-" + "x" * 40,
+    LEROY_OPTIMIZATION_POINT_CREDITS="1",
+)
+sys.path.insert(0, str(ROOT))
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+
+SMA_CROSS = """
+class SmaCross(bt.Strategy):
+    params = (("fast", 10), ("slow", 30))
+
+    def __init__(self):
+        self.cross = bt.ind.CrossOver(bt.ind.SMA(self.data.close, period=self.p.fast),
+                                      bt.ind.SMA(self.data.close, period=self.p.slow))
+
+    def next(self):
+        if not self.position and self.cross[0] > 0:
+            self.buy(size=100)
+        elif self.position and self.cross[0] < 0:
+            self.close()
+"""
+# The worker, with kombu's filesystem broker polled every 50 ms (its 1 s default would dominate 20 short tasks).
+WORKER = """
+import sys
+import django
+django.setup()
+from django.conf import settings
+from leroy.celery import app
+app.conf.broker_transport_options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "polling_interval": 0.05}
+app.worker_main(["worker", "--concurrency", sys.argv[1], "--pool", "prefork", "--loglevel", "WARNING",
+                 "--without-heartbeat", "--without-gossip", "--without-mingle"])
+"""
+GRIDS = [{"name": "fast", "min": 5, "max": 25, "step": 5}, {"name": "slow", "min": 30, "max": 60, "step": 10}]
+
+
+def setup(bars: int):  # noqa: ANN201
+    import polars as pl
+
+    from accounts.services import user_create
+    from backtests import services
+    from backtests.dryrun import walk
+    from evidence.services import bars_import
+
+    call_command("migrate", verbosity=0)
+    user = user_create(email="bench@example.com", password="bench password 123")
+    data = walk("BENCHUSD", bars=bars)
+    frame = pl.DataFrame(
+        {
+            "ts": pl.Series(data["ts_us"], dtype=pl.Int64).cast(pl.Datetime("us", "UTC")),
+            **{k: data[k] for k in ("open", "high", "low", "close", "volume")},
+        }
+    )
+    bars_import(ticker="BENCHUSD", frequency="1d", frame=frame, asset_class="crypto")
+    assert services.dry_run(user=user, code=SMA_CROSS).success
+    return user, services.strategy_create(user=user, name="bench", code=SMA_CROSS)
+
+
+def run_grid(user, strategy, workers: int) -> float:  # noqa: ANN001
+    from django.utils.dateparse import parse_datetime
+
+    from backtests import services
+    from backtests.models import Optimization, Status
+    from evidence.models import Symbol
+
+    worker = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-c", WORKER, str(workers)],
+        cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        time.sleep(4)  # let the pool start before the clock does
+        began = time.perf_counter()
+        optimization = services.optimization_submit(
+            user=user, strategy_id=str(strategy.pk), name=f"{workers} workers",
+            data_ids=[str(Symbol.objects.get(ticker="BENCHUSD").pk)], frequency="1d",
+            start=parse_datetime("2000-01-01T00:00:00Z"), end=parse_datetime("2100-01-01T00:00:00Z"), grids=GRIDS,
+            parameters={}, simulation_parameters={"initial_cash": 1_000_000, "buy_on_close": False,
+                                                  "commission_schema": {"commission": 0, "leverage": 1}},
+            target_metric="realized_pnl", target_direction="maximize", additional_metrics=[],
+            use_free_optimization=False,
+        )  # fmt: skip
+        while True:
+            optimization.refresh_from_db()
+            if optimization.status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED):
+                break
+            if time.perf_counter() - began > 900:
+                raise SystemExit("the grid did not finish within 15 minutes")
+            time.sleep(0.2)
+        elapsed = time.perf_counter() - began
+        assert optimization.status == Status.COMPLETED and optimization.completed_iterations == 20, optimization.error
+        assert Optimization.objects.filter(pk=optimization.pk, total_iterations=20).exists()
+        return elapsed
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bars", type=int, default=2516)
+    args = parser.parse_args()
+    user, strategy = setup(args.bars)
+    one = run_grid(user, strategy, 1)
+    two = run_grid(user, strategy, 2)
+    print(f"optimize_scaling points=20 bars={args.bars} one_worker={one:.2f}s two_workers={two:.2f}s "
+          f"speedup={one / two:.2f}x cpus={os.cpu_count()}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
