@@ -1,9 +1,12 @@
-"""Finance API (DRF): the month's ledger entries as paginated JSON or CSV, for staff."""
+"""Finance API (DRF): the month's ledger entries as paginated JSON or CSV, for staff; the Stripe webhook."""
 
 import csv
 import io
 from typing import Any
 
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
@@ -13,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing import exports
+from billing import exports, payments
 
 
 class CSVRenderer(BaseRenderer):
@@ -55,3 +58,15 @@ class FinanceLedgerView(APIView):
         page = paginator.paginate_queryset(exports.ledger_entries(start), request, view=self)
         assert page is not None
         return paginator.get_paginated_response(list(exports.ledger_rows(page)))
+
+
+@csrf_exempt  # authenticated by the Stripe-Signature HMAC instead
+@require_POST
+def stripe_webhook(request: HttpRequest) -> JsonResponse:
+    try:
+        event_id, duplicate = payments.stripe_event_receive(
+            payload=request.body, signature=request.headers.get("Stripe-Signature", "")
+        )
+    except payments.WebhookRefused as refused:
+        return JsonResponse({"error": "invalid_signature", "message": str(refused)}, status=400)
+    return JsonResponse({"received": event_id, "duplicate": duplicate})

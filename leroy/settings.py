@@ -250,6 +250,12 @@ LOGGING = {
     },
 }
 
+# Stripe: with no secret key, billing runs ledger-only (nothing is sent, the ledger still decides everything).
+LEROY_STRIPE_SECRET_KEY = env_str("LEROY_STRIPE_SECRET_KEY")
+LEROY_STRIPE_WEBHOOK_SECRET = env_str("LEROY_STRIPE_WEBHOOK_SECRET")
+LEROY_STRIPE_METER_EVENT_NAME = env_str("LEROY_STRIPE_METER_EVENT_NAME", "leroy_overage_lookup")
+LEROY_STRIPE_METERED_PRICE_ID = env_str("LEROY_STRIPE_METERED_PRICE_ID")  # the $0.01/unit price on the meter
+
 # Backtests: the sandbox child's limits (notes/backtesting.md §3) and credit prices.
 LEROY_SANDBOX_UID = int(env_str("LEROY_SANDBOX_UID", "61000"))
 LEROY_SANDBOX_CPU_SECONDS = int(env_str("LEROY_SANDBOX_CPU_SECONDS", "120"))

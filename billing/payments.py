@@ -1,0 +1,158 @@
+"""Stripe, thinly: a customer and subscription per paid account, overage as meter events from the outbox, and
+verified webhooks. Stripe only collects what the ledger already decided; nothing here reads balances from it.
+"""
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from stripe import HTTPClient, SignatureVerificationError, StripeClient, StripeError, Webhook
+
+from accounts.models import User
+from billing import selectors, services
+from billing.models import MeterReport, Plan, StripeCustomer, StripeEvent
+from leroy.clock import now
+
+WEBHOOK_TOLERANCE_SECONDS = 300
+MAX_SEND_ATTEMPTS = 10
+SUBSCRIPTION_EVENTS = {
+    "customer.subscription.created",
+    "customer.subscription.updated",
+    "customer.subscription.deleted",
+}
+
+
+class WebhookRefused(Exception):
+    pass
+
+
+def stripe_client(*, http_client: HTTPClient | None = None) -> StripeClient | None:
+    """The one StripeClient, or None when no key is configured (ledger-only). Tests pass a fake `http_client`."""
+    if not settings.LEROY_STRIPE_SECRET_KEY:
+        return None
+    return StripeClient(settings.LEROY_STRIPE_SECRET_KEY, http_client=http_client, max_network_retries=2)
+
+
+def stripe_subscription_create(*, user: User, plan: Plan, client: StripeClient) -> StripeCustomer:
+    """Create (idempotently) the account's Stripe customer and a subscription anchored to the UTC month."""
+    link = StripeCustomer.objects.filter(user=user).first()
+    if link is None:
+        customer = client.v1.customers.create(
+            {"email": user.email, "metadata": {"leroy_account_id": str(user.pk)}},
+            {"idempotency_key": f"customer:{user.pk}"},
+        )
+        link = StripeCustomer.objects.create(user=user, customer_id=customer.id)
+    items = [{"price": settings.LEROY_STRIPE_METERED_PRICE_ID}]
+    if plan.stripe_flat_price_id:
+        items.insert(0, {"price": plan.stripe_flat_price_id})
+    subscription = client.v1.subscriptions.create(
+        {
+            "customer": link.customer_id,
+            "items": items,
+            # Our periods are UTC calendar months; Stripe interprets the anchor in UTC.
+            "billing_cycle_anchor_config": {"day_of_month": 1, "hour": 0, "minute": 0, "second": 0},
+            "metadata": {"leroy_account_id": str(user.pk), "plan": plan.code},
+        },
+        {"idempotency_key": f"subscription:{user.pk}:{plan.code}"},
+    )
+    link.subscription_id, link.subscription_status = subscription.id, subscription.status
+    link.save(update_fields=["subscription_id", "subscription_status"])
+    return link
+
+
+def meter_reports_send(*, client: StripeClient, limit: int = 100) -> int:
+    """Send pending overage meter events; each row is claimed with SKIP LOCKED so workers never double-send.
+
+    The identifier and idempotency key derive from the transfer id, so a resend after a crash or a failed
+    attempt is deduplicated by Stripe. Returns how many were sent.
+    """
+    sent = 0
+    for _ in range(limit):
+        with transaction.atomic():
+            report = (
+                MeterReport.objects.select_for_update(skip_locked=True)
+                .filter(status=MeterReport.Status.PENDING)
+                .order_by("event_at", "pk")
+                .first()
+            )
+            if report is None:
+                break
+            report.attempts += 1
+            try:
+                client.v1.billing.meter_events.create(
+                    {
+                        "event_name": settings.LEROY_STRIPE_METER_EVENT_NAME,
+                        "identifier": report.identifier,
+                        "payload": {"stripe_customer_id": report.customer_id, "value": str(report.value)},
+                        "timestamp": int(report.event_at.timestamp()),
+                    },
+                    {"idempotency_key": f"meter:{report.transfer_id}"},
+                )
+            except StripeError as error:
+                report.last_error = str(error)[:2000]
+                if report.attempts >= MAX_SEND_ATTEMPTS:
+                    report.status = MeterReport.Status.FAILED
+                report.save(update_fields=["attempts", "last_error", "status"])
+                break  # Stripe is unhappy: stop this run, the row stays queued for the next one
+            report.status, report.sent_at, report.last_error = MeterReport.Status.SENT, now(), ""
+            report.save(update_fields=["attempts", "status", "sent_at", "last_error"])
+            sent += 1
+    return sent
+
+
+def _signed_at(header: str) -> int | None:
+    for part in header.split(","):
+        key, _, value = part.strip().partition("=")
+        if key == "t" and value.isdigit():
+            return int(value)
+    return None
+
+
+def stripe_event_receive(*, payload: bytes, signature: str) -> tuple[str, bool]:
+    """Verify a Stripe webhook (signature and ±300 s), store its event id once and apply it.
+
+    Returns (event id, duplicate). Raises WebhookRefused for anything not provably from Stripe and fresh.
+    """
+    secret = settings.LEROY_STRIPE_WEBHOOK_SECRET
+    if not secret:
+        raise WebhookRefused("no webhook secret is configured")
+    try:
+        Webhook.construct_event(payload, signature, secret, tolerance=WEBHOOK_TOLERANCE_SECONDS)
+    except (SignatureVerificationError, ValueError) as error:
+        raise WebhookRefused(str(error)) from error
+    signed_at = _signed_at(signature)
+    # The SDK only refuses old timestamps; a future one is as suspect.
+    if signed_at is None or abs(now().timestamp() - signed_at) > WEBHOOK_TOLERANCE_SECONDS:
+        raise WebhookRefused("timestamp outside the tolerance")
+    event = json.loads(payload)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                stored = StripeEvent.objects.create(
+                    id=event["id"], type=event["type"], payload=event, received_at=now()
+                )
+        except IntegrityError:
+            return event["id"], True
+        if stored.type in SUBSCRIPTION_EVENTS:
+            _subscription_changed(event["data"]["object"], deleted=stored.type.endswith(".deleted"))
+        StripeEvent.objects.filter(pk=stored.pk).update(processed_at=now())
+    return stored.id, False
+
+
+def _subscription_changed(subscription: dict[str, Any], *, deleted: bool) -> None:
+    link = StripeCustomer.objects.select_related("user").filter(customer_id=subscription.get("customer")).first()
+    if link is None:
+        return  # not a Leroy customer (or created outside Leroy): nothing to update
+    link.subscription_id = "" if deleted else subscription["id"]
+    link.subscription_status = subscription.get("status", "")
+    link.save(update_fields=["subscription_id", "subscription_status"])
+    if deleted or link.subscription_status not in {"active", "trialing"}:
+        plan = Plan.objects.get(is_default=True)
+    else:
+        prices = [item["price"]["id"] for item in subscription.get("items", {}).get("data", [])]
+        plan = Plan.objects.filter(stripe_flat_price_id__in=prices).exclude(stripe_flat_price_id="").first()
+        if plan is None:
+            return
+    if selectors.plan_of(user=link.user) != plan:
+        services.plan_assign(user=link.user, plan=plan)

@@ -1,0 +1,191 @@
+import json
+import time
+
+import pytest
+from django.db import transaction
+from stripe import WebhookSignature
+
+from billing import payments, selectors, services
+from billing.models import MeterReport, Plan, StripeCustomer, StripeEvent, Transfer
+from tests.billing.fake_stripe import FakeStripeTransport
+
+pytestmark = pytest.mark.django_db
+
+WHSEC = "whsec_test_secret"
+
+
+@pytest.fixture(autouse=True)
+def stripe_settings(settings):
+    settings.LEROY_STRIPE_SECRET_KEY = "sk_test_leroy"
+    settings.LEROY_STRIPE_WEBHOOK_SECRET = WHSEC
+    settings.LEROY_STRIPE_METERED_PRICE_ID = "price_overage"
+    return settings
+
+
+@pytest.fixture
+def fake():
+    return FakeStripeTransport()
+
+
+@pytest.fixture
+def client_(fake):
+    return payments.stripe_client(http_client=fake)
+
+
+@pytest.fixture
+def metered(owner):
+    plan = Plan.objects.create(
+        code="metered-1", name="Metered 1", included_lookups=1, overage_allowed=True, stripe_flat_price_id="price_flat"
+    )
+    services.plan_assign(user=owner, plan=plan)
+    StripeCustomer.objects.create(
+        user=owner, customer_id="cus_7", subscription_id="sub_7", subscription_status="active"
+    )
+    return owner
+
+
+def lookups(user, n):
+    for i in range(n):
+        with transaction.atomic():
+            services.lookup_charge(user=user, tool="t", units=1, request_fingerprint=f"fp{i}", client_request_id=None)
+
+
+def test_without_a_key_billing_is_ledger_only(stripe_settings, owner):
+    stripe_settings.LEROY_STRIPE_SECRET_KEY = ""
+
+    assert payments.stripe_client() is None
+    lookups(owner, 1)
+    assert MeterReport.objects.count() == 0
+
+
+def test_subscription_is_created_with_real_sdk_requests(owner, fake, client_):
+    plan = Plan.objects.get(code="pro")
+    plan.stripe_flat_price_id = "price_pro"
+    plan.save()
+
+    link = payments.stripe_subscription_create(user=owner, plan=plan, client=client_)
+
+    customer_call, subscription_call = fake.calls
+    assert (customer_call.method, customer_call.host, customer_call.path) == ("post", "api.stripe.com", "/v1/customers")
+    assert customer_call.headers["Authorization"] == "Bearer sk_test_leroy"
+    assert customer_call.headers["Idempotency-Key"] == f"customer:{owner.pk}"
+    assert customer_call.headers["Stripe-Version"].startswith("20")
+    assert customer_call.form["email"] == "alice@example.com"
+    assert subscription_call.headers["Idempotency-Key"] == f"subscription:{owner.pk}:pro"
+    assert subscription_call.form == {
+        "customer": "cus_1",
+        "items[0][price]": "price_pro",
+        "items[1][price]": "price_overage",
+        "billing_cycle_anchor_config[day_of_month]": "1",
+        "billing_cycle_anchor_config[hour]": "0",
+        "billing_cycle_anchor_config[minute]": "0",
+        "billing_cycle_anchor_config[second]": "0",
+        "metadata[leroy_account_id]": str(owner.pk),
+        "metadata[plan]": "pro",
+    }
+    assert (link.customer_id, link.subscription_id, link.subscription_status) == ("cus_1", "sub_2", "active")
+
+
+def test_overage_reaches_stripe_once_per_transfer_even_when_the_sender_retries(metered, fake, client_):
+    lookups(metered, 3)  # 1 included, then 2 overage transfers queued in the charges' own transactions
+    overage = list(Transfer.objects.filter(code="overage").order_by("pk"))
+    assert MeterReport.objects.count() == 2
+
+    fake.fail_next = 1
+    assert payments.meter_reports_send(client=client_) == 0  # Stripe failed: nothing marked sent
+    assert payments.meter_reports_send(client=client_) == 2
+    assert payments.meter_reports_send(client=client_) == 0  # nothing left to send
+    # A crash between Stripe's answer and our commit leaves a row pending: its resend is deduplicated.
+    MeterReport.objects.filter(transfer=overage[0]).update(status=MeterReport.Status.PENDING)
+    assert payments.meter_reports_send(client=client_) == 1
+
+    sends = [c for c in fake.calls if c.path == "/v1/billing/meter_events"]
+    assert [c.headers["Idempotency-Key"] for c in sends] == [f"meter:{overage[0].pk}"] * 2 + [
+        f"meter:{overage[1].pk}",
+        f"meter:{overage[0].pk}",
+    ]
+    assert fake.created == 2  # Stripe recorded exactly one event per overage transfer
+    assert sends[1].form == {
+        "event_name": "leroy_overage_lookup",
+        "identifier": f"lrx_{overage[0].pk}",
+        "payload[stripe_customer_id]": "cus_7",
+        "payload[value]": "1",
+        "timestamp": str(int(overage[0].occurred_at.timestamp())),
+    }
+    assert set(MeterReport.objects.values_list("status", flat=True)) == {"sent"}
+    assert MeterReport.objects.get(transfer=overage[0]).attempts == 3
+
+
+def event(event_type="customer.subscription.updated", event_id="evt_1", status="past_due", price="price_flat"):
+    return json.dumps(
+        {
+            "id": event_id,
+            "object": "event",
+            "type": event_type,
+            "data": {
+                "object": {
+                    "id": "sub_7",
+                    "object": "subscription",
+                    "customer": "cus_7",
+                    "status": status,
+                    "items": {"data": [{"price": {"id": price}}]},
+                }
+            },
+        }
+    )
+
+
+def post(client, body, signature):
+    return client.post(
+        "/billing/stripe/webhook", data=body, content_type="application/json", HTTP_STRIPE_SIGNATURE=signature
+    )
+
+
+def test_signed_webhook_updates_the_subscription_and_a_duplicate_is_ignored(client, metered):
+    body = event(status="past_due")
+    signature = WebhookSignature.generate_signature_header(body, WHSEC)
+
+    first = post(client, body, signature)
+    again = post(client, body, signature)
+
+    assert first.status_code == again.status_code == 200
+    assert first.json() == {"received": "evt_1", "duplicate": False}
+    assert again.json() == {"received": "evt_1", "duplicate": True}
+    assert StripeCustomer.objects.get(user=metered).subscription_status == "past_due"
+    assert selectors.plan_of(user=metered).code == "free"  # unpaid: back to the default plan
+    assert StripeEvent.objects.get().processed_at is not None
+
+
+def test_subscription_deleted_returns_the_account_to_the_default_plan(client, metered):
+    body = event(event_type="customer.subscription.deleted", status="canceled")
+
+    response = post(client, body, WebhookSignature.generate_signature_header(body, WHSEC))
+
+    assert response.status_code == 200
+    link = StripeCustomer.objects.get(user=metered)
+    assert (link.subscription_id, link.subscription_status) == ("", "canceled")
+    assert selectors.plan_of(user=metered).code == "free"
+
+
+@pytest.mark.parametrize(
+    ("secret", "offset"), [("whsec_forged", 0), (WHSEC, -301), (WHSEC, 301)], ids=["forged", "stale", "future"]
+)
+def test_forged_or_stale_webhooks_are_refused_and_change_nothing(client, metered, secret, offset):
+    body = event()
+    signature = WebhookSignature.generate_signature_header(body, secret, timestamp=int(time.time()) + offset)
+
+    response = post(client, body, signature)
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_signature"
+    assert StripeEvent.objects.count() == 0
+    assert StripeCustomer.objects.get(user=metered).subscription_status == "active"
+
+
+def test_tampered_body_is_refused(client, metered):
+    signature = WebhookSignature.generate_signature_header(event(), WHSEC)
+
+    response = post(client, event(status="canceled"), signature)
+
+    assert response.status_code == 400
+    assert StripeEvent.objects.count() == 0
