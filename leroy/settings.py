@@ -235,6 +235,9 @@ def oauth2_provider_settings(origin: str) -> dict[str, object]:
 
 
 OAUTH2_PROVIDER = oauth2_provider_settings(LEROY_PUBLIC_ORIGIN)
+# W008 (http redirect URIs allowed) is intended: native clients use http loopback (RFC 8252); registration
+# (accounts.oauth) refuses http to any other host.
+SILENCED_SYSTEM_CHECKS = ["oauth2_provider.W008"]
 
 LOGGING = {
     "version": 1,
