@@ -9,7 +9,9 @@ DRY_RUN_BARS = 260
 DRY_RUN_START = datetime(2024, 1, 2, tzinfo=UTC)
 
 
-def walk(name: str, *, bars: int = DRY_RUN_BARS, seed: int = 20240102, start: datetime = DRY_RUN_START) -> dict[str, Any]:
+def walk(
+    name: str, *, bars: int = DRY_RUN_BARS, seed: int = 20240102, start: datetime = DRY_RUN_START
+) -> dict[str, Any]:
     """A seeded OHLCV random walk on consecutive weekdays, in the sandbox's plain-list shape."""
     rng = random.Random(f"{seed}:{name}")  # noqa: S311 - test data, not cryptography
     day, close = start, 100.0

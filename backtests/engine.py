@@ -173,7 +173,7 @@ def run(
     parameters: dict[str, Any],
 ) -> dict[str, Any]:
     """Run one backtest; `datas` are {name, ts_us, open, high, low, close, volume} lists, in data order."""
-    known = set(strategy.params._getkeys())
+    known = set(strategy.params._getkeys())  # type: ignore[attr-defined]
     unknown = sorted(set(parameters) - known)
     if unknown:
         raise EngineError(
@@ -201,9 +201,7 @@ def run(
         "final_cash": cerebro.broker.getcash(),
         "bars": {data["name"]: len(data["ts_us"]) for data in datas},
         "trade_analyzer": plain(analyzers.trade_analyzer.get_analysis()),
-        "daily_returns": [
-            [day.date().isoformat(), ret] for day, ret in analyzers.daily_returns.get_analysis().items()
-        ],
+        "daily_returns": [[day.date().isoformat(), ret] for day, ret in analyzers.daily_returns.get_analysis().items()],
         "trades": analyzers.trade_log.get_analysis(),
         "equity": diagnostics["equity"],
         "orders": diagnostics["orders"],

@@ -113,9 +113,7 @@ def validate_source(source: str) -> ast.Module:
                 if node.keywords:
                     raise _refuse(node, "class keywords (metaclasses) are not allowed")
                 strategies += any(_is_bt_strategy(base) for base in node.bases)
-        elif isinstance(node, ast.arg) and node.arg.startswith("_"):
-            raise _refuse(node, f"names starting with an underscore (`{node.arg}`) are not allowed")
-        elif isinstance(node, ast.keyword) and node.arg and node.arg.startswith("_"):
+        elif isinstance(node, (ast.arg, ast.keyword)) and (node.arg or "").startswith("_"):
             raise _refuse(node, f"names starting with an underscore (`{node.arg}`) are not allowed")
     if strategies == 0:
         raise PolicyViolation("validation_error", "the code must define a class derived from bt.Strategy")
@@ -271,4 +269,6 @@ def compile_plain(source: str, *, bt_module: object) -> types.ModuleType:
 def strategy_classes(module: types.ModuleType, base: type) -> list[type]:
     """The strategy classes the source defined, in definition order."""
     found: Iterable[Any] = module.__dict__.values()
-    return [obj for obj in found if isinstance(obj, type) and issubclass(obj, base) and obj.__module__ == module.__name__]
+    return [
+        obj for obj in found if isinstance(obj, type) and issubclass(obj, base) and obj.__module__ == module.__name__
+    ]

@@ -41,7 +41,10 @@ def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
             **{k: [float(r[k]) for r in rows] for k in ("open", "high", "low", "close")},
             "volume": [float(r.get("volume") or 0.0) for r in rows],
         },
-        schema={"ts": pl.Datetime("us", "UTC"), **dict.fromkeys(("open", "high", "low", "close", "volume"), pl.Float64)},
+        schema={
+            "ts": pl.Datetime("us", "UTC"),
+            **dict.fromkeys(("open", "high", "low", "close", "volume"), pl.Float64),
+        },
     )
 
 

@@ -6,6 +6,7 @@ pid/ipc/uts/net namespaces). The parent enforces the wall clock by killing the c
 caps what the child may print. Plain JSON in, plain JSON out. Every outcome names the layers that were in force.
 """
 
+import contextlib
 import functools
 import json
 import os
@@ -66,10 +67,8 @@ class Running:
     def kill(self, reason: str) -> None:
         if self.killed_by is None:
             self.killed_by = reason
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @functools.cache
@@ -77,9 +76,7 @@ def bubblewrap_usable() -> bool:
     """Whether bwrap exists and can create its namespaces here (containers often forbid it)."""
     if settings.LEROY_SANDBOX_BWRAP == "off" or shutil.which("bwrap") is None:
         return False
-    probe = subprocess.run(  # noqa: S603
-        [*_bwrap_prefix(), "/bin/true"], capture_output=True, env=CHILD_ENV, timeout=10, check=False
-    )
+    probe = subprocess.run([*_bwrap_prefix(), "/bin/true"], capture_output=True, env=CHILD_ENV, timeout=10, check=False)
     return probe.returncode == 0
 
 
@@ -110,7 +107,7 @@ def command(layers: frozenset[str]) -> tuple[list[str], bool]:
 
 def start(layers: frozenset[str]) -> tuple[Running, bool]:
     argv, wrapped = command(layers)
-    process = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+    process = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -2,7 +2,7 @@
 
 import re
 from datetime import UTC, date, datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -72,7 +72,7 @@ class ListSymbolsArgs(Page):
 
 
 class SearchSymbolsArgs(ToolArgs):
-    symbolName: str = Field(  # noqa: N815 - camelCase exactly as the contract names it
+    symbolName: str = Field(
         min_length=1, max_length=60, description="Ticker, name, prefix or pair (AAPL, XAU/USD, XAUUSD, gold)"
     )
 

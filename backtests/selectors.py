@@ -75,8 +75,10 @@ def optimization_runs(
     else:
         valued = [r for r in runs if (r.statistics or {}).get(sort_by) is not None]
         missing = [r for r in runs if (r.statistics or {}).get(sort_by) is None]
-        valued.sort(key=lambda run: (run.statistics[sort_by], run.iteration if not descending else -run.iteration),
-                    reverse=descending)
+        valued.sort(
+            key=lambda run: ((run.statistics or {})[sort_by], run.iteration if not descending else -run.iteration),
+            reverse=descending,
+        )
         runs = valued + missing
     return runs[skip : skip + limit], len(runs)
 

@@ -76,9 +76,7 @@ def dry_run(*, user: User, code: str) -> DryRunResult:
             "orders": result["orders"],
             "statistics": statistics.compute(result),
         }
-        DryRunPass.objects.get_or_create(
-            user=user, code_sha256=code_sha256(code), defaults={"created_at": now()}
-        )
+        DryRunPass.objects.get_or_create(user=user, code_sha256=code_sha256(code), defaults={"created_at": now()})
     return DryRunResult(outcome.ok, outcome.layers, outcome.error, summary, outcome.prints[:MAX_PRINTS_STORED])
 
 
@@ -170,12 +168,17 @@ def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datet
         symbol = Symbol.objects.get(ticker=ticker)
         frame = bars_read(symbol=symbol, frequency=frequency, start=start, end=end)
         if frame.is_empty():
-            raise BacktestError("no_data", f"{ticker} has no {frequency} bars between {start:%Y-%m-%d} and {end:%Y-%m-%d}.")
+            raise BacktestError(
+                "no_data", f"{ticker} has no {frequency} bars between {start:%Y-%m-%d} and {end:%Y-%m-%d}."
+            )
         datas.append(
             {
                 "name": ticker,
                 "ts_us": frame.get_column("ts").dt.epoch("us").to_list(),
-                **{c: [float(v) for v in frame.get_column(c).to_list()] for c in ("open", "high", "low", "close", "volume")},
+                **{
+                    c: [float(v) for v in frame.get_column(c).to_list()]
+                    for c in ("open", "high", "low", "close", "volume")
+                },
             }
         )
         versions.append(bars_data_version(symbol=symbol, frequency=frequency, start=start, end=end))
@@ -184,7 +187,9 @@ def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datet
 
 def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
     """Inclusive UTC bounds: a date-only end covers that whole day."""
-    return datetime.combine(start, time(0), UTC), datetime.combine(end, time(0), UTC) + timedelta(days=1, microseconds=-1)
+    return datetime.combine(start, time(0), UTC), datetime.combine(end, time(0), UTC) + timedelta(
+        days=1, microseconds=-1
+    )
 
 
 def _reserve(user: User, amount: int, reference: str) -> int:
@@ -481,7 +486,11 @@ def _point_finish(
             return
         optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
         if not optimization.completed_iterations:
-            optimization.error = {"code": "all_iterations_failed", "message": "every grid point failed", **(error or {})}
+            optimization.error = {
+                "code": "all_iterations_failed",
+                "message": "every grid point failed",
+                **(error or {}),
+            }
         optimization.finished_at = now()
         optimization.credits_charged = optimization.completed_iterations * optimization.credits_per_iteration
         optimization.save(update_fields=["status", "error", "finished_at", "credits_charged"])

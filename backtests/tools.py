@@ -253,7 +253,12 @@ async def update_strategy(call: ToolCall, args: UpdateStrategyArgs) -> Result:
             )
         except services.BacktestError as error:
             raise _failure(error) from None
-        return {"success": True, "id": str(strategy.pk), "previous_id": args.id, "strategy": _strategy_summary(strategy)}
+        return {
+            "success": True,
+            "id": str(strategy.pk),
+            "previous_id": args.id,
+            "strategy": _strategy_summary(strategy),
+        }
 
     if selectors.parse_id(args.id) is None:
         raise _not_found("strategy", args.id)

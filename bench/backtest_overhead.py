@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
 os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
 
-import django  # noqa: E402
+import django
 
 django.setup()
 

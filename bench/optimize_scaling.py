@@ -1,8 +1,9 @@
 """Optimization scaling: one 20-point grid (one Celery task per point) with 1 worker process, then with 2.
 
-Builds a throwaway Leroy in a temporary var dir (SQLite, kombu's filesystem broker, polled every 50 ms), imports a daily random
-walk, saves an SMA-cross strategy, then for each worker count starts `celery worker --concurrency N`, submits
-the grid and waits until the optimization is COMPLETED. The 1-worker run is the baseline. Prints one line.
+Builds a throwaway Leroy in a temporary var dir (SQLite, kombu's filesystem broker polled every 50 ms), imports
+a daily random walk, saves an SMA-cross strategy, then for each worker count starts a Celery worker with
+`--concurrency N`, submits the grid and waits until the optimization is COMPLETED. The 1-worker run is the
+baseline. Prints one line.
 
     .venv/bin/python bench/optimize_scaling.py [--bars 2516]
 """
@@ -61,7 +62,7 @@ app.worker_main(["worker", "--concurrency", sys.argv[1], "--pool", "prefork", "-
 GRIDS = [{"name": "fast", "min": 5, "max": 25, "step": 5}, {"name": "slow", "min": 30, "max": 60, "step": 10}]
 
 
-def setup(bars: int):  # noqa: ANN201
+def setup(bars: int):
     import polars as pl
 
     from accounts.services import user_create
@@ -70,7 +71,7 @@ def setup(bars: int):  # noqa: ANN201
     from evidence.services import bars_import
 
     call_command("migrate", verbosity=0)
-    user = user_create(email="bench@example.com", password="bench password 123")
+    user = user_create(email="bench@example.com", password="bench password 123")  # noqa: S106 - a throwaway bench account
     data = walk("BENCHUSD", bars=bars)
     frame = pl.DataFrame(
         {
@@ -83,14 +84,14 @@ def setup(bars: int):  # noqa: ANN201
     return user, services.strategy_create(user=user, name="bench", code=SMA_CROSS)
 
 
-def run_grid(user, strategy, workers: int) -> float:  # noqa: ANN001
+def run_grid(user, strategy, workers: int) -> float:
     from django.utils.dateparse import parse_datetime
 
     from backtests import services
     from backtests.models import Optimization, Status
     from evidence.models import Symbol
 
-    worker = subprocess.Popen(  # noqa: S603
+    worker = subprocess.Popen(
         [sys.executable, "-c", WORKER, str(workers)],
         cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip

@@ -5,7 +5,7 @@ from backtests.dryrun import walk
 from evidence.models import Symbol
 from evidence.services import bars_import
 
-SMA_CROSS = '''
+SMA_CROSS = """
 class SmaCross(bt.Strategy):
     params = (("fast", 5), ("slow", 20), ("size", 10))
 
@@ -18,7 +18,7 @@ class SmaCross(bt.Strategy):
             self.buy(size=self.p.size)
         elif self.position and self.cross[0] < 0:
             self.close()
-'''
+"""
 
 
 def frame_of(data: dict) -> pl.DataFrame:
@@ -39,8 +39,13 @@ def _sandbox_and_store(settings, tmp_path):
 
 
 def import_walk(ticker: str, *, bars: int = 120, seed: int = 7) -> Symbol:
-    bars_import(ticker=ticker, frequency="1d", frame=frame_of(walk(ticker, bars=bars, seed=seed)), asset_class="crypto",
-                name=f"{ticker[:3]}/{ticker[3:]}")
+    bars_import(
+        ticker=ticker,
+        frequency="1d",
+        frame=frame_of(walk(ticker, bars=bars, seed=seed)),
+        asset_class="crypto",
+        name=f"{ticker[:3]}/{ticker[3:]}",
+    )
     return Symbol.objects.get(ticker=ticker)
 
 

@@ -13,8 +13,15 @@ EXAMPLES = re.findall(r"```python\n(.*?)```", DOCUMENTATION.read_text(), re.S)
 def test_documentation_covers_the_contract_topics():
     text = DOCUMENTATION.read_text()
 
-    for topic in ("Execution environment", "The `bt` object", "Several symbols", "Orders", "Parameters",
-                  "No imports", "visualization"):
+    for topic in (
+        "Execution environment",
+        "The `bt` object",
+        "Several symbols",
+        "Orders",
+        "Parameters",
+        "No imports",
+        "visualization",
+    ):
         assert topic.lower() in text.lower()
     assert len(EXAMPLES) == 4
 

@@ -8,7 +8,7 @@ from backtests import sandbox
 from backtests.dryrun import walk
 from tests.backtests.conftest import SMA_CROSS
 
-PAIR_CODE = '''
+PAIR_CODE = """
 class Rotate(bt.Strategy):
     params = (("period", 15),)
 
@@ -23,7 +23,7 @@ class Rotate(bt.Strategy):
                 self.buy(data=data, size=7)
             elif data is not best and held:
                 self.close(data=data)
-'''
+"""
 
 
 class Closed(bt.Analyzer):
@@ -32,9 +32,17 @@ class Closed(bt.Analyzer):
 
     def notify_trade(self, trade):
         if trade.isclosed:
-            self.rows.append((trade.data._name, bt.num2date(trade.dtopen).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                              bt.num2date(trade.dtclose).strftime("%Y-%m-%dT%H:%M:%SZ"), trade.price, trade.pnl,
-                              trade.pnlcomm, trade.barlen))
+            self.rows.append(
+                (
+                    trade.data._name,
+                    bt.num2date(trade.dtopen).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    bt.num2date(trade.dtclose).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    trade.price,
+                    trade.pnl,
+                    trade.pnlcomm,
+                    trade.barlen,
+                )
+            )
 
     def get_analysis(self):
         return self.rows
@@ -47,11 +55,15 @@ def direct(code, datas, simulation, parameters):
     namespace = module.__dict__
     namespace["bt"] = bt
     exec(code, namespace)  # noqa: S102 - our own test source
-    strategy = next(v for v in namespace.values() if isinstance(v, type) and issubclass(v, bt.Strategy) and v is not bt.Strategy)
+    strategy = next(
+        v for v in namespace.values() if isinstance(v, type) and issubclass(v, bt.Strategy) and v is not bt.Strategy
+    )
     cerebro = bt.Cerebro(stdstats=False)
     for data in datas:
-        frame = pd.DataFrame({k: data[k] for k in ("open", "high", "low", "close", "volume")},
-                             index=pd.to_datetime(data["ts_us"], unit="us"))
+        frame = pd.DataFrame(
+            {k: data[k] for k in ("open", "high", "low", "close", "volume")},
+            index=pd.to_datetime(data["ts_us"], unit="us"),
+        )
         cerebro.adddata(bt.feeds.PandasData(dataname=frame), name=data["name"])
     cerebro.addstrategy(strategy, **parameters)
     cerebro.broker.setcash(simulation["initial_cash"])
@@ -65,8 +77,10 @@ def direct(code, datas, simulation, parameters):
 def sandboxed(code, datas, simulation, parameters):
     outcome = sandbox.run_job(source=code, datas=datas, simulation=simulation, parameters=parameters)
     assert outcome.ok is True, outcome.error
-    trades = [(t["symbol"], t["entry_time"], t["exit_time"], t["entry_price"], t["gross_pnl"], t["total"],
-               t["bars_held"]) for t in outcome.result["trades"]]
+    trades = [
+        (t["symbol"], t["entry_time"], t["exit_time"], t["entry_price"], t["gross_pnl"], t["total"], t["bars_held"])
+        for t in outcome.result["trades"]
+    ]
     return outcome.result["final_value"], trades
 
 

@@ -26,7 +26,7 @@ class FakeTiingo(BaseHTTPRequestHandler):
     requests: list[tuple[str, dict, str]] = []
     status = 200
 
-    def do_GET(self):  # noqa: N802 - http.server's naming
+    def do_GET(self):
         url = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         FakeTiingo.requests.append((url.path, query, self.headers.get("Authorization", "")))
@@ -87,8 +87,10 @@ def test_crypto_pair_reads_the_price_data_of_the_answer(tiingo):
     result = providers.market_data_download(symbol="BTC-USD", frequency="1h", asset_class="crypto")
 
     assert (result["symbol"], result["rows"]) == ("BTCUSD", 4)
-    assert tiingo.requests[0][:2] == ("/tiingo/crypto/prices",
-                                      {"startDate": "1900-01-01", "tickers": "btcusd", "resampleFreq": "1hour"})
+    assert tiingo.requests[0][:2] == (
+        "/tiingo/crypto/prices",
+        {"startDate": "1900-01-01", "tickers": "btcusd", "resampleFreq": "1hour"},
+    )
 
 
 @pytest.mark.parametrize(

@@ -22,16 +22,19 @@ def saved(owner, code: str = SMA_CROSS) -> Strategy:
 
 
 def submit(owner, strategy, coin, capture, **overrides):
-    kwargs = dict(
-        user=owner,
-        strategy_id=str(strategy.pk),
-        data_ids=[str(coin.pk)],
-        frequency="1d",
-        start_date=date(2024, 1, 1),
-        end_date=date(2024, 12, 31),
-        parameters={},
-        simulation=SIM,
-    ) | overrides
+    kwargs = (
+        dict(
+            user=owner,
+            strategy_id=str(strategy.pk),
+            data_ids=[str(coin.pk)],
+            frequency="1d",
+            start_date=date(2024, 1, 1),
+            end_date=date(2024, 12, 31),
+            parameters={},
+            simulation=SIM,
+        )
+        | overrides
+    )
     with capture(execute=True):
         report = services.backtest_submit(**kwargs)
     report.refresh_from_db()
@@ -201,7 +204,9 @@ def optimization(owner, strategy, coin, capture, *, execute=True, **overrides):
 
 
 def test_grid_points_are_exact_and_keep_integers():
-    points = services.grid_points([{"name": "a", "min": 0.1, "max": 0.3, "step": 0.1}, {"name": "b", "min": 1, "max": 2, "step": 1}])
+    points = services.grid_points(
+        [{"name": "a", "min": 0.1, "max": 0.3, "step": 0.1}, {"name": "b", "min": 1, "max": 2, "step": 1}]
+    )
 
     assert points == [{"a": 0.1, "b": 1}, {"a": 0.1, "b": 2}, {"a": 0.2, "b": 1}, {"a": 0.2, "b": 2},
                       {"a": 0.3, "b": 1}, {"a": 0.3, "b": 2}]  # fmt: skip
@@ -246,7 +251,9 @@ def test_free_optimization_reserves_no_credits(owner, coin, django_capture_on_co
     usage = credit_usage(user=owner)
     assert (usage["credits_remaining"], usage["free_optimizations_remaining"]) == (1000, 0)
     with pytest.raises(services.BacktestError) as caught:
-        optimization(owner, Strategy.objects.get(), coin, django_capture_on_commit_callbacks, use_free_optimization=True)
+        optimization(
+            owner, Strategy.objects.get(), coin, django_capture_on_commit_callbacks, use_free_optimization=True
+        )
     assert caught.value.code == "no_free_optimizations"
     assert Optimization.objects.count() == 1
 

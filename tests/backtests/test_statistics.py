@@ -57,8 +57,15 @@ def test_undefined_metrics_stay_null_without_trades_or_losses():
     no_losses = statistics.trade_metrics({**ANALYSIS, "lost": {"total": 0, "pnl": {"total": 0.0, "average": 0.0}}})
     flat = statistics.return_metrics([["2024-01-02", 0.0], ["2024-01-03", 0.0]])
 
-    assert no_trades == {"realized_pnl": 0.0, "profit_factor": None, "payoff_ratio": None, "expectancy": None,
-                         "average_trade": None, "percentage_of_winning_trades": None, "avg_bars_held": None}
+    assert no_trades == {
+        "realized_pnl": 0.0,
+        "profit_factor": None,
+        "payoff_ratio": None,
+        "expectancy": None,
+        "average_trade": None,
+        "percentage_of_winning_trades": None,
+        "avg_bars_held": None,
+    }
     assert (no_losses["profit_factor"], no_losses["payoff_ratio"]) == (None, None)
     assert (flat["calmar_ratio"], flat["recovery_factor"], flat["annualized_sharpe_ratio"]) == (None, None, None)
     assert flat["maximum_drawdown_percentage"] == 0.0

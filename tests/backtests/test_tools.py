@@ -54,7 +54,7 @@ async def test_agent_authors_dry_runs_saves_versions_and_backtests(mcp_http, own
     async with client(mcp_http, write_key) as session:
         docs = await ok(session, "get_strategy_documentation", {})
         assert "No imports" in docs["documentation"]
-        code, payload = await refused(session, "create_strategy", {"name": "SMA", "code": SMA_CROSS})
+        _, payload = await refused(session, "create_strategy", {"name": "SMA", "code": SMA_CROSS})
         assert payload["error"]["code"] == "dry_run_required"
 
         dry = await ok(session, "run_dry_run_backtest", {"code": SMA_CROSS})
@@ -118,12 +118,39 @@ async def test_read_only_key_cannot_save_or_spend(mcp_http, owner, api_key):
         ("get_market_data_sample", {"id": "1", "frequency": "1d", "end_date": "2024/01/05"}, "ISO 8601"),
         ("download_market_data", {"symbol": "AAPL", "frequency": "5m"}, "1d only"),
         ("download_market_data", {"symbol": "   ", "frequency": "1d"}, "must not be empty"),
-        ("run_backtest", {"strategy_id": "x", "data_ids": [], "frequency": "1d", "start_date": "2024-01-01",
-                          "end_date": "2024-02-01"}, "at least 1 item"),
-        ("run_backtest", {"strategy_id": "x", "data_ids": ["1"], "frequency": "0d", "start_date": "2024-01-01",
-                          "end_date": "2024-02-01"}, "pattern"),
-        ("run_backtest", {"strategy_id": "x", "data_ids": ["1"], "frequency": "1d", "start_date": "2024-1-1",
-                          "end_date": "2024-02-01"}, "YYYY-MM-DD"),
+        (
+            "run_backtest",
+            {
+                "strategy_id": "x",
+                "data_ids": [],
+                "frequency": "1d",
+                "start_date": "2024-01-01",
+                "end_date": "2024-02-01",
+            },
+            "at least 1 item",
+        ),
+        (
+            "run_backtest",
+            {
+                "strategy_id": "x",
+                "data_ids": ["1"],
+                "frequency": "0d",
+                "start_date": "2024-01-01",
+                "end_date": "2024-02-01",
+            },
+            "pattern",
+        ),
+        (
+            "run_backtest",
+            {
+                "strategy_id": "x",
+                "data_ids": ["1"],
+                "frequency": "1d",
+                "start_date": "2024-1-1",
+                "end_date": "2024-02-01",
+            },
+            "YYYY-MM-DD",
+        ),
         ("list_report_trades", {"id": "x", "limit": 201}, "200"),
         ("list_optimizations", {"limit": 101}, "100"),
         ("list_optimization_results", {"id": "x", "sort_by": "best"}, "sort_by"),
@@ -157,8 +184,17 @@ def optimization_args(strategy_id, data_id, **overrides):
         ({"target_metric": "best_return"}, "target_metric"),
         ({"target_direction": "up"}, "target_direction"),
         ({"simulation_parameters": {"initial_cash": 1000, "buy_on_close": False}}, "commission_schema"),
-        ({"simulation_parameters": {"initial_cash": 1000, "commission_schema": {"commission": 0, "leverage": 1},
-                                    "buy_on_close": False, "lookahead": 1}}, "lookahead"),
+        (
+            {
+                "simulation_parameters": {
+                    "initial_cash": 1000,
+                    "commission_schema": {"commission": 0, "leverage": 1},
+                    "buy_on_close": False,
+                    "lookahead": 1,
+                }
+            },
+            "lookahead",
+        ),
         ({"data_ids": [str(i) for i in range(11)]}, "at most 10 items"),
         ({"start_date": "2024-13-01"}, "month must be in 1..12"),
     ],
@@ -180,8 +216,9 @@ async def test_agent_optimizes_reads_results_and_cannot_cancel_a_finished_grid(m
         detail = await ok(session, "get_optimization", {"id": started["optimization_id"]})
         latest = await ok(session, "get_latest_optimization_by_strategy", {"strategy_id": strategy["id"]})
         ranked = await ok(session, "list_optimization_results", {"id": started["optimization_id"], "limit": 3})
-        by_iteration = await ok(session, "list_optimization_results",
-                                {"id": started["optimization_id"], "sort_by": "iteration", "skip": 3})
+        by_iteration = await ok(
+            session, "list_optimization_results", {"id": started["optimization_id"], "sort_by": "iteration", "skip": 3}
+        )
         listing = await ok(session, "list_optimizations", {})
         _, cancel = await refused(session, "cancel_optimization", {"id": started["optimization_id"]})
 
@@ -205,12 +242,18 @@ async def test_symbols_are_found_by_pair_forms_and_names(mcp_http, owner, api_ke
     gold = await sync_to_async(import_walk)("XAUUSD")
     await sync_to_async(import_walk)("TSTUSD")
     async with client(mcp_http, api_key) as session:
-        found = {q: await ok(session, "search_symbols_by_name", {"symbolName": q}) for q in ("XAU/USD", "XAUUSD", "gold", "xau")}
+        found = {
+            q: await ok(session, "search_symbols_by_name", {"symbolName": q})
+            for q in ("XAU/USD", "XAUUSD", "gold", "xau")
+        }
         listed = await ok(session, "list_symbols", {"limit": 1})
         own = await ok(session, "list_symbols", {"is_global": False})
         symbol = await ok(session, "get_symbol", {"id": str(gold.pk)})
-        sample = await ok(session, "get_market_data_sample", {
-            "id": str(gold.pk), "frequency": "1d", "limit": 3, "end_date": "2024-01-05"})
+        sample = await ok(
+            session,
+            "get_market_data_sample",
+            {"id": str(gold.pk), "frequency": "1d", "limit": 3, "end_date": "2024-01-05"},
+        )
         _, missing = await refused(session, "get_symbol", {"id": "999999"})
 
     for query, result in found.items():
@@ -218,7 +261,11 @@ async def test_symbols_are_found_by_pair_forms_and_names(mcp_http, owner, api_ke
     assert (listed["total"], listed["has_next"], len(listed["items"])) == (2, True, 1)
     assert own["items"] == []
     assert (symbol["name"], symbol["asset_class"], symbol["data_availability"]) == ("XAU/USD", "crypto", {"1d": True})
-    assert [p["timestamp"] for p in sample["points"]] == ["2024-01-03T00:00:00Z", "2024-01-04T00:00:00Z", "2024-01-05T00:00:00Z"]
+    assert [p["timestamp"] for p in sample["points"]] == [
+        "2024-01-03T00:00:00Z",
+        "2024-01-04T00:00:00Z",
+        "2024-01-05T00:00:00Z",
+    ]
     assert sample["csv_resource"]["text"].splitlines()[0] == "timestamp,open,high,low,close,volume"
     assert len(sample["csv_resource"]["text"].splitlines()) == 4
     assert missing["error"]["code"] == "not_found"
