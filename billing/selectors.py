@@ -48,8 +48,8 @@ def plan_pricing() -> dict[str, Any]:
     }
 
 
-def _balances(user: User, start: date, unit: str) -> dict[str, LedgerAccount]:
-    rows = LedgerAccount.objects.filter(user=user, period_start=start, unit=unit)
+def _balances(user_id: int, start: date, unit: str) -> dict[str, LedgerAccount]:
+    rows = LedgerAccount.objects.filter(user_id=user_id, period_start=start, unit=unit)
     return {row.kind: row for row in rows}
 
 
@@ -64,7 +64,7 @@ def _lookup_figures(*, included: int, included_used: int, overage: int, rate_mic
 
 
 def lookup_usage_of_period(period: Period) -> dict[str, Any]:
-    accounts = _balances(period.user, period.period_start, Unit.LOOKUP)
+    accounts = _balances(period.user_id, period.period_start, Unit.LOOKUP)
     allowance, overage = accounts[Kind.ALLOWANCE], accounts[Kind.OVERAGE]
     return _lookup_figures(
         included=allowance.credits_posted,
@@ -76,7 +76,7 @@ def lookup_usage_of_period(period: Period) -> dict[str, Any]:
 
 def _current(user: User) -> tuple[date, Period | None]:
     start = now().astimezone(UTC).date().replace(day=1)
-    return start, Period.objects.select_related("plan", "user").filter(user=user, period_start=start).first()
+    return start, Period.objects.filter(user=user, period_start=start).first()
 
 
 def lookup_usage(*, user: User) -> dict[str, Any]:
@@ -121,8 +121,8 @@ def credit_usage(*, user: User) -> dict[str, Any]:
         plan = plan_of(user=user)
         total, consumed, remaining, free_left = plan.monthly_credits, 0, plan.monthly_credits, plan.free_optimizations
     else:
-        credits = _balances(user, start, Unit.CREDIT)[Kind.ALLOWANCE]
-        free = _balances(user, start, Unit.FREE_OPTIMIZATION)[Kind.ALLOWANCE]
+        credits = _balances(user.pk, start, Unit.CREDIT)[Kind.ALLOWANCE]
+        free = _balances(user.pk, start, Unit.FREE_OPTIMIZATION)[Kind.ALLOWANCE]
         total, consumed, remaining, free_left = (
             credits.credits_posted,
             credits.debits_posted,

@@ -299,7 +299,9 @@ def lookup_charge(
             _charge(event, period, units, at)
         usage = selectors.lookup_usage_of_period(period)
         usage.update(lookup_cost=event.units_charged, cache="hit" if cache_hit else "miss")
-        UsageEvent.objects.filter(pk=event.pk).update(usage=usage)
+        UsageEvent.objects.filter(pk=event.pk).update(
+            included_qty=event.included_qty, overage_qty=event.overage_qty, usage=usage
+        )
     return LookupCharge(
         usage_event_id=event.pk,
         units_charged=event.units_charged,
@@ -344,7 +346,6 @@ def _charge(event: UsageEvent, period: Period, units: int, at: datetime) -> None
             usage_event=event,
         )
         _meter_report_enqueue(transfer, event.user_id)
-    UsageEvent.objects.filter(pk=event.pk).update(included_qty=included, overage_qty=overage)
     event.included_qty, event.overage_qty = included, overage
 
 
