@@ -45,8 +45,36 @@ def _facade() -> types.SimpleNamespace:
     return types.SimpleNamespace(**members)
 
 
-def guards() -> Guards:
-    return Guards(allowed_modules=(bt.indicators, math), writable=(bt.LineRoot, bt.lineseries.Lines))
+ORDER_STATES = frozenset(bt.Order.Status) | frozenset(bt.Order.ExecTypes) | {"Buy", "Sell"}
+READ_ONLY = (
+    (bt.BrokerBase, frozenset({"getvalue", "getcash", "get_value", "get_cash", "getposition", "startingcash",
+                               "get_fundvalue", "get_fundshares", "fundvalue", "fundshares"})),
+    (bt.Position, frozenset({"size", "price", "adjbase", "datetime", "upopened", "upclosed"})),
+    (bt.Trade, frozenset({"ref", "tradeid", "data", "size", "price", "value", "commission", "pnl", "pnlcomm",
+                          "justopened", "isopen", "isclosed", "baropen", "dtopen", "barclose", "dtclose", "barlen",
+                          "status", "long", "Created", "Open", "Closed", "open_datetime", "close_datetime"})),
+    (bt.OrderBase, ORDER_STATES | {"ref", "status", "data", "size", "price", "pricelimit", "exectype", "ordtype",
+                                   "created", "executed", "isbuy", "issell", "alive", "getstatusname",
+                                   "getordername", "info", "tradeid"}),
+    (bt.OrderData, frozenset({"dt", "size", "remsize", "price", "pricelimit", "value", "comm", "pnl", "margin",
+                              "psize", "pprice"})),
+)  # fmt: skip
+FEED_NAMES = frozenset(
+    {"open", "high", "low", "close", "volume", "openinterest", "datetime", "lines", "get", "buflen", "date", "time",
+     "num2date", "date2num", "getlinealiases"}
+)  # fmt: skip
+GUARDS = Guards(
+    allowed_modules=(bt.indicators, math),
+    writable=(bt.LineRoot, bt.lineseries.Lines),
+    read_only=READ_ONLY,
+    protected_names=FEED_NAMES,
+)
+
+
+def protect(feed: bt.feed.DataBase) -> None:
+    """Make a data feed and its lines read-only (and allow-listed) to strategy code."""
+    GUARDS.protected.update({id(feed), id(feed.lines)})
+    GUARDS.protected.update(id(feed.lines[i]) for i in range(feed.lines.fullsize()))
 
 
 def load_strategy(source: str, *, prints: PrintBuffer, layers: frozenset[str] | set[str]) -> type:
@@ -54,7 +82,7 @@ def load_strategy(source: str, *, prints: PrintBuffer, layers: frozenset[str] | 
     if "ast" in layers:
         validate_source(source)
     if "restricted_python" in layers:
-        module = compile_strategy(source, bt_facade=_facade(), guards=guards(), prints=prints)
+        module = compile_strategy(source, bt_facade=_facade(), guards=GUARDS, prints=prints)
     else:
         module = compile_plain(source, bt_module=bt)
     classes = strategy_classes(module, bt.Strategy)
@@ -64,25 +92,25 @@ def load_strategy(source: str, *, prints: PrintBuffer, layers: frozenset[str] | 
 
 
 class ArrayData(bt.feed.DataBase):
-    """A feed over plain lists; the bars are set on the instance, not as a param strategies could reach."""
+    """A feed over plain lists, kept in underscore attributes: strategies cannot reach the future bars."""
 
     def setbars(self, bars: dict[str, list[Any]]) -> None:
-        self.bars = {
+        self._bars = {
             "dt": [us / 86_400_000_000.0 + EPOCH_ORDINAL for us in bars["ts_us"]],
             **{key: bars[key] for key in ("open", "high", "low", "close", "volume")},
         }
-        self.count, self.index = len(bars["ts_us"]), -1
+        self._count, self._index = len(bars["ts_us"]), -1
 
     def start(self) -> None:
         super().start()
-        self.index = -1
+        self._index = -1
 
     def _load(self) -> bool:
-        self.index += 1
-        i = self.index
-        if i >= self.count:
+        self._index += 1
+        i = self._index
+        if i >= self._count:
             return False
-        lines, bars = self.lines, self.bars
+        lines, bars = self.lines, self._bars
         lines.datetime[0] = bars["dt"][i]
         lines.open[0], lines.high[0], lines.low[0] = bars["open"][i], bars["high"][i], bars["low"][i]
         lines.close[0], lines.volume[0], lines.openinterest[0] = bars["close"][i], bars["volume"][i], 0.0
@@ -183,6 +211,7 @@ def run(
     for data in datas:
         feed = ArrayData(name=data["name"])
         feed.setbars(data)
+        protect(feed)
         cerebro.adddata(feed, name=data["name"])
     cerebro.addstrategy(strategy, **parameters)
     cerebro.broker.setcash(float(simulation["initial_cash"]))

@@ -14,7 +14,7 @@ import re
 import sys
 import types
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from RestrictedPython import compile_restricted
@@ -39,7 +39,7 @@ FORBIDDEN_CALLS = frozenset(
 )  # fmt: skip
 # Attribute names that lead from ordinary objects to the interpreter, the engine or the raw data.
 FORBIDDEN_ATTRIBUTES = frozenset(INSPECT_ATTRIBUTES) | {
-    "env", "cerebro", "dataname", "format", "format_map", "mro", "owner", "f_lasti", "func_globals",
+    "env", "cerebro", "dataname", "format", "format_map", "mro", "owner", "analyzers", "observers", "stats", "f_lasti", "func_globals",
     "im_func", "im_self", "gi_running", "tb_lasti", "modules",
 }  # fmt: skip
 ALLOWED_DUNDER_METHODS = frozenset({"__init__"})  # as method names only; `super().__init__` is refused
@@ -189,10 +189,21 @@ class Guards:
 
     allowed_modules: tuple[types.ModuleType, ...]
     writable: tuple[type, ...]
+    # Engine-owned objects a strategy may read but not drive (broker, positions, trades, orders): by type,
+    # the only attribute names readable on them. Keeps a strategy from rewriting its own report.
+    read_only: tuple[tuple[type, frozenset[str]], ...] = ()
+    # ids of the data feeds and their lines (registered by the engine before the run): read-only, allow-listed.
+    protected: set[int] = field(default_factory=set)
+    protected_names: frozenset[str] = frozenset()
 
     def getattr(self, obj: Any, name: str) -> Any:
         if name in FORBIDDEN_ATTRIBUTES or name.startswith("_"):
             raise AttributeError(f"the attribute `{name}` is not available in strategies")
+        if id(obj) in self.protected and name not in self.protected_names:
+            raise AttributeError(f"the attribute `{name}` of market data is not available in strategies")
+        for kind, names in self.read_only:
+            if isinstance(obj, kind) and name not in names:
+                raise AttributeError(f"the attribute `{name}` of {kind.__name__} is not available in strategies")
         value = safer_getattr_raise(obj, name)  # raises on a missing attribute instead of returning None
         if isinstance(value, types.ModuleType) and not any(value is module for module in self.allowed_modules):
             raise AttributeError(f"`{name}` is a module and is not available in strategies")
@@ -201,6 +212,8 @@ class Guards:
         return value
 
     def write(self, obj: Any) -> Any:
+        if id(obj) in self.protected:
+            raise TypeError("market data cannot be modified by strategies")
         if isinstance(obj, (dict, list)) or (isinstance(obj, self.writable) and not isinstance(obj, type)):
             return obj
         raise TypeError(f"objects of type {type(obj).__name__} cannot be modified by strategies")

@@ -58,6 +58,7 @@ def test_all_layers_are_active_here_and_reported():
         ("def gen():\n    yield 1\ng = gen()", "generators", 4),
         ("f = self.gi_frame.f_back.f_globals", "`f_globals`", 3),
         ("c = self.env.runstrats", "`env` is not available", 3),
+        ("self.analyzers.trade_log.trades.append(1)", "`analyzers` is not available", 3),
         ("self.data.p.dataname.to_csv('/tmp/leak.csv')", "`dataname`", 3),
         ("import os", "imports are not allowed", 3),
     ],
@@ -74,16 +75,21 @@ def test_static_layer_refuses_escape_with_line_and_column(body, message, line):
 
 
 @pytest.mark.parametrize(
-    ("body", "message"),
+    ("body", "message", "where"),
     [
-        ("bt.os.popen('id')", "'types.SimpleNamespace' object has no attribute 'os'"),
-        ("m = bt.indicators.sys", "`sys` is a module"),
-        ("m = math.sys", "has no attribute 'sys'"),
-        ("bt.Strategy = None", "cannot be modified"),
+        ("bt.os.popen('id')", "'types.SimpleNamespace' object has no attribute 'os'", "__init__"),
+        ("m = bt.indicators.sys", "`sys` is a module", "__init__"),
+        ("m = math.sys", "has no attribute 'sys'", "__init__"),
+        ("bt.Strategy = None", "cannot be modified", "__init__"),
+        ("self.broker.setcash(10 ** 9)", "`setcash` of BrokerBase is not available", "next"),
+        ("self.data.close[1] = 0.0", "market data cannot be modified", "next"),
+        ("self.data.setbars({})", "`setbars` of market data is not available", "next"),
+        ("self.data.close.forward()", "`forward` of market data is not available", "next"),
+        ("self.position.update(100, 1.0)", "`update` of Position is not available", "next"),
     ],
 )
-def test_restricted_layer_refuses_module_hops_at_run_time(body, message):
-    outcome = run(attack(body), layers=frozenset({"restricted_python"}))
+def test_restricted_layer_refuses_module_hops_and_report_tampering_at_run_time(body, message, where):
+    outcome = run(attack(body, where=where), layers=frozenset({"restricted_python"}))
 
     assert outcome.ok is False
     assert outcome.error["code"] == "execution_error"
