@@ -39,8 +39,8 @@ FORBIDDEN_CALLS = frozenset(
 )  # fmt: skip
 # Attribute names that lead from ordinary objects to the interpreter, the engine or the raw data.
 FORBIDDEN_ATTRIBUTES = frozenset(INSPECT_ATTRIBUTES) | {
-    "env", "cerebro", "dataname", "format", "format_map", "mro", "owner", "analyzers", "observers", "stats", "f_lasti", "func_globals",
-    "im_func", "im_self", "gi_running", "tb_lasti", "modules",
+    "env", "cerebro", "dataname", "format", "format_map", "mro", "owner", "analyzers", "observers", "stats",
+    "f_lasti", "func_globals", "im_func", "im_self", "gi_running", "tb_lasti", "modules",
 }  # fmt: skip
 ALLOWED_DUNDER_METHODS = frozenset({"__init__"})  # as method names only; `super().__init__` is refused
 FORBIDDEN_NODES: dict[type[ast.AST], str] = {
