@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from accounts.models import User
-from billing import selectors
+from billing import selectors, tasks
 from billing.models import (
     AccountPlan,
     Code,
@@ -360,6 +360,7 @@ def _meter_report_enqueue(transfer: Transfer, user_id: int) -> None:
             value=transfer.amount,
             event_at=transfer.occurred_at,
         )
+        transaction.on_commit(tasks.meter_reports_send.delay)
 
 
 def lookup_store_response(*, charge: LookupCharge, response: dict[str, Any]) -> None:

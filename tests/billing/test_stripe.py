@@ -189,3 +189,16 @@ def test_tampered_body_is_refused(client, metered):
 
     assert response.status_code == 400
     assert StripeEvent.objects.count() == 0
+
+
+def test_an_overage_charge_enqueues_the_sender_once_committed(
+    metered, client_, monkeypatch, django_capture_on_commit_callbacks
+):
+    monkeypatch.setattr(payments, "stripe_client", lambda **kwargs: client_)
+    with django_capture_on_commit_callbacks(execute=True) as included:
+        lookups(metered, 1)
+    with django_capture_on_commit_callbacks(execute=True) as overage:
+        lookups(metered, 1)
+
+    assert (len(included), len(overage)) == (0, 1)
+    assert MeterReport.objects.get().status == MeterReport.Status.SENT
