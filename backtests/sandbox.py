@@ -195,7 +195,7 @@ def run_job(
     for stream in (process.stdout, process.stderr):
         stream.close()
     seconds = time.monotonic() - began
-    layers_seen = process_layers
+    layers_seen = sorted(process_layers)
     if running.killed_by is None and process.returncode == 0:
         try:
             outcome = json.loads(stdout)

@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import resource
+import signal
 import sys
 import traceback
 from typing import Any
@@ -21,6 +22,7 @@ try:  # loaded now: after the uid drop, libseccomp could no longer be located
 except (ImportError, OSError):  # pragma: no cover - reported as an inactive layer
     seccomp = None
 
+PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_THREAD = 0x00010000
 
@@ -79,6 +81,7 @@ def _seccomp() -> bool:
 
 def harden(requested: set[str], limits: dict[str, int]) -> list[str]:
     """Apply the requested OS layers; return those actually in force."""
+    parent = os.getppid()
     active = []
     steps = [
         ("netns", lambda: _netns()),
@@ -90,6 +93,10 @@ def harden(requested: set[str], limits: dict[str, int]) -> list[str]:
     for name, step in steps:
         if name in requested and step():
             active.append(name)
+    # Die with the worker that started us (a uid change clears this setting, so it is set last).
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
     return active
 
 

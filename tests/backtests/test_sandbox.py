@@ -1,5 +1,7 @@
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -244,3 +246,38 @@ def test_nothing_is_left_in_the_parent_working_tree():
     run(attack("x = 1"))
 
     assert set(Path.cwd().iterdir()) == before
+
+
+PARENT = """
+import os, sys
+import django
+django.setup()
+from backtests import sandbox
+from backtests.dryrun import walk
+layers = frozenset(sys.argv[2].split(","))
+code = "class Spin(bt.Strategy):\\n    def next(self):\\n        while True:\\n            pass\\n"
+def started(running):
+    with open(sys.argv[1], "w") as handle:
+        handle.write(str(running.process.pid))
+sandbox.run_job(source=code, datas=[walk("T", bars=60)], simulation={"initial_cash": 1000, "commission": 0,
+                "leverage": 1, "buy_on_close": False}, parameters={}, layers=layers, on_start=started)
+"""
+
+
+@pytest.mark.parametrize("layers", ["ast,restricted_python,rlimits,uid_drop,seccomp", "bubblewrap"])
+def test_the_child_dies_with_a_killed_worker(tmp_path, layers):
+    pid_file = tmp_path / "child.pid"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    worker = subprocess.Popen([sys.executable, "-c", PARENT, str(pid_file), layers], env=env)
+    deadline = time.monotonic() + 20
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    time.sleep(1.0)  # the child is now hardened and spinning
+
+    worker.kill()
+    worker.wait()
+
+    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline + 10, "the sandbox child outlived its worker"
+        time.sleep(0.05)

@@ -1,3 +1,4 @@
+import threading
 from datetime import date, timedelta
 
 import pytest
@@ -266,3 +267,24 @@ def test_other_accounts_cannot_use_a_strategy(owner, outsider, coin, django_capt
 
     assert caught.value.code == "strategy_not_found"
     assert Report.objects.exists() is False
+
+
+def test_sandbox_child_killed_mid_run_fails_the_report_and_voids_credits(
+    owner, coin, monkeypatch, django_capture_on_commit_callbacks
+):
+    code = "class Spin(bt.Strategy):\n    def next(self):\n        while True:\n            pass\n"
+    real_run_job = services.sandbox.run_job
+
+    def run_and_kill(**kwargs):
+        kill = lambda running: threading.Timer(1.0, running.kill, args=("worker_shutdown",)).start()  # noqa: E731
+        return real_run_job(**kwargs, on_start=kill)
+
+    monkeypatch.setattr(services.sandbox, "run_job", run_and_kill)
+
+    report = submit(owner, saved(owner, code), coin, django_capture_on_commit_callbacks)
+
+    assert report.status == Status.FAILED
+    assert report.error == {"code": "killed", "message": "the run was stopped (worker_shutdown)", "line": None}
+    wrapped = ["bubblewrap"] if services.sandbox.bubblewrap_usable() else []
+    assert report.diagnostics["sandbox_layers"] == sorted(["process", *wrapped])
+    assert credit_usage(user=owner)["credits_remaining"] == 1000
