@@ -21,8 +21,8 @@ from django.conf import settings
 from evidence import calendar, features, strategies
 from evidence.features import HORIZONS
 from evidence.models import BarPartition, Corpus, Symbol
-from evidence.selectors import bars_read
 from evidence.store import absolute, file_sha256, write_parquet_atomic
+from leroy.clock import now
 
 SCHEMA_VERSION = 1
 TIER_NAMES = {
@@ -93,7 +93,8 @@ def build_plan(*, through: date | None = None) -> BuildPlan:
     if corpus.benchmark not in symbols:
         raise BuildError(f"benchmark {corpus.benchmark.ticker} has no 1m bars")
     last_bar = max(BarPartition.objects.filter(frequency="1m").values_list("last_ts", flat=True), default=None)
-    assert last_bar is not None
+    if last_bar is None:
+        raise BuildError("no minute bars stored")
     last_complete = _last_completed_session()
     end = min(last_bar.date(), last_complete)
     if through is not None:
@@ -119,17 +120,14 @@ def build_plan(*, through: date | None = None) -> BuildPlan:
 
 
 def _last_completed_session() -> date:
-    """The latest session whose close is at or before leroy.clock.now()."""
-    from leroy.clock import now
-
-    moment = now()
-    cal = calendar.xnys()
-    session = cal.minute_to_past_session(moment.replace(second=0, microsecond=0), count=1).date()
-    return session
+    """The latest session that closed before leroy.clock.now() (the open session is never built)."""
+    return calendar.xnys().minute_to_past_session(now().replace(second=0, microsecond=0), count=1).date()
 
 
 def symbol_evidence_frame(ticker: str, plan: BuildPlan) -> pl.DataFrame:
     """One symbol's point-in-time frame (features, states, regime, labels) through the plan's last session."""
+    from evidence.selectors import bars_read  # selectors read artifacts built here, so this edge is imported late
+
     through = date.fromisoformat(plan.through)
     bars = bars_read(symbol=Symbol.objects.get(ticker=ticker), frequency="1m")
     benchmark = (
@@ -238,9 +236,18 @@ def partial_dir(build_dir: Path, ticker: str) -> Path:
     return build_dir / "partials" / ticker
 
 
+def feature_store_path(ticker: str, plan: BuildPlan) -> Path:
+    """The feature store file for a symbol's exact inputs (its bars, the benchmark's, the last session)."""
+    inputs = canonical_json([plan.inputs[ticker], plan.inputs[plan.benchmark], plan.through])
+    return absolute(f"features/{features.FEATURE_VERSION}/{ticker}/{hashlib.sha256(inputs).hexdigest()[:16]}.parquet")
+
+
 def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: Path) -> dict[str, int]:
-    """Map step for one symbol: stats, reservoir candidates, returns (for medians), coverage and execution."""
+    """Map step for one symbol: the feature store file, then stats, reservoir candidates, returns (for medians),
+    coverage and execution partials."""
     frame = symbol_evidence_frame(ticker, plan)
+    stored = frame.with_columns(pl.col(features.FEATURES).cast(pl.Float32), symbol=pl.lit(ticker))
+    write_parquet_atomic(stored, feature_store_path(ticker, plan))
     rows = _rows(frame, ticker, plan)
     long = _long(rows)
     stats = [
@@ -395,6 +402,8 @@ def reduce_partials(plan: BuildPlan, build_dir: Path) -> tuple[Path, str, dict[s
     coverage = read("coverage.parquet").sort("period", "symbol")
     execution = read("execution.parquet").sort("symbol", "bucket")
     through = date.fromisoformat(plan.through)
+    from evidence.selectors import bars_read
+
     benchmark_bars = bars_read(symbol=Symbol.objects.get(ticker=plan.benchmark), frequency="1m")
     regimes = (
         features.regime_sessions(features.dense_minutes(benchmark_bars, through=through))
@@ -440,6 +449,7 @@ def reduce_partials(plan: BuildPlan, build_dir: Path) -> tuple[Path, str, dict[s
             "overlay_tickers": plan.overlay_tickers,
         },
         "inputs": {"bars_1m": plan.inputs, "plan_sha256": plan_sha256(plan)},
+        "plan": plan.as_dict(),
         "code_commit": identity["code"],
         "features": features.describe(),
         "registry": strategies.registry_lineage(),

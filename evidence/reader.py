@@ -1,0 +1,229 @@
+"""The read model: one verified, read-only view of an artifact's serving file, shared by every request in a process.
+
+A reader is immutable once opened; activation swaps which reader new requests get (selectors.memory_reader), so a
+request that already holds one keeps reading one consistent artifact.
+"""
+
+import hashlib
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from evidence import calendar, memory
+from evidence.features import HORIZONS
+from evidence.memory import BAND_MAX, EXCURSION_LEVELS_BPS, REGIME_TABLE, SYMBOL_BASELINE, TIER_NAMES
+from evidence.store import file_sha256
+
+PCT = 1_000_000  # label units (1e-8) per percent
+BPS = memory.BPS
+STAT_FIELDS = ("n", "n_sessions", "sum_r", "n_win", "sum_pos", "sum_neg", "sum_fav", "sum_adv")
+
+
+class ArtifactRefused(Exception):
+    """The artifact on disk does not match its recorded hashes; it is never served."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Displayed statistics of one key, derived from its integer sums (returns are side-oriented)."""
+
+    tier: int
+    tier_name: str
+    side: str
+    horizon_minutes: int
+    row_count: int
+    distinct_sessions: int
+    average_return_pct: float
+    median_return_pct: float | None
+    win_rate: float
+    profit_factor: float | None
+    lift_vs_baseline_bps: float | None
+    mean_favourable_excursion_pct: float
+    mean_adverse_excursion_pct: float
+    favourable_reached: dict[str, float]  # excursion level in bps -> share of rows that reached it
+    adverse_reached: dict[str, float]
+
+
+def _derive(row: dict[str, Any], *, side: str, baseline: dict[str, Any] | None, min_sessions: int) -> Evidence:
+    n = row["n"]
+    lift = None
+    if baseline is not None and baseline["n_sessions"] >= min_sessions and row["tier"] != 1:
+        lift = round((row["sum_r"] / n - baseline["sum_r"] / baseline["n"]) / BPS, 4)
+    return Evidence(
+        tier=row["tier"],
+        tier_name=TIER_NAMES[row["tier"]],
+        side=side,
+        horizon_minutes=row["horizon"],
+        row_count=n,
+        distinct_sessions=row["n_sessions"],
+        average_return_pct=round(row["sum_r"] / n / PCT, 10),
+        median_return_pct=None if row["median_r"] is None else round(row["median_r"] / PCT, 10),
+        win_rate=round(row["n_win"] / n, 6),
+        profit_factor=round(row["sum_pos"] / row["sum_neg"], 6) if row["sum_neg"] else None,
+        lift_vs_baseline_bps=lift,
+        mean_favourable_excursion_pct=round(row["sum_fav"] / n / PCT, 10),
+        mean_adverse_excursion_pct=round(row["sum_adv"] / n / PCT, 10),
+        favourable_reached={str(lv): round(row[f"n_fav_{lv}"] / n, 6) for lv in EXCURSION_LEVELS_BPS},
+        adverse_reached={str(lv): round(row[f"n_adv_{lv}"] / n, 6) for lv in EXCURSION_LEVELS_BPS},
+    )
+
+
+class MemoryReader:
+    def __init__(self, root: Path, sha256: str) -> None:
+        body = (root / "manifest.json").read_bytes()
+        if hashlib.sha256(body).hexdigest() != sha256:
+            raise ArtifactRefused(f"manifest of {root.name} does not hash to {sha256}")
+        manifest = json.loads(body)
+        for name, entry in manifest["files"].items():
+            if file_sha256(root / name) != entry["sha256"]:
+                raise ArtifactRefused(f"{name} in {root.name} does not match its manifest hash")
+        self.root = root
+        self.sha256 = sha256
+        self.manifest: dict[str, Any] = manifest
+        self.version: str = manifest["version"]
+        self.min_sessions: int = manifest["min_sessions"]
+        self._uri = f"file:{root / 'serve.sqlite3'}?mode=ro&immutable=1"
+        self._local = threading.local()
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+            db.row_factory = sqlite3.Row
+            self._local.db = db
+        return db
+
+    def _fetch(self, keys: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+        # A VALUES CTE cross-joined on the primary key: one index search per key (a row-value IN would scan).
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(keys))
+        sql = (
+            f"WITH k(period, tier, side, horizon, symbol, mask, regime, band) AS (VALUES {values}) "  # noqa: S608
+            "SELECT s.* FROM k CROSS JOIN stats AS s USING (period, tier, side, horizon, symbol, mask, regime, band)"
+        )
+        rows = self._db().execute(sql, [v for key in keys for v in key]).fetchall()
+        return {tuple(row[c] for c in memory.KEY_COLUMNS): dict(row) for row in rows}
+
+    def lookup(
+        self,
+        *,
+        symbol: str,
+        side: str,
+        mask: int,
+        regime: int,
+        horizons: tuple[int, ...] = HORIZONS,
+        period: int = 0,
+    ) -> dict[int, Evidence | None]:
+        """Per horizon, the strongest tier whose key has at least the minimum distinct sessions; never pooled."""
+        s = memory.SIDES.index(side)
+        band = min(mask.bit_count(), BAND_MAX)
+        keys = []
+        for h in horizons:
+            keys += [
+                (period, 5, s, h, symbol, mask, regime, -1),
+                (period, 4, s, h, "", mask, regime, -1),
+                (period, 3, s, h, "", mask, -1, -1),
+                (period, 2, s, h, "", -1, regime, band),
+                (period, 1, s, h, "", -1, -1, -1),
+                (period, SYMBOL_BASELINE, s, h, symbol, -1, -1, -1),
+            ]
+        found = self._fetch(keys)
+        out: dict[int, Evidence | None] = {}
+        for h in horizons:
+            universe = found.get((period, 1, s, h, "", -1, -1, -1))
+            own = found.get((period, SYMBOL_BASELINE, s, h, symbol, -1, -1, -1))
+            out[h] = None
+            for key in keys:
+                if key[3] != h or key[1] == SYMBOL_BASELINE:
+                    continue
+                row = found.get(key)
+                if row is not None and row["n_sessions"] >= self.min_sessions:
+                    baseline = own if row["tier"] == 5 else universe
+                    out[h] = _derive(row, side=side, baseline=baseline, min_sessions=self.min_sessions)
+                    break
+        return out
+
+    def examples(
+        self, *, tier: int, side: str, symbol: str = "", mask: int = -1, regime: int = -1, band: int = -1,
+        period: int = 0,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        """The reservoir rows stored for a served key (a fixed pseudo-random sample, at most RESERVOIR_SIZE)."""
+        rows = self._db().execute(
+            "SELECT * FROM reservoir WHERE period=? AND tier=? AND side=? AND symbol=? AND mask=? AND regime=? "
+            "AND band=? ORDER BY rank",
+            (period, tier, memory.SIDES.index(side), symbol, mask, regime, band),
+        )
+        return [dict(row) for row in rows]
+
+    def regime_table(self, *, side: str, horizon: int, period: int = 0) -> list[dict[str, Any]]:
+        rows = self._db().execute(
+            "SELECT * FROM stats WHERE period=? AND tier=? AND side=? AND horizon=? ORDER BY regime",
+            (period, REGIME_TABLE, memory.SIDES.index(side), horizon),
+        )
+        return [
+            {"regime": row["regime"], **vars(_derive(dict(row), side=side, baseline=None, min_sessions=0))}
+            for row in rows
+        ]
+
+    def regime_of_session(self, session: date) -> dict[str, Any] | None:
+        row = self._db().execute("SELECT * FROM regime_sessions WHERE session=?", (session.isoformat(),)).fetchone()
+        return dict(row) if row else None
+
+    def execution_conditions(self, *, symbol: str) -> dict[str, Any]:
+        rows = self._db().execute("SELECT * FROM execution WHERE symbol=? ORDER BY bucket", (symbol,)).fetchall()
+        return {
+            "symbol": symbol,
+            "volume_by_half_hour": [
+                {
+                    "minutes_from_open": row["bucket"] * memory.EXECUTION_BUCKET_MINUTES,
+                    "bars": row["n_bars"],
+                    "sessions": row["n_sessions"],
+                    "mean_volume_per_bar": round(row["sum_volume"] / row["n_bars"], 2) if row["n_bars"] else None,
+                    "zero_volume_bars": row["zero_volume_bars"],
+                }
+                for row in rows
+            ],
+            "spread": None,
+            "spread_status": self.manifest["execution"]["spread"],
+        }
+
+    def coverage(self) -> dict[str, Any]:
+        return self.manifest["coverage"]
+
+    def lineage(self) -> dict[str, Any]:
+        m = self.manifest
+        return {
+            "artifact_version": self.version,
+            "artifact_sha256": self.sha256,
+            "source": m["source"],
+            "data_as_of": m["data_as_of"],
+            "corpus": m["corpus"],
+            "inputs_sha256": m["inputs"]["plan_sha256"],
+            "code_commit": m["code_commit"],
+            "features": {"version": m["features"]["version"], "count": len(m["features"]["features"])},
+            "registry": {k: m["registry"][k] for k in ("version", "count", "registry_sha256")},
+            "calendar": m["calendar"],
+            "min_sessions": self.min_sessions,
+            "coverage": m["coverage"],
+        }
+
+    def freshness(self, *, at: Any) -> dict[str, Any]:
+        """Forward-overlay freshness: lag in completed XNYS sessions between its last session and `at`."""
+        overlay = self.manifest["coverage"]["forward_overlay"]
+        if overlay.get("status") != "available":
+            return {"status": "unavailable", "last_verified_session": None, "lag_sessions": None}
+        last = date.fromisoformat(overlay["last_session"])
+        latest = calendar.xnys().minute_to_past_session(at.replace(second=0, microsecond=0), count=1).date()
+        if last > latest:
+            # The artifact claims a session the clock says has not closed: the clock or the data is wrong.
+            return {"status": "unknown", "last_verified_session": last.isoformat(), "lag_sessions": None}
+        lag = len(calendar.sessions_between(last, latest)) - 1
+        return {
+            "status": "current" if lag == 0 else "behind",
+            "last_verified_session": last.isoformat(),
+            "latest_completed_session": latest.isoformat(),
+            "lag_sessions": lag,
+        }

@@ -1,0 +1,239 @@
+"""Tiers, artifact identity and activation on hand-built universes whose statistics are computed by hand."""
+
+import hashlib
+import json
+import threading
+from datetime import date
+from pathlib import Path
+
+import polars as pl
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from evidence import memory
+from evidence.features import FEATURES, HORIZONS
+from evidence.models import Corpus, MarketMemoryArtifact, Symbol
+from evidence.reader import ArtifactRefused, MemoryReader
+from evidence.selectors import memory_lookup, memory_reader
+from evidence.services import bars_import, market_memory_activate, market_memory_build_run
+from evidence.store import absolute
+from tests.evidence.factories import minute_bars, utc
+
+D1, D2 = date(2026, 6, 29), date(2026, 6, 30)
+AB, A = 0b11, 0b01  # two active buy strategies, and only the first
+# (symbol, session, buy mask, regime, 5-minute buy label in 1e-8 units)
+ROWS = [
+    ("AAA", D1, AB, 4, 100),
+    ("AAA", D1, AB, 4, -50),
+    ("AAA", D1, A, 4, 30),
+    ("AAA", D2, AB, 4, 20),
+    ("AAA", D2, AB, 5, 10),
+    ("BBB", D1, AB, 4, -40),
+    ("BBB", D1, A, 5, 60),
+]
+
+
+def hand_frame(ticker: str, rows: list[tuple]) -> pl.DataFrame:
+    mine = [row for row in rows if row[0] == ticker]
+    n = len(mine)
+    label = pl.Series([row[4] for row in mine], dtype=pl.Int64)
+    null = pl.Series([None] * n, dtype=pl.Int64)
+    return pl.DataFrame(
+        {
+            "ts": pl.Series(
+                [utc(2026, 6, 29 + (row[1] == D2), 14, i) for i, row in enumerate(mine)], dtype=pl.Datetime("us", "UTC")
+            ),
+            "session": pl.Series([row[1] for row in mine], dtype=pl.Date),
+            "ready": pl.Series([True] * n, dtype=pl.Boolean),
+            "is_fill": pl.Series([False] * n, dtype=pl.Boolean),
+            "minute_of_session": pl.Series([30 + i for i in range(n)], dtype=pl.Int32),
+            "volume": pl.Series([100.0] * n, dtype=pl.Float64),
+            "regime": pl.Series([row[3] for row in mine], dtype=pl.Int8),
+            "trend": pl.Series([0] * n, dtype=pl.Int8),
+            "volatility": pl.Series([1] * n, dtype=pl.Int8),
+            "tod": pl.Series([1] * n, dtype=pl.Int8),
+            "buy_mask": pl.Series([row[2] for row in mine], dtype=pl.Int64),
+            "sell_mask": pl.Series([0] * n, dtype=pl.Int64),
+            "n_buy": pl.Series([row[2].bit_count() for row in mine], dtype=pl.Int8),
+            "n_sell": pl.Series([0] * n, dtype=pl.Int8),
+            **{name: pl.Series([None] * n, dtype=pl.Float64) for name in FEATURES if name != "minute_of_session"},
+            **{f"lbl_{h}": label if h == 5 else null for h in HORIZONS},
+            **{f"hi_{h}": label + 10 if h == 5 else null for h in HORIZONS},
+            **{f"lo_{h}": label - 10 if h == 5 else null for h in HORIZONS},
+        }
+    )
+
+
+@pytest.fixture
+def universe(db: None, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """Three symbols with real bars in the store (the benchmark's feed the regime table); frames are hand-built."""
+    for ticker in ("AAA", "BBB", "IDX"):
+        bars_import(
+            ticker=ticker,
+            frequency="1m",
+            frame=minute_bars([D1, D2]),
+            asset_class="index" if ticker == "IDX" else "equity",
+        )
+    Corpus.objects.create(
+        source="vendor", benchmark=Symbol.objects.get(ticker="IDX"), historical_through=D2, created_at=utc(2026, 7, 1)
+    )
+    rows = list(ROWS)
+    monkeypatch.setattr(memory, "symbol_evidence_frame", lambda ticker, plan: hand_frame(ticker, rows))
+    return rows
+
+
+def build(min_sessions: int = 2) -> MarketMemoryArtifact:
+    with override_settings(LEROY_MM_MIN_SESSIONS=min_sessions):
+        artifact = market_memory_build_run()
+    memory_reader(refresh=True)
+    return artifact
+
+
+def test_exact_setup_wins_with_hand_computed_statistics(universe: list[tuple]) -> None:
+    build()
+
+    answer = memory_lookup(symbol="AAA", side="buy", active=AB, regime=4, horizons=(5, 15))
+
+    exact = answer.matches[5]
+    assert exact is not None
+    # AAA, both strategies, regime 4: +100, -50 (D1) and +20 (D2)
+    assert (exact.tier, exact.tier_name, exact.row_count, exact.distinct_sessions) == (5, "exact_setup", 3, 2)
+    assert exact.average_return_pct == round(70 / 3 / 1_000_000, 10)
+    assert exact.median_return_pct == 20 / 1_000_000
+    assert exact.win_rate == round(2 / 3, 6)
+    assert exact.profit_factor == 2.4
+    # lift against AAA's own baseline: +100 -50 +30 +20 +10 over 5 rows
+    assert exact.lift_vs_baseline_bps == round((70 / 3 - 110 / 5) / 10_000, 4)
+    assert exact.mean_favourable_excursion_pct == round(100 / 3 / 1_000_000, 10)
+    assert answer.matches[15] is None  # no mature 15-minute label anywhere: nothing is inferred
+
+
+def test_cross_ticker_tier_when_the_exact_key_lacks_sessions(universe: list[tuple]) -> None:
+    build()
+
+    match = memory_lookup(symbol="BBB", side="buy", active=AB, regime=4, horizons=(5,)).matches[5]
+
+    # BBB's own exact key has one session (< 2); tier 4 pools AAA and BBB rows of that key: +100 -50 +20 -40
+    assert match is not None
+    assert (match.tier, match.row_count, match.distinct_sessions) == (4, 4, 3)
+    assert match.average_return_pct == 30 / 4 / 1_000_000
+    assert (match.win_rate, match.profit_factor) == (0.5, round(120 / 90, 6))
+    assert match.lift_vs_baseline_bps == round((30 / 4 - 130 / 7) / 10_000, 4)
+
+
+def test_signal_pattern_tier_and_a_profit_factor_without_losses(universe: list[tuple]) -> None:
+    build()
+
+    match = memory_lookup(symbol="AAA", side="buy", active=["sma_cross_20_50"], regime=5, horizons=(5,)).matches[5]
+
+    # mask 0b01 in regime 5 has only BBB's single session; any regime: AAA +30 (D1), BBB +60 (D1)
+    assert match is not None
+    assert (match.tier, match.row_count, match.distinct_sessions, match.win_rate) == (3, 2, 2, 1.0)
+    assert match.profit_factor is None
+
+
+def test_a_tier_below_the_minimum_is_not_shown_nor_pooled(universe: list[tuple]) -> None:
+    build(min_sessions=3)
+
+    match = memory_lookup(symbol="AAA", side="buy", active=AB, regime=4, horizons=(5,)).matches[5]
+
+    # the exact key (2 sessions) is withheld; tier 4 stands alone, its 4 rows not mixed with the exact key's rows
+    assert match is not None
+    assert (match.tier, match.row_count) == (4, 4)
+
+    build(min_sessions=4)
+    assert memory_lookup(symbol="AAA", side="buy", active=AB, regime=4, horizons=(5,)).matches[5] is None
+
+
+def test_sell_side_evidence_is_the_negated_return(universe: list[tuple]) -> None:
+    build()
+
+    match = memory_lookup(symbol="AAA", side="sell", active=0, regime=4, horizons=(5,)).matches[5]
+
+    # no sell strategy was ever active, so AAA's empty sell set in regime 4 is every such row: -100 +50 -30 -20
+    assert match is not None
+    assert (match.tier, match.row_count, match.distinct_sessions) == (5, 4, 2)
+    assert match.average_return_pct == -100 / 4 / 1_000_000
+    assert (match.win_rate, match.profit_factor) == (0.25, round(50 / 150, 6))
+
+
+def test_artifact_hash_is_the_manifest_hash_and_rebuilds_are_identical(universe: list[tuple]) -> None:
+    first = build()
+    root = absolute(first.path)
+    manifest = json.loads((root / "manifest.json").read_bytes())
+
+    assert hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest() == first.sha256
+    assert (root / "manifest.json").read_bytes() == json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    for name, entry in manifest["files"].items():
+        assert hashlib.sha256((root / name).read_bytes()).hexdigest() == entry["sha256"]
+    assert sorted(p.name for p in root.iterdir()) == sorted([*manifest["files"], "manifest.json"])
+    assert manifest["registry"]["count"] == 41
+    assert manifest["coverage"]["historical"]["ready_rows"] == 7
+    assert manifest["coverage"]["historical"]["label_rows"] == {"5": 7, "15": 0, "30": 0, "60": 0}
+
+    second = build()
+
+    assert second.sha256 == first.sha256
+    assert MarketMemoryArtifact.objects.count() == 1
+
+
+def test_a_tampered_file_is_refused_on_load(universe: list[tuple]) -> None:
+    artifact = build()
+    serving = absolute(artifact.path) / "serve.sqlite3"
+    data = bytearray(serving.read_bytes())
+    data[-1] ^= 0xFF
+    serving.write_bytes(bytes(data))
+
+    with pytest.raises(ArtifactRefused, match="serve.sqlite3"):
+        MemoryReader(absolute(artifact.path), artifact.sha256)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_activation_swaps_atomically_under_concurrent_readers(universe: list[tuple]) -> None:
+    first = build()
+    universe[0] = ("AAA", D1, AB, 4, 400)  # a second artifact: the exact key sums to 370 instead of 70
+    second = build()
+    expected = {first.sha256: round(70 / 3 / 1_000_000, 10), second.sha256: round(370 / 3 / 1_000_000, 10)}
+    seen: list[tuple[str, float]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                answer = memory_lookup(symbol="AAA", side="buy", active=AB, regime=4, horizons=(5,))
+                seen.append((answer.artifact_sha256, answer.matches[5].average_return_pct))  # type: ignore[union-attr]
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    with override_settings(LEROY_MM_RELOAD_SECONDS=0):
+        threads = [threading.Thread(target=read) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for artifact in (first, second, first, second):
+            market_memory_activate(artifact=artifact)
+            mark = len(seen)
+            while not errors and artifact.sha256 not in {sha for sha, _ in seen[mark:]}:
+                pass  # wait until a reader has answered from the newly active artifact
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+    assert errors == []
+    assert seen
+    assert all(value == expected[sha] for sha, value in seen)
+    assert MarketMemoryArtifact.objects.filter(is_active=True).get().sha256 == second.sha256
+
+
+def test_status_command_prints_the_active_artifact(universe: list[tuple], capsys: pytest.CaptureFixture[str]) -> None:
+    from django.core.management import call_command
+
+    artifact = build()
+    call_command("market_memory_status")
+
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"version": artifact.version, "sha256": artifact.sha256, "path": str(absolute(artifact.path))}
+    assert Path(out["path"]).is_dir()
