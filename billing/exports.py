@@ -101,7 +101,7 @@ def ledger_rows(transfers: Iterable[Transfer], *, export_batch_id: int | None = 
         sign = -1 if t.code in CREDIT_CODES else 1
         event = t.usage_event
         report = reports.get(t.pk)
-        row = {
+        row: dict[str, Any] = {
             "entry_id": t.pk,
             "posted_at_utc": _zulu(t.occurred_at),
             "occurred_at_utc": _zulu(event.occurred_at if event else t.occurred_at),

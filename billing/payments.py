@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from stripe import HTTPClient, SignatureVerificationError, StripeClient, StripeError, Webhook
+from stripe.params import SubscriptionCreateParams
 
 from accounts.models import User
 from billing import selectors, services
@@ -43,19 +44,15 @@ def stripe_subscription_create(*, user: User, plan: Plan, client: StripeClient) 
             {"idempotency_key": f"customer:{user.pk}"},
         )
         link = StripeCustomer.objects.create(user=user, customer_id=customer.id)
-    items = [{"price": settings.LEROY_STRIPE_METERED_PRICE_ID}]
-    if plan.stripe_flat_price_id:
-        items.insert(0, {"price": plan.stripe_flat_price_id})
-    subscription = client.v1.subscriptions.create(
-        {
-            "customer": link.customer_id,
-            "items": items,
-            # Our periods are UTC calendar months; Stripe interprets the anchor in UTC.
-            "billing_cycle_anchor_config": {"day_of_month": 1, "hour": 0, "minute": 0, "second": 0},
-            "metadata": {"leroy_account_id": str(user.pk), "plan": plan.code},
-        },
-        {"idempotency_key": f"subscription:{user.pk}:{plan.code}"},
-    )
+    params: SubscriptionCreateParams = {
+        "customer": link.customer_id,
+        # The plan's flat fee (when it has one) and the shared metered overage price.
+        "items": [{"price": p} for p in (plan.stripe_flat_price_id, settings.LEROY_STRIPE_METERED_PRICE_ID) if p],
+        # Our periods are UTC calendar months; Stripe interprets the anchor in UTC.
+        "billing_cycle_anchor_config": {"day_of_month": 1, "hour": 0, "minute": 0, "second": 0},
+        "metadata": {"leroy_account_id": str(user.pk), "plan": plan.code},
+    }
+    subscription = client.v1.subscriptions.create(params, {"idempotency_key": f"subscription:{user.pk}:{plan.code}"})
     link.subscription_id, link.subscription_status = subscription.id, subscription.status
     link.save(update_fields=["subscription_id", "subscription_status"])
     return link
@@ -147,12 +144,13 @@ def _subscription_changed(subscription: dict[str, Any], *, deleted: bool) -> Non
     link.subscription_id = "" if deleted else subscription["id"]
     link.subscription_status = subscription.get("status", "")
     link.save(update_fields=["subscription_id", "subscription_status"])
+    plan: Plan | None
     if deleted or link.subscription_status not in {"active", "trialing"}:
         plan = Plan.objects.get(is_default=True)
     else:
         prices = [item["price"]["id"] for item in subscription.get("items", {}).get("data", [])]
         plan = Plan.objects.filter(stripe_flat_price_id__in=prices).exclude(stripe_flat_price_id="").first()
-        if plan is None:
-            return
+    if plan is None:
+        return  # a price Leroy does not sell as a plan
     if selectors.plan_of(user=link.user) != plan:
         services.plan_assign(user=link.user, plan=plan)
