@@ -16,7 +16,7 @@ from evidence.features import FEATURES, HORIZONS
 from evidence.models import Corpus, MarketMemoryArtifact, Symbol
 from evidence.reader import ArtifactRefused, MemoryReader
 from evidence.selectors import memory_lookup, memory_reader
-from evidence.services import bars_import, market_memory_activate, market_memory_build_run
+from evidence.services import bars_import, market_memory_activate, market_memory_build_run, market_memory_build_start
 from evidence.store import absolute
 from tests.evidence.factories import minute_bars, utc
 
@@ -185,7 +185,7 @@ def test_a_tampered_file_is_refused_on_load(universe: list[tuple]) -> None:
     data[-1] ^= 0xFF
     serving.write_bytes(bytes(data))
 
-    with pytest.raises(ArtifactRefused, match="serve.sqlite3"):
+    with pytest.raises(ArtifactRefused, match=r"serve\.sqlite3"):
         MemoryReader(absolute(artifact.path), artifact.sha256)
 
 
@@ -237,3 +237,18 @@ def test_status_command_prints_the_active_artifact(universe: list[tuple], capsys
     out = json.loads(capsys.readouterr().out)
     assert out == {"version": artifact.version, "sha256": artifact.sha256, "path": str(absolute(artifact.path))}
     assert Path(out["path"]).is_dir()
+
+
+def test_celery_map_and_reduce_builds_the_same_artifact(
+    universe: list[tuple], django_capture_on_commit_callbacks
+) -> None:
+    in_process = build()
+    MarketMemoryArtifact.objects.update(is_active=False)
+
+    with override_settings(LEROY_MM_MIN_SESSIONS=2), django_capture_on_commit_callbacks(execute=True):
+        queued = market_memory_build_start()
+
+    queued.refresh_from_db()
+    assert (queued.status, queued.partials_done, queued.partials_total) == ("done", 3, 3)
+    assert queued.artifact is not None
+    assert (queued.artifact.sha256, queued.artifact.is_active) == (in_process.sha256, True)
