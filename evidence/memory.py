@@ -96,7 +96,7 @@ def build_plan(*, through: date | None = None) -> BuildPlan:
     if last_bar is None:
         raise BuildError("no minute bars stored")
     last_complete = _last_completed_session()
-    end = min(last_bar.date(), last_complete)
+    end = min(last_bar.date(), last_complete, corpus.verified_through or last_bar.date())
     if through is not None:
         end = min(end, through)
     end = calendar.xnys().date_to_session(end.isoformat(), direction="previous").date()

@@ -69,6 +69,8 @@ class Corpus(models.Model):
     source = models.CharField(max_length=10, choices=[(s, s) for s in SOURCES])
     benchmark = models.ForeignKey(Symbol, on_delete=models.PROTECT, related_name="+")
     historical_through = models.DateField()  # last session of the historical contract; later sessions are overlay
+    # Last verified (closed and compacted) session; later bars are provisional and never enter Market Memory.
+    verified_through = models.DateField(null=True, blank=True)
     overlay_tickers = models.JSONField(default=list)
     created_at = models.DateTimeField()
 

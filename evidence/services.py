@@ -392,6 +392,7 @@ def demo_data_load(*, symbols: int, sessions: int, seed: int, start: date, overl
         source="synthetic",
         benchmark=Symbol.objects.get(ticker=demo.BENCHMARK),
         historical_through=historical_through,
+        verified_through=days[-2],  # the last session is the replay's open session: provisional until it closes
         overlay_tickers=[m.ticker for m in members if m.asset_class != "index"],
         created_at=now(),
     )
