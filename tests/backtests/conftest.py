@@ -1,6 +1,7 @@
 import polars as pl
 import pytest
 
+from backtests import sandbox
 from backtests.dryrun import walk
 from evidence.models import Symbol
 from evidence.services import bars_import
@@ -19,6 +20,12 @@ class SmaCross(bt.Strategy):
         elif self.position and self.cross[0] < 0:
             self.close()
 """
+
+
+def expected_layers() -> list[str]:
+    """Every layer, less bubblewrap where it is not installed (a run then says so by leaving it out)."""
+    missing = set() if sandbox.bubblewrap_usable() else {"bubblewrap"}
+    return sorted(sandbox.ALL_LAYERS - missing | {"process"})
 
 
 def frame_of(data: dict) -> pl.DataFrame:

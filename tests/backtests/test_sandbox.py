@@ -11,6 +11,7 @@ import pytest
 from backtests import sandbox
 from backtests.dryrun import walk
 from backtests.sandbox import ALL_LAYERS, Limits
+from tests.backtests.conftest import expected_layers
 
 DATA = [walk("TEST", bars=60)]
 SIM = {"initial_cash": 10_000, "commission": 0, "leverage": 1, "buy_on_close": False}
@@ -43,7 +44,20 @@ def test_all_layers_are_active_here_and_reported():
     outcome = run(GOOD)
 
     assert outcome.ok is True
-    assert outcome.layers == sorted(ALL_LAYERS | {"process"})
+    assert outcome.layers == expected_layers()
+
+
+def test_an_unavailable_layer_is_left_out_of_the_report(settings):
+    settings.LEROY_SANDBOX_BWRAP = "off"
+    sandbox.bubblewrap_usable.cache_clear()
+    try:
+        outcome = run(GOOD)
+    finally:
+        sandbox.bubblewrap_usable.cache_clear()
+
+    assert outcome.ok is True
+    assert "bubblewrap" not in outcome.layers
+    assert outcome.layers == sorted(ALL_LAYERS - {"bubblewrap"} | {"process"})
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from backtests.models import DryRunPass, Optimization, OptimizationRun, Report, 
 from billing.models import Transfer
 from billing.selectors import credit_usage
 from leroy.clock import now
-from tests.backtests.conftest import SMA_CROSS
+from tests.backtests.conftest import SMA_CROSS, expected_layers
 
 pytestmark = pytest.mark.django_db
 
@@ -105,7 +105,7 @@ def test_backtest_completes_settles_credits_and_is_deterministic(owner, coin, dj
     assert first.error is None
     assert len(first.trades) >= 1
     assert first.statistics["realized_pnl"] == pytest.approx(sum(t["total"] for t in first.trades))
-    assert first.diagnostics["sandbox_layers"] == sorted(services.sandbox.ALL_LAYERS | {"process"})
+    assert first.diagnostics["sandbox_layers"] == expected_layers()
     assert len(first.data_version) == 64
     assert (second.data_version, second.report_hash) == (first.data_version, first.report_hash)
     assert first.credits_charged == 10
