@@ -93,9 +93,13 @@ class MemoryReader:
         db = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
-            db.row_factory = sqlite3.Row
             self._local.db = db
         return db
+
+    def _rows(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        cursor = self._db().execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def _fetch(self, keys: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, Any]]:
         # A VALUES CTE cross-joined on the primary key: one index search per key (a row-value IN would scan).
@@ -104,8 +108,13 @@ class MemoryReader:
             f"WITH k(period, tier, side, horizon, symbol, mask, regime, band) AS (VALUES {values}) "  # noqa: S608
             "SELECT s.* FROM k CROSS JOIN stats AS s USING (period, tier, side, horizon, symbol, mask, regime, band)"
         )
-        rows = self._db().execute(sql, [v for key in keys for v in key]).fetchall()
-        return {tuple(row[c] for c in memory.KEY_COLUMNS): dict(row) for row in rows}
+        cursor = self._db().execute(sql, [v for key in keys for v in key])
+        rows = cursor.fetchall()
+        if not rows:
+            return {}
+        names = [d[0] for d in cursor.description]
+        # The key columns come first in the table, so a row's first eight values are its key.
+        return {tuple(row[:8]): dict(zip(names, row, strict=True)) for row in rows}
 
     def lookup(
         self,
@@ -151,29 +160,27 @@ class MemoryReader:
         period: int = 0,
     ) -> list[dict[str, Any]]:  # fmt: skip
         """The reservoir rows stored for a served key (a fixed pseudo-random sample, at most RESERVOIR_SIZE)."""
-        rows = self._db().execute(
+        return self._rows(
             "SELECT * FROM reservoir WHERE period=? AND tier=? AND side=? AND symbol=? AND mask=? AND regime=? "
             "AND band=? ORDER BY rank",
             (period, tier, memory.SIDES.index(side), symbol, mask, regime, band),
         )
-        return [dict(row) for row in rows]
 
     def regime_table(self, *, side: str, horizon: int, period: int = 0) -> list[dict[str, Any]]:
-        rows = self._db().execute(
+        rows = self._rows(
             "SELECT * FROM stats WHERE period=? AND tier=? AND side=? AND horizon=? ORDER BY regime",
             (period, REGIME_TABLE, memory.SIDES.index(side), horizon),
         )
         return [
-            {"regime": row["regime"], **vars(_derive(dict(row), side=side, baseline=None, min_sessions=0))}
-            for row in rows
+            {"regime": row["regime"], **vars(_derive(row, side=side, baseline=None, min_sessions=0))} for row in rows
         ]
 
     def regime_of_session(self, session: date) -> dict[str, Any] | None:
-        row = self._db().execute("SELECT * FROM regime_sessions WHERE session=?", (session.isoformat(),)).fetchone()
-        return dict(row) if row else None
+        rows = self._rows("SELECT * FROM regime_sessions WHERE session=?", (session.isoformat(),))
+        return rows[0] if rows else None
 
     def execution_conditions(self, *, symbol: str) -> dict[str, Any]:
-        rows = self._db().execute("SELECT * FROM execution WHERE symbol=? ORDER BY bucket", (symbol,)).fetchall()
+        rows = self._rows("SELECT * FROM execution WHERE symbol=? ORDER BY bucket", (symbol,))
         return {
             "symbol": symbol,
             "volume_by_half_hour": [
