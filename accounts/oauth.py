@@ -4,6 +4,7 @@ DOT issues, rotates and stores the tokens (as SHA-256 checksums only). This modu
 (notes/oauth.md §2): exact RFC 8707 binding to `<origin>/api/mcp` (G1), a strict public-client registration
 (G2), S256 only (G9), code replay revoking what the code issued (G4), refresh tokens dying 30 days after their
 own issue (G7), disconnecting a client (G10), and the resource-server check the MCP transport calls.
+Authorization codes are stored as SHA-256 hashes too (`Grant.code` holds the hash).
 """
 
 import hashlib
@@ -101,7 +102,8 @@ class LeroyValidator(OAuth2Validator):
         if not is_mcp_resource(list(getattr(request, "resource", None) or [])):
             raise invalid_target(request)
         request.resource = [mcp_resource()]
-        return super()._create_authorization_code(request, code, expires)
+        # Only the code's hash is stored; the token endpoint hashes the presented code before DOT looks it up.
+        return super()._create_authorization_code(request, {**code, "code": sha256_hex(code["code"])}, expires)
 
     def _check_and_set_request_resource(self, request: OAuthlibRequest) -> None:
         # DOT inherits or narrows the grant's resource; Leroy then demands exactly its own (code and refresh).
@@ -120,7 +122,7 @@ class LeroyValidator(OAuth2Validator):
         if request.grant_type == "authorization_code":
             # Remember which family this code started, so a replay of the code can revoke it.
             RedeemedCode.objects.create(
-                code_sha256=sha256_hex(request.code),
+                code_sha256=request.code,  # already hashed by the token endpoint
                 token_family=refresh_token.token_family,
                 expires=now() + REDEEMED_CODE_KEPT,
             )
@@ -130,7 +132,7 @@ class LeroyValidator(OAuth2Validator):
         if super().validate_code(client_id, code, client, request):
             return True
         # A code presented twice was probably intercepted: revoke what its first redemption issued.
-        redeemed = RedeemedCode.objects.filter(code_sha256=sha256_hex(code), expires__gt=now()).first()
+        redeemed = RedeemedCode.objects.filter(code_sha256=code, expires__gt=now()).first()
         if redeemed is not None:
             RefreshToken.revoke_family(redeemed.token_family)
         return False

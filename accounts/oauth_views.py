@@ -135,12 +135,17 @@ class McpTokenView(TokenView):
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         grant_type = request.POST.get("grant_type")
+        if grant_type == "authorization_code":
+            # Codes are stored hashed (LeroyValidator._create_authorization_code): look them up by hash.
+            body = request.POST.copy()
+            body["code"] = oauth.sha256_hex(body.get("code", ""))
+            request.POST = body  # type: ignore[assignment]
         with transaction.atomic():
             if grant_type == "refresh_token":
                 checksum = oauth.sha256_hex(request.POST.get("refresh_token", ""))
                 list(RefreshToken.objects.select_for_update().filter(token_checksum=checksum))
             elif grant_type == "authorization_code":
-                list(Grant.objects.select_for_update().filter(code=request.POST.get("code", "")))
+                list(Grant.objects.select_for_update().filter(code=request.POST["code"]))
             response = super().post(request, *args, **kwargs)
         # Errors raised while saving (e.g. invalid_target) come back from DOT without these headers.
         response["Content-Type"] = "application/json"

@@ -4,6 +4,7 @@ import pytest
 from django.test import Client
 from oauth2_provider.models import Grant
 
+from accounts.oauth import sha256_hex
 from tests.accounts.conftest import ORIGIN, REDIRECT_URI, RESOURCE, consent, hidden_inputs, query_of
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +72,7 @@ def test_authorize_redirects_with_code_state_and_issuer(browser: Client, flow):
     params = query_of(response["Location"])
     assert params["state"] == started.params["state"]
     assert params["iss"] == ORIGIN
-    grant = Grant.objects.get(code=params["code"])
+    grant = Grant.objects.get(code=sha256_hex(params["code"]))
     assert grant.resource == [RESOURCE]
     assert grant.code_challenge_method == "S256"
     assert grant.scope == "mcp:read"
@@ -105,8 +106,8 @@ def test_write_scope_is_granted_only_when_the_user_leaves_it_ticked(browser: Cli
     granted = consent(browser, flow(scope="mcp:read mcp:write"), grant_write="on")
     withheld = consent(browser, flow(scope="mcp:read mcp:write"))
 
-    assert Grant.objects.get(code=query_of(granted["Location"])["code"]).scope == "mcp:read mcp:write"
-    assert Grant.objects.get(code=query_of(withheld["Location"])["code"]).scope == "mcp:read"
+    assert Grant.objects.get(code=sha256_hex(query_of(granted["Location"])["code"])).scope == "mcp:read mcp:write"
+    assert Grant.objects.get(code=sha256_hex(query_of(withheld["Location"])["code"])).scope == "mcp:read"
 
 
 @pytest.mark.parametrize(
@@ -142,7 +143,7 @@ def test_resource_with_default_port_and_upper_case_host_is_the_same_resource(bro
 
     response = consent(browser, started)
 
-    assert Grant.objects.get(code=query_of(response["Location"])["code"]).resource == [RESOURCE]
+    assert Grant.objects.get(code=sha256_hex(query_of(response["Location"])["code"])).resource == [RESOURCE]
 
 
 @pytest.mark.parametrize(

@@ -91,7 +91,7 @@ def test_grant_stored_without_a_challenge_cannot_be_redeemed_with_a_verifier(cli
     Grant.objects.create(
         application=Application.objects.get(client_id=started.client_id),
         user=owner,
-        code="planted-code",
+        code=checksum("planted-code"),
         expires=now() + timedelta(seconds=60),
         redirect_uri="http://127.0.0.1:53117/callback",
         scope="mcp:read",
@@ -245,3 +245,10 @@ def test_token_endpoint_is_csrf_exempt_and_never_redirects(client: Client):
 
     assert response.status_code in {400, 401}
     assert "Location" not in response
+
+
+def test_authorization_codes_are_stored_only_as_hashes(browser, flow):
+    code = authorization_code(browser, flow())
+
+    assert not Grant.objects.filter(code=code).exists()
+    assert Grant.objects.get().code == checksum(code)
