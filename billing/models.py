@@ -22,6 +22,7 @@ class Kind(models.TextChoices):
     ALLOWANCE = "allowance"  # what the account may still spend this period (never overdrawn)
     OVERAGE = "overage"  # lookups beyond the allowance, billed at the period's rate
     CONSUMED = "consumed"  # sink of everything spent
+    EXPIRED = "expired"  # credits left unused when their month closed (they never roll over)
 
 
 class Code(models.TextChoices):
@@ -31,6 +32,7 @@ class Code(models.TextChoices):
     RESERVE = "reserve"  # pending: raises debits_pending/credits_pending until posted or voided
     POST = "post"  # resolves a reserve: posts `amount` (<= reserved), releasing the rest
     VOID = "void"  # resolves a reserve: releases all of it
+    EXPIRE = "expire"
     ADJUST = "adjust"
 
 
@@ -77,6 +79,7 @@ class Period(models.Model):
     overage_allowed = models.BooleanField()
     overage_micros_per_lookup = models.PositiveIntegerField()
     opened_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)  # unused credits expired
 
     class Meta:
         ordering = ["-period_start", "user_id"]

@@ -50,6 +50,12 @@ BUILTIN_PLANS: tuple[dict[str, Any], ...] = (
     },
 )
 MAX_UNITS_PER_LOOKUP = 10
+# The ledger accounts each account gets per month.
+ACCOUNT_KINDS: dict[str, tuple[str, ...]] = {
+    Unit.LOOKUP: (Kind.ISSUANCE, Kind.ALLOWANCE, Kind.OVERAGE, Kind.CONSUMED),
+    Unit.CREDIT: (Kind.ISSUANCE, Kind.ALLOWANCE, Kind.CONSUMED, Kind.EXPIRED),
+    Unit.FREE_OPTIMIZATION: (Kind.ISSUANCE, Kind.ALLOWANCE, Kind.CONSUMED),
+}
 
 
 class BillingError(Exception):
@@ -176,12 +182,8 @@ def _open(user: User, start: date, at: datetime) -> None:
             period_start=start,
             debits_must_not_exceed_credits=(kind == Kind.ALLOWANCE),
         )
-        for unit in Unit.values
-        for kind in (
-            (Kind.ISSUANCE, Kind.ALLOWANCE, Kind.OVERAGE, Kind.CONSUMED)
-            if unit == Unit.LOOKUP
-            else (Kind.ISSUANCE, Kind.ALLOWANCE, Kind.CONSUMED)
-        )
+        for unit, kinds in ACCOUNT_KINDS.items()
+        for kind in kinds
     )
     plan = period.plan
     month = f"{start:%Y-%m}"
@@ -437,11 +439,12 @@ def _resolve(*, hold_id: int, amount: int, code: str) -> None:
             {"hold_id": hold_id, "held": hold.amount},
         )
     # A job is charged to the period it was reserved in, even when it ends in the next month.
-    Period.objects.select_for_update().get(user_id=hold.debit_account.user_id, period_start=hold.period_start)
+    period = Period.objects.select_for_update().get(user_id=hold.debit_account.user_id, period_start=hold.period_start)
     if Transfer.objects.filter(pending=hold).exists():
         raise BillingError(
             "hold_already_resolved", f"Credit hold {hold_id} was already settled or voided.", {"hold_id": hold_id}
         )
+    at = now()
     debit = LedgerAccount.objects.get(pk=hold.debit_account_id)
     credit = LedgerAccount.objects.get(pk=hold.credit_account_id)
     _post(
@@ -450,10 +453,22 @@ def _resolve(*, hold_id: int, amount: int, code: str) -> None:
         amount=amount,
         code=code,
         key=f"{code}:{hold.pk}",
-        at=now(),
+        at=at,
         pending=hold,
         reference=hold.reference,
     )
+    released = hold.amount - (amount if code == Code.POST else 0)
+    if period.closed_at is not None and released:
+        # The month already closed: what the hold gives back expires instead of becoming spendable.
+        _post(
+            debit=debit,
+            credit=_accounts(period, Unit.CREDIT)[Kind.EXPIRED],
+            amount=released,
+            code=Code.EXPIRE,
+            key=f"expire:{hold.pk}",
+            at=at,
+            reference=hold.reference,
+        )
 
 
 @transaction.atomic
@@ -495,6 +510,33 @@ def free_optimization_consume(*, user: User, reference: str) -> None:
         at=at,
         reference=reference,
     )
+
+
+def periods_close() -> int:
+    """Expire the unused credits of every month that has ended (credits never roll over); returns how many
+    periods were closed. Credits still held by running jobs expire when those holds resolve."""
+    current = period_start_of(now())
+    closed = 0
+    for pk in Period.objects.filter(closed_at__isnull=True, period_start__lt=current).values_list("pk", flat=True):
+        with transaction.atomic():
+            period = Period.objects.select_for_update().get(pk=pk)
+            if period.closed_at is not None:
+                continue  # another worker closed it first
+            accounts = _accounts(period, Unit.CREDIT)
+            unused = accounts[Kind.ALLOWANCE].available
+            at = now()
+            if unused > 0:
+                _post(
+                    debit=accounts[Kind.ALLOWANCE],
+                    credit=accounts[Kind.EXPIRED],
+                    amount=unused,
+                    code=Code.EXPIRE,
+                    key=f"expire:{period.user_id}:credit:{period.period_start:%Y-%m}",
+                    at=at,
+                )
+            Period.objects.filter(pk=pk).update(closed_at=at)
+            closed += 1
+    return closed
 
 
 # --- plans ---------------------------------------------------------------------------------------------------

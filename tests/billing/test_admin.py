@@ -40,7 +40,7 @@ def test_ledger_pages_filter_by_account_and_period_and_offer_no_edits(admin_clie
 
     assert transfers.status_code == accounts.status_code == detail.status_code == 200
     assert transfers.context["cl"].result_count == Transfer.objects.count()
-    assert accounts.context["cl"].result_count == 10  # 4 lookup, 3 credit and 3 free-optimization accounts
+    assert accounts.context["cl"].result_count == 11  # 4 lookup, 4 credit and 3 free-optimization accounts
     assert b'name="_save"' not in detail.content
     assert admin_client.get("/admin/billing/transfer/add/").status_code == 403
     assert admin_client.post(f"/admin/billing/transfer/{Transfer.objects.first().pk}/delete/").status_code == 403

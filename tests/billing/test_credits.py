@@ -4,7 +4,7 @@ import pytest
 import time_machine
 
 from billing import selectors, services
-from billing.models import Plan, Transfer
+from billing.models import LedgerAccount, Plan, Transfer
 from billing.services import BillingError
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mid_month")]
@@ -142,3 +142,20 @@ def test_free_optimizations_are_consumed_once_per_reference_and_run_out(owner):
 
     assert refused.value.code == "no_free_optimizations"
     assert refused.value.details == {"period_resets_at": "2026-03-01T00:00:00Z"}
+
+
+def test_closing_a_month_expires_unused_credits_and_later_releases(pro_owner):
+    used = services.credits_reserve(user=pro_owner, amount=10, reference="job-1")
+    services.credits_settle(hold_id=used.pk, amount=10)
+    running = services.credits_reserve(user=pro_owner, amount=50, reference="job-2")
+
+    with time_machine.travel(datetime(2026, 3, 1, 0, 5, tzinfo=UTC), tick=False):
+        assert services.periods_close() == 1
+        assert services.periods_close() == 0
+        services.credits_settle(hold_id=running.pk, amount=20)  # the job ends after the month closed
+
+    expired = dict(Transfer.objects.filter(code="expire").values_list("idempotency_key", "amount"))
+    assert expired == {f"expire:{pro_owner.pk}:credit:2026-02": 2940, f"expire:{running.pk}": 30}
+    february = LedgerAccount.objects.get(user=pro_owner, unit="credit", kind="allowance", period_start="2026-02-01")
+    assert (february.available, february.debits_pending) == (0, 0)
+    assert selectors.ledger_drift() == []

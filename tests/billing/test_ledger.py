@@ -83,7 +83,7 @@ def test_the_database_lets_a_hold_resolve_only_once(owner):
     services.credits_void(hold_id=hold.pk)
     voided = Transfer.objects.get(code=Code.VOID)
 
-    with pytest.raises(IntegrityError, match="pending_resolves_once|pending_id"), transaction.atomic():
+    with pytest.raises(IntegrityError, match=r"pending_resolves_once|pending_id"), transaction.atomic():
         Transfer.objects.create(
             debit_account=voided.debit_account,
             credit_account=voided.credit_account,
