@@ -108,6 +108,8 @@ class Agent:
         assert page.status_code == 200, page.text
         assert "“SDK Test Agent”" in page.text
         form = hidden_inputs(page.text) | {"allow": "Authorize"}
+        if 'name="grant_write" checked' in page.text:
+            form["grant_write"] = "on"  # the box is ticked by default when a client asks for mcp:write
         self.location = self.browser.post(authorization_url, data=form).headers["location"]
         self.consents += 1
 
@@ -123,13 +125,13 @@ class Agent:
     def expire_locally(self) -> None:
         self.provider.context.token_expiry_time = time.time() - 1  # the SDK refreshes only on its own clock
 
-    def whoami(self) -> dict[str, object]:
+    def whoami(self, tool: str = "probe_whoami") -> dict[str, object]:
         async def call() -> dict[str, object]:
             async with (
                 httpx2.AsyncClient(auth=self.provider) as http,
                 McpClient(streamable_http_client(self.origin + "/api/mcp", http_client=http), mode=MODERN) as mcp,
             ):
-                result = await mcp.call_tool("probe_whoami", {})
+                result = await mcp.call_tool(tool, {})
             assert result.is_error is False, result
             return result.structured_content or {}
 
@@ -205,4 +207,16 @@ def test_replayed_refresh_token_kills_the_sdk_session_until_the_user_consents_ag
     assert agent.whoami()["email"] == "alice@example.com"  # 401 → failed refresh → full flow → consent
     assert agent.consents == 2
     assert Application.objects.count() == 1  # the SDK re-used its registration
+    agent.browser.close()
+
+
+def test_sdk_steps_up_to_mcp_write_after_403_insufficient_scope(live_origin: str, owner: User):
+    agent = Agent(live_origin, owner)
+    assert agent.whoami()["scopes"] == ["mcp:read"]
+
+    stepped_up = agent.whoami("probe_write")  # 403 insufficient_scope → consent for read + write → retried call
+
+    assert stepped_up["scopes"] == ["mcp:read", "mcp:write"]
+    assert agent.consents == 2
+    assert AccessToken.objects.latest("created").scope == "mcp:read mcp:write"
     agent.browser.close()
