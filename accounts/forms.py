@@ -39,4 +39,4 @@ class ApiKeyCreateForm(forms.Form):
 class ConsentForm(AllowForm):
     """DOT's consent form plus the user's choice to withhold mcp:write when a client asks for it."""
 
-    grant_write = forms.BooleanField(required=False, initial=True)
+    grant_write = forms.BooleanField(required=False)
