@@ -1,4 +1,5 @@
-"""Finance exports of the ledger: one row per transfer, RFC 4180 CSV, money as 2-dp decimal strings."""
+"""Finance exports: ledger entries (one row per transfer) and a usage summary (one row per account and month),
+RFC 4180 CSV with money as 2-dp decimal strings, each recorded with a checksum manifest."""
 
 import csv
 import hashlib
@@ -9,9 +10,20 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
-from billing.models import Code, ExportBatch, LedgerAccount, MeterReport, Period, StripeCustomer, Transfer
+from billing.models import (
+    Code,
+    ExportBatch,
+    Kind,
+    LedgerAccount,
+    MeterReport,
+    Period,
+    StripeCustomer,
+    Transfer,
+    Unit,
+    UsageEvent,
+)
 from leroy.clock import now
 
 COLUMNS = (
@@ -44,6 +56,30 @@ COLUMNS = (
     "stripe_sync_status",
     "export_batch_id",
 )
+SUMMARY_COLUMNS = (
+    "period",
+    "account_id",
+    "stripe_customer_id",
+    "plan_code",
+    "included_lookups",
+    "used_lookups",
+    "overage_lookups",
+    "cache_hits",
+    "overage_rate_usd",
+    "overage_amount_usd",
+    "credits_granted",
+    "credits_used",
+    "credits_released",
+    "credits_expired",
+    "credits_reserved_open",
+    "free_optimizations_used",
+    "stripe_invoice_id",
+    "stripe_invoice_status",
+    "stripe_billed_quantity",
+    "stripe_billed_amount_usd",
+    "reconciliation_status",
+)
+KINDS = ("ledger_entries", "usage_summary")
 # Cells a spreadsheet could read as a formula (OWASP CSV injection); only free text is escaped, never numbers.
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 FREE_TEXT = {"debit_account", "credit_account", "source_id", "client_request_id", "reason", "created_by"}
@@ -134,10 +170,96 @@ def ledger_rows(transfers: Iterable[Transfer], *, export_batch_id: int | None = 
         yield {key: escape(value) if key in FREE_TEXT else value for key, value in row.items()}
 
 
-def write_csv(rows: Iterable[dict[str, Any]], out: io.TextIOBase | Any) -> None:
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\r\n")
+def write_csv(rows: Iterable[dict[str, Any]], out: io.TextIOBase | Any, columns: tuple[str, ...] = COLUMNS) -> None:
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\r\n")
     writer.writeheader()
     writer.writerows(rows)
+
+
+def usage_summary_rows(period_start: date) -> list[dict[str, Any]]:
+    """One row per account with an opened period: lookups, overage and credits straight from its ledger accounts."""
+    periods = list(Period.objects.filter(period_start=period_start).select_related("plan").order_by("user_id"))
+    balances = {(a.user_id, a.unit, a.kind): a for a in LedgerAccount.objects.filter(period_start=period_start)}
+    cache_hits = dict(
+        UsageEvent.objects.filter(period_start=period_start, cache_hit=True)
+        .values("user_id")
+        .annotate(n=Count("pk"))
+        .values_list("user_id", "n")
+    )
+    released: dict[int, int] = {}
+    expired: dict[int, int] = {}
+    credit_moves = Transfer.objects.filter(period_start=period_start, unit=Unit.CREDIT).select_related(
+        "debit_account", "pending"
+    )
+    for t in credit_moves.filter(code__in=[Code.POST, Code.VOID, Code.EXPIRE]):
+        user_id = t.debit_account.user_id
+        if t.code == Code.EXPIRE:
+            expired[user_id] = expired.get(user_id, 0) + t.amount
+        elif t.pending is not None:
+            freed = t.pending.amount - (t.amount if t.code == Code.POST else 0)
+            released[user_id] = released.get(user_id, 0) + freed
+    customers = dict(StripeCustomer.objects.values_list("user_id", "customer_id"))
+    meter_states: dict[int, set[str]] = {}
+    for user_id, status in MeterReport.objects.filter(transfer__period_start=period_start).values_list(
+        "transfer__debit_account__user_id", "status"
+    ):
+        meter_states.setdefault(user_id, set()).add(status)
+
+    rows = []
+    for period in periods:
+        user_id = period.user_id
+
+        def account(unit: str, kind: str, user_id: int = user_id) -> LedgerAccount:
+            return balances[(user_id, unit, kind)]
+
+        allowance, overage = account(Unit.LOOKUP, Kind.ALLOWANCE), account(Unit.LOOKUP, Kind.OVERAGE)
+        credits = account(Unit.CREDIT, Kind.ALLOWANCE)
+        states = meter_states.get(user_id, set())
+        if user_id not in customers:
+            reconciliation = "ledger_only"
+        elif MeterReport.Status.FAILED in states:
+            reconciliation = "meter_failed"
+        elif MeterReport.Status.PENDING in states:
+            reconciliation = "meter_pending"
+        else:
+            reconciliation = "meter_sent"
+        rows.append(
+            {
+                "period": f"{period_start:%Y-%m}",
+                "account_id": user_id,
+                "stripe_customer_id": customers.get(user_id, ""),
+                "plan_code": period.plan.code,
+                "included_lookups": allowance.credits_posted,
+                "used_lookups": allowance.debits_posted + overage.debits_posted,
+                "overage_lookups": overage.debits_posted,
+                "cache_hits": cache_hits.get(user_id, 0),
+                "overage_rate_usd": usd(period.overage_micros_per_lookup),
+                "overage_amount_usd": usd(overage.debits_posted * period.overage_micros_per_lookup),
+                "credits_granted": credits.credits_posted,
+                "credits_used": credits.debits_posted - expired.get(user_id, 0),
+                "credits_released": released.get(user_id, 0),
+                "credits_expired": expired.get(user_id, 0),
+                "credits_reserved_open": credits.debits_pending,
+                "free_optimizations_used": account(Unit.FREE_OPTIMIZATION, Kind.ALLOWANCE).debits_posted,
+                # Invoices are not mirrored from Stripe yet: unknown, so empty rather than guessed.
+                "stripe_invoice_id": "",
+                "stripe_invoice_status": "",
+                "stripe_billed_quantity": "",
+                "stripe_billed_amount_usd": "",
+                "reconciliation_status": reconciliation,
+            }
+        )
+    return rows
+
+
+def summary_totals_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Control totals of a usage summary (money as exact strings)."""
+    counted = ("used_lookups", "overage_lookups", "cache_hits", "credits_granted", "credits_used", "credits_expired")
+    return {
+        "accounts": len(rows),
+        **{column: sum(row[column] for row in rows) for column in counted},
+        "overage_amount_usd": str(sum((Decimal(row["overage_amount_usd"]) for row in rows), Decimal("0.00"))),
+    }
 
 
 def totals_of(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -152,18 +274,25 @@ def totals_of(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 @transaction.atomic
-def ledger_export(*, month: str) -> tuple[ExportBatch, bytes]:
-    """Build the month's ledger CSV and record its manifest (row count, per-type totals, sha256)."""
+def finance_export(*, month: str, kind: str = "ledger_entries") -> tuple[ExportBatch, bytes]:
+    """Build one month's CSV of `kind` and record its manifest (row count, control totals, sha256)."""
     start = month_start(month)
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     batch = ExportBatch.objects.create(
-        period_start=start, kind="ledger_entries", row_count=0, totals={}, sha256="", created_at=now()
+        period_start=start, kind=kind, row_count=0, totals={}, sha256="", created_at=now()
     )
-    rows = list(ledger_rows(ledger_entries(start), export_batch_id=batch.pk))
     buffer = io.StringIO()
-    write_csv(rows, buffer)
+    if kind == "ledger_entries":
+        rows = list(ledger_rows(ledger_entries(start), export_batch_id=batch.pk))
+        write_csv(rows, buffer)
+        batch.totals = totals_of(rows)
+    else:
+        rows = usage_summary_rows(start)
+        write_csv(rows, buffer, SUMMARY_COLUMNS)
+        batch.totals = summary_totals_of(rows)
     body = buffer.getvalue().encode()
     batch.row_count = len(rows)
-    batch.totals = totals_of(rows)
     batch.sha256 = hashlib.sha256(body).hexdigest()
     batch.save(update_fields=["row_count", "totals", "sha256"])
     return batch, body

@@ -137,3 +137,31 @@ def test_finance_api_refuses_a_bad_month(staff, client):
 
     assert response.status_code == 400
     assert "YYYY-MM" in response.json()["month"][0]
+
+
+def test_usage_summary_has_one_row_per_account_that_reconciles_to_the_ledger(activity, outsider, tmp_path):
+    with transaction.atomic():
+        services.lookup_charge(user=outsider, tool="t", units=1, request_fingerprint="a", client_request_id=None)
+        services.lookup_charge(
+            user=outsider, tool="t", units=1, request_fingerprint="a", client_request_id=None, cache_hit=True
+        )
+    out = tmp_path / "usage_summary_2026-08.csv"
+
+    call_command("export_ledger", "--month", "2026-08", "--out", str(out), "--kind", "usage_summary")
+
+    rows = {row["account_id"]: row for row in read(out.read_bytes())}
+    mine, theirs = rows[str(activity.pk)], rows[str(outsider.pk)]
+    assert {k: mine[k] for k in ("plan_code", "included_lookups", "used_lookups", "overage_lookups")} == {
+        "plan_code": "metered-3",
+        "included_lookups": "3",
+        "used_lookups": "5",
+        "overage_lookups": "2",
+    }
+    assert (mine["overage_rate_usd"], mine["overage_amount_usd"]) == ("0.01", "0.02")
+    assert (mine["credits_granted"], mine["credits_used"], mine["credits_released"]) == ("100", "25", "15")
+    assert (mine["reconciliation_status"], mine["stripe_invoice_id"]) == ("ledger_only", "")
+    assert (theirs["plan_code"], theirs["used_lookups"], theirs["cache_hits"]) == ("free", "1", "1")
+    manifest = json.loads((tmp_path / "usage_summary_2026-08.csv.manifest.json").read_text())
+    assert manifest["totals"]["overage_amount_usd"] == "0.02"
+    assert manifest["totals"]["used_lookups"] == 6
+    assert manifest["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
