@@ -182,11 +182,14 @@ def frame_live(*, ticker: str, at: datetime) -> dict[str, Any] | None:
     last_closed = at - timedelta(minutes=1)  # a bar opening at ts is known at ts + 1 minute
     session = calendar.xnys().minute_to_past_session(at, count=1)
     start = calendar.xnys().session_offset(session, -(WARMUP_SESSIONS + 1)).date()
-    window = {"frequency": "1m", "start": datetime.combine(start, datetime.min.time(), tzinfo=UTC), "end": last_closed}
-    bars = bars_read(symbol=symbol, **window)
+    first = datetime.combine(start, datetime.min.time(), tzinfo=UTC)
+    bars = bars_read(symbol=symbol, frequency="1m", start=first, end=last_closed)
     if bars.is_empty():
         return None
-    benchmark = bars if corpus.benchmark_id == symbol.pk else bars_read(symbol=corpus.benchmark, **window)
+    if corpus.benchmark_id == symbol.pk:
+        benchmark = bars
+    else:
+        benchmark = bars_read(symbol=corpus.benchmark, frequency="1m", start=first, end=last_closed)
     frame = with_states(symbol_frame(bars, benchmark)).filter(pl.col("ts") <= bars.get_column("ts").max())
     row = frame.row(-1, named=True)
     return {

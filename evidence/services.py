@@ -26,7 +26,7 @@ from evidence.models import (
     MarketMemoryBuild,
     Symbol,
 )
-from evidence.store import BAR_COLUMNS, BAR_SCHEMA, absolute, write_parquet_atomic
+from evidence.store import BAR_COLUMNS, BAR_SCHEMA, absolute, unlink_all, write_parquet_atomic
 from leroy.clock import now
 
 TICKER_RE = re.compile(r"^[A-Z0-9][A-Z0-9.\-^=/]{0,19}$")
@@ -325,7 +325,7 @@ def bars_import(
                     changed = True
             if changed:
                 symbol.save()
-            transaction.on_commit(lambda: [absolute(path).unlink(missing_ok=True) for path in replaced])
+            transaction.on_commit(lambda: unlink_all(replaced))
     except BaseException:
         keep = {absolute(p.path) for p in BarPartition.objects.filter(symbol__ticker=ticker, frequency=frequency)}
         for path in written:
@@ -378,8 +378,9 @@ def demo_data_load(*, symbols: int, sessions: int, seed: int, start: date, overl
         stale = list(BarPartition.objects.filter(source="synthetic").values_list("path", flat=True))
         Corpus.objects.filter(source="synthetic").delete()
         BarPartition.objects.filter(source="synthetic").delete()
-        Symbol.objects.filter(ticker__in=tickers).delete()
-        transaction.on_commit(lambda: [absolute(path).unlink(missing_ok=True) for path in stale])
+        # Symbol rows stay (other apps may refer to them); only their bars are replaced.
+        Symbol.objects.filter(ticker__in=tickers).update(frequencies=[])
+        transaction.on_commit(lambda: unlink_all(stale))
     for member in members:
         minutes = frames[member.ticker]
         common = {"name": member.name, "asset_class": member.asset_class, "exchange": "SYNTH", "source": "synthetic"}

@@ -8,13 +8,13 @@ from pathlib import Path
 import polars as pl
 from django.conf import settings
 
-BAR_SCHEMA = {
+BAR_SCHEMA: dict[str, pl.DataType] = {
     "ts": pl.Datetime("us", "UTC"),
-    "open": pl.Float64,
-    "high": pl.Float64,
-    "low": pl.Float64,
-    "close": pl.Float64,
-    "volume": pl.Float64,
+    "open": pl.Float64(),
+    "high": pl.Float64(),
+    "low": pl.Float64(),
+    "close": pl.Float64(),
+    "volume": pl.Float64(),
 }
 BAR_COLUMNS = list(BAR_SCHEMA)
 
@@ -25,6 +25,11 @@ def data_dir() -> Path:
 
 def absolute(relative: str) -> Path:
     return data_dir() / relative
+
+
+def unlink_all(relative_paths: list[str]) -> None:
+    for relative in relative_paths:
+        absolute(relative).unlink(missing_ok=True)
 
 
 def file_sha256(path: Path) -> str:

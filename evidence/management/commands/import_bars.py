@@ -44,7 +44,7 @@ def _timestamps(column: pl.Series, timezone: str) -> pl.Series:
             parsed = text.str.to_datetime(time_unit="us", strict=True, ambiguous="raise")
         except pl.exceptions.PolarsError:
             parsed = text.str.to_datetime(time_unit="us", strict=True, time_zone="UTC")
-    if parsed.dtype.time_zone is None:  # type: ignore[union-attr]
+    if isinstance(parsed.dtype, pl.Datetime) and parsed.dtype.time_zone is None:
         parsed = parsed.dt.replace_time_zone(timezone, ambiguous="raise", non_existent="raise")
     return parsed.dt.convert_time_zone("UTC")
 

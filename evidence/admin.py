@@ -1,0 +1,34 @@
+from django.contrib import admin
+
+from evidence.models import BarPartition, Corpus, MarketMemoryArtifact, MarketMemoryBuild, Symbol
+
+
+@admin.register(Symbol)
+class SymbolAdmin(admin.ModelAdmin):
+    list_display = ["ticker", "name", "asset_class", "exchange", "currency", "frequencies"]
+    search_fields = ["ticker", "name"]
+
+
+@admin.register(BarPartition)
+class BarPartitionAdmin(admin.ModelAdmin):
+    list_display = ["symbol", "frequency", "year", "first_ts", "last_ts", "row_count", "source", "sha256"]
+    list_filter = ["frequency", "source"]
+    readonly_fields = [f.name for f in BarPartition._meta.fields]
+
+
+@admin.register(Corpus)
+class CorpusAdmin(admin.ModelAdmin):
+    list_display = ["source", "benchmark", "historical_through", "verified_through", "created_at"]
+
+
+@admin.register(MarketMemoryBuild)
+class MarketMemoryBuildAdmin(admin.ModelAdmin):
+    list_display = ["pk", "status", "partials_done", "partials_total", "artifact", "created_at"]
+    readonly_fields = [f.name for f in MarketMemoryBuild._meta.fields]
+
+
+@admin.register(MarketMemoryArtifact)
+class MarketMemoryArtifactAdmin(admin.ModelAdmin):
+    list_display = ["version", "sha256", "is_active", "built_at", "activated_at"]
+    # Activation goes through services.market_memory_activate (atomic swap), never an edited flag.
+    readonly_fields = [f.name for f in MarketMemoryArtifact._meta.fields]
