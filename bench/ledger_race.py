@@ -2,8 +2,8 @@
 
 Runs on PostgreSQL in a throwaway database (`test_<name>` of DATABASE_URL, created and dropped here). The
 baseline, measured in the same run, is one client making the same number of charges on its own account. Prints
-one line with both rates, the included/overage split, the retry outcome and the ledger drift (must be 0); exits 1
-when any invariant is broken.
+one line: the rates (one account raced, the one-client baseline, one account per client), the included/overage
+split, the retry outcome and the ledger drift (must be 0); exits 1 when any invariant is broken.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/leroy_bench .venv/bin/python bench/ledger_race.py [--clients 16]
 """
@@ -97,6 +97,11 @@ def main() -> int:
             options.clients, options.calls, lambda client, call: charge(racer, f"race-{client}-{call}")
         )
         retries, _ = race(options.clients, 1, lambda client, call: charge(racer, "retried-once"))
+        # The lock is per account: the same load spread over one account per client runs in parallel.
+        spread = [User.objects.create_user(email=f"spread{n}@bench.example") for n in range(options.clients)]
+        _, spread_seconds = race(
+            options.clients, options.calls, lambda client, call: charge(spread[client], f"spread-{call}")
+        )
 
         usage = selectors.lookup_usage(user=racer)
         charged = sum(isinstance(r, services.LookupCharge) for r in results)
@@ -116,7 +121,9 @@ def main() -> int:
             f"ledger_race: {options.clients} clients x {options.calls} = {total} charges at {race_rate:.0f} charges/s "
             f"(baseline 1 client: {baseline_rate:.0f} charges/s, x{race_rate / baseline_rate:.2f}); "
             f"included {usage['included_lookups'] - usage['lookups_remaining']} overage {usage['overage_lookups']}; "
-            f"{options.clients} retries of one key -> {originals} charge; drift {drift}; {'OK' if ok else 'FAILED'}"
+            f"{options.clients} retries of one key -> {originals} charge; "
+            f"{options.clients} accounts in parallel: {total / spread_seconds:.0f} charges/s; "
+            f"drift {drift}; {'OK' if ok else 'FAILED'}"
         )
         return 0 if ok else 1
     finally:
