@@ -20,7 +20,7 @@ from evidence.store import file_sha256
 
 PCT = 1_000_000  # label units (1e-8) per percent
 BPS = memory.BPS
-STAT_FIELDS = ("n", "n_sessions", "sum_r", "n_win", "sum_pos", "sum_neg", "sum_fav", "sum_adv")
+TABLE_NAMES = {**TIER_NAMES, SYMBOL_BASELINE: "symbol_baseline", REGIME_TABLE: "regime_bucket"}
 
 
 class ArtifactRefused(Exception):
@@ -55,7 +55,7 @@ def _derive(row: dict[str, Any], *, side: str, baseline: dict[str, Any] | None, 
         lift = round((row["sum_r"] / n - baseline["sum_r"] / baseline["n"]) / BPS, 4)
     return Evidence(
         tier=row["tier"],
-        tier_name=TIER_NAMES[row["tier"]],
+        tier_name=TABLE_NAMES[row["tier"]],
         side=side,
         horizon_minutes=row["horizon"],
         row_count=n,

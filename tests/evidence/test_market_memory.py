@@ -252,3 +252,31 @@ def test_celery_map_and_reduce_builds_the_same_artifact(
     assert (queued.status, queued.partials_done, queued.partials_total) == ("done", 3, 3)
     assert queued.artifact is not None
     assert (queued.artifact.sha256, queued.artifact.is_active) == (in_process.sha256, True)
+
+
+def test_reservoir_regime_and_execution_tables_and_lineage(universe: list[tuple]) -> None:
+    artifact = build()
+    reader = memory_reader()
+
+    examples = reader.examples(tier=5, side="buy", symbol="AAA", mask=AB, regime=4)
+    regimes = {row["regime"]: row for row in reader.regime_table(side="buy", horizon=5)}
+    execution = reader.execution_conditions(symbol="AAA")
+    lineage = reader.lineage()
+
+    assert sorted(row["r_5"] for row in examples) == [-50, 20, 100]
+    assert [row["rank"] for row in examples] == [0, 1, 2]
+    assert {row["row_symbol"] for row in examples} == {"AAA"}
+    assert all(row["r_15"] is None for row in examples)  # immature labels stay null in examples too
+    # regime 4: +100 -50 +30 +20 (AAA) and -40 (BBB); regime 5: +10 (AAA) and +60 (BBB)
+    assert (regimes[4]["row_count"], regimes[4]["average_return_pct"]) == (5, 60 / 5 / 1_000_000)
+    assert (regimes[5]["row_count"], regimes[5]["distinct_sessions"]) == (2, 2)
+    assert execution["volume_by_half_hour"] == [
+        {"minutes_from_open": 30, "bars": 5, "sessions": 2, "mean_volume_per_bar": 100.0, "zero_volume_bars": 0}
+    ]
+    assert execution["spread"] is None
+    assert execution["spread_status"] == "absent: the bar data carries no quotes"
+    assert lineage["artifact_sha256"] == artifact.sha256
+    assert lineage["registry"]["count"] == 41
+    assert lineage["calendar"]["lib"] == "exchange_calendars"
+    assert lineage["source"] == "vendor"
+    assert reader.freshness(at=utc(2026, 7, 1, 15))["status"] == "unavailable"  # the corpus has no overlay
