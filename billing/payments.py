@@ -35,6 +35,38 @@ def stripe_client(*, http_client: HTTPClient | None = None) -> StripeClient | No
     return StripeClient(settings.LEROY_STRIPE_SECRET_KEY, http_client=http_client, max_network_retries=2)
 
 
+def stripe_meter_setup(*, client: StripeClient) -> dict[str, str]:
+    """Create (idempotently) the overage Billing Meter, its product and the one metered price: $0.01 per unit.
+
+    Every paid plan shares this price; the allowance lives in our Plan rows, so Stripe only ever sees overage.
+    Returns the ids; put `price` into LEROY_STRIPE_METERED_PRICE_ID.
+    """
+    event_name = settings.LEROY_STRIPE_METER_EVENT_NAME
+    meter = client.v1.billing.meters.create(
+        {
+            "display_name": "MCP overage lookups",
+            "event_name": event_name,
+            "default_aggregation": {"formula": "sum"},
+            "customer_mapping": {"type": "by_id", "event_payload_key": "stripe_customer_id"},
+            "value_settings": {"event_payload_key": "value"},
+        },
+        {"idempotency_key": f"meter:{event_name}"},
+    )
+    product = client.v1.products.create(
+        {"name": "Leroy MCP overage lookups"}, {"idempotency_key": f"product:{event_name}"}
+    )
+    price = client.v1.prices.create(
+        {
+            "currency": "usd",
+            "unit_amount": 1,  # cents: $0.01 per overage lookup
+            "product": product.id,
+            "recurring": {"interval": "month", "usage_type": "metered", "meter": meter.id},
+        },
+        {"idempotency_key": f"price:{event_name}"},
+    )
+    return {"meter": meter.id, "product": product.id, "price": price.id}
+
+
 def stripe_subscription_create(*, user: User, plan: Plan, client: StripeClient) -> StripeCustomer:
     """Create (idempotently) the account's Stripe customer and a subscription anchored to the UTC month."""
     link = StripeCustomer.objects.filter(user=user).first()

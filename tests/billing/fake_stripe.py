@@ -57,6 +57,12 @@ class FakeStripeTransport(HTTPClient):
             return {"id": f"cus_{n}", "object": "customer", "email": form.get("email")}
         if path == "/v1/subscriptions":
             return {"id": f"sub_{n}", "object": "subscription", "status": "active", "customer": form["customer"]}
+        if path == "/v1/billing/meters":
+            return {"id": f"mtr_{n}", "object": "billing.meter", "event_name": form["event_name"], "status": "active"}
+        if path == "/v1/products":
+            return {"id": f"prod_{n}", "object": "product", "name": form["name"]}
+        if path == "/v1/prices":
+            return {"id": f"price_{n}", "object": "price", "unit_amount": int(form["unit_amount"])}
         if path == "/v1/billing/meter_events":
             return {
                 "object": "billing.meter_event",

@@ -202,3 +202,23 @@ def test_an_overage_charge_enqueues_the_sender_once_committed(
 
     assert (len(included), len(overage)) == (0, 1)
     assert MeterReport.objects.get().status == MeterReport.Status.SENT
+
+
+def test_meter_setup_creates_the_meter_and_a_one_cent_metered_price_idempotently(fake, client_):
+    first = payments.stripe_meter_setup(client=client_)
+    again = payments.stripe_meter_setup(client=client_)
+
+    assert first == again == {"meter": "mtr_1", "product": "prod_2", "price": "price_3"}
+    meter, _, price = fake.calls[:3]
+    assert meter.path == "/v1/billing/meters"
+    assert meter.form["event_name"] == "leroy_overage_lookup"
+    assert meter.form["customer_mapping[event_payload_key]"] == "stripe_customer_id"
+    assert price.form == {
+        "currency": "usd",
+        "unit_amount": "1",
+        "product": "prod_2",
+        "recurring[interval]": "month",
+        "recurring[usage_type]": "metered",
+        "recurring[meter]": "mtr_1",
+    }
+    assert fake.created == 3
