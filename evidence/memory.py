@@ -9,7 +9,6 @@ import hashlib
 import json
 import shutil
 import sqlite3
-import subprocess
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
@@ -295,15 +294,15 @@ def plan_sha256(plan: BuildPlan) -> str:
     return hashlib.sha256(canonical_json(plan.as_dict())).hexdigest()
 
 
-def code_commit() -> str:
-    try:
-        result = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=5, check=True,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return result.stdout.strip()
+CODE_MODULES = ("calendar.py", "features.py", "strategies.py", "memory.py", "store.py")
+
+
+def code_sha256() -> str:
+    """SHA-256 of the modules that shape an artifact: unrelated commits do not change a rebuild's identity."""
+    digest = hashlib.sha256()
+    for name in CODE_MODULES:
+        digest.update(name.encode() + b"\0" + (Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()
 
 
 def _medians(build_dir: Path, tickers: list[str], served: pl.DataFrame) -> pl.DataFrame:
@@ -435,7 +434,7 @@ def reduce_partials(plan: BuildPlan, build_dir: Path) -> tuple[Path, str, dict[s
     }
     identity = {"plan": plan.as_dict(), "features": features.FEATURE_VERSION,
                 "registry": strategies.registry_lineage()["registry_sha256"], "schema": SCHEMA_VERSION,
-                "code": code_commit()}  # fmt: skip
+                "code": code_sha256()}  # fmt: skip
     identity_sha = hashlib.sha256(canonical_json(identity)).hexdigest()
     manifest = {
         "schema_version": SCHEMA_VERSION,
@@ -450,7 +449,7 @@ def reduce_partials(plan: BuildPlan, build_dir: Path) -> tuple[Path, str, dict[s
         },
         "inputs": {"bars_1m": plan.inputs, "plan_sha256": plan_sha256(plan)},
         "plan": plan.as_dict(),
-        "code_commit": identity["code"],
+        "code_sha256": identity["code"],
         "features": features.describe(),
         "registry": strategies.registry_lineage(),
         "regime": features.REGIME_DEFINITION,

@@ -209,7 +209,7 @@ class MemoryReader:
             "data_as_of": m["data_as_of"],
             "corpus": m["corpus"],
             "inputs_sha256": m["inputs"]["plan_sha256"],
-            "code_commit": m["code_commit"],
+            "code_sha256": m["code_sha256"],
             "features": {"version": m["features"]["version"], "count": len(m["features"]["features"])},
             "registry": {k: m["registry"][k] for k in ("version", "count", "registry_sha256")},
             "calendar": m["calendar"],
