@@ -68,6 +68,7 @@ GUARDS = Guards(
     writable=(bt.LineRoot, bt.lineseries.Lines),
     read_only=READ_ONLY,
     protected_names=FEED_NAMES,
+    series=(bt.LineRoot, bt.lineseries.Lines),
 )
 
 

@@ -40,7 +40,7 @@ FORBIDDEN_CALLS = frozenset(
 # Attribute names that lead from ordinary objects to the interpreter, the engine or the raw data.
 FORBIDDEN_ATTRIBUTES = frozenset(INSPECT_ATTRIBUTES) | {
     "env", "cerebro", "dataname", "format", "format_map", "mro", "owner", "analyzers", "observers", "stats",
-    "f_lasti", "func_globals", "im_func", "im_self", "gi_running", "tb_lasti", "modules",
+    "f_lasti", "func_globals", "im_func", "im_self", "gi_running", "tb_lasti", "modules", "array", "plines",
 }  # fmt: skip
 ALLOWED_DUNDER_METHODS = frozenset({"__init__"})  # as method names only; `super().__init__` is refused
 FORBIDDEN_NODES: dict[type[ast.AST], str] = {
@@ -195,6 +195,9 @@ class Guards:
     # ids of the data feeds and their lines (registered by the engine before the run): read-only, allow-listed.
     protected: set[int] = field(default_factory=set)
     protected_names: frozenset[str] = frozenset()
+    # Line series (data, indicators): with preload/runonce their future values are already computed, so
+    # reading ahead (`[1]`, `.get(ago=1)`) is refused rather than silently allowed.
+    series: tuple[type, ...] = ()
 
     def getattr(self, obj: Any, name: str) -> Any:
         if name in FORBIDDEN_ATTRIBUTES or name.startswith("_"):
@@ -209,7 +212,14 @@ class Guards:
             raise AttributeError(f"`{name}` is a module and is not available in strategies")
         if isinstance(value, (types.FrameType, types.CodeType, types.TracebackType)):
             raise AttributeError(f"the attribute `{name}` is not available in strategies")
+        if name == "get" and isinstance(obj, self.series):
+            return _past_only(value)
         return value
+
+    def getitem(self, obj: Any, key: Any) -> Any:
+        if isinstance(obj, self.series) and isinstance(key, int) and key > 0:
+            raise IndexError(FUTURE_REFUSED)
+        return obj[key]
 
     def write(self, obj: Any) -> Any:
         if id(obj) in self.protected:
@@ -217,6 +227,18 @@ class Guards:
         if isinstance(obj, (dict, list)) or (isinstance(obj, self.writable) and not isinstance(obj, type)):
             return obj
         raise TypeError(f"objects of type {type(obj).__name__} cannot be modified by strategies")
+
+
+FUTURE_REFUSED = "future bars are not available: read [0] for the current bar and [-n] for past ones"
+
+
+def _past_only(get: Callable[..., Any]) -> Callable[..., Any]:
+    def past(ago: int = 0, size: int = 1) -> Any:
+        if ago > 0:
+            raise IndexError(FUTURE_REFUSED)
+        return get(ago=ago, size=size)
+
+    return past
 
 
 EXTRA_BUILTINS: dict[str, object] = {
@@ -253,7 +275,7 @@ def compile_strategy(source: str, *, bt_facade: object, guards: Guards, prints: 
             "__name__": STRATEGY_MODULE,
             "__metaclass__": type,
             "_getattr_": guards.getattr,
-            "_getitem_": operator.getitem,
+            "_getitem_": guards.getitem,
             "_getiter_": iter,
             "_write_": guards.write,
             "_inplacevar_": _inplacevar,

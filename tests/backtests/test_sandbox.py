@@ -74,6 +74,7 @@ def test_an_unavailable_layer_is_left_out_of_the_report(settings):
         ("def gen():\n    yield 1\ng = gen()", "generators", 4),
         ("f = self.gi_frame.f_back.f_globals", "`f_globals`", 3),
         ("c = self.env.runstrats", "`env` is not available", 3),
+        ("future = self.data.close.array", "`array` is not available", 3),
         ("self.analyzers.trade_log.trades.append(1)", "`analyzers` is not available", 3),
         ("self.data.p.dataname.to_csv('/tmp/leak.csv')", "`dataname`", 3),
         ("import os", "imports are not allowed", 3),
@@ -102,6 +103,8 @@ def test_static_layer_refuses_escape_with_line_and_column(body, message, line):
         ("self.data.setbars({})", "`setbars` of market data is not available", "next"),
         ("self.data.close.forward()", "`forward` of market data is not available", "next"),
         ("self.position.update(100, 1.0)", "`update` of Position is not available", "next"),
+        ("x = self.data.close[1]", "future bars are not available", "next"),
+        ("x = self.data.close.get(ago=2, size=1)", "future bars are not available", "next"),
     ],
 )
 def test_restricted_layer_refuses_module_hops_and_report_tampering_at_run_time(body, message, where):
@@ -295,3 +298,15 @@ def test_the_child_dies_with_a_killed_worker(tmp_path, layers):
     while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
         assert time.monotonic() < deadline + 10, "the sandbox child outlived its worker"
         time.sleep(0.05)
+
+
+def test_current_and_past_bars_stay_readable():
+    body = "if len(self) > 3:\n    print(self.data.close[0], self.data.close[-1], list(self.data.close.get(size=2)))"
+
+    outcome = run(attack(body, where="next"))
+
+    first = outcome.prints.splitlines()[0].split(" ", 2)
+    closes = DATA[0]["close"]
+    assert outcome.ok is True
+    assert [float(first[0]), float(first[1])] == [closes[3], closes[2]]
+    assert first[2] == str([closes[2], closes[3]])
