@@ -129,6 +129,34 @@ def _is_bt_strategy(base: ast.expr) -> bool:
     )
 
 
+def declared_parameters(source: str) -> set[str] | None:
+    """The parameter names of the strategy that runs (the first bt.Strategy subclass), read statically.
+
+    None when they cannot be read without running the code (then the engine checks them at run time).
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and any(_is_bt_strategy(base) for base in node.bases):
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and [getattr(t, "id", None) for t in statement.targets] == [
+                    "params"
+                ]:
+                    try:
+                        value = ast.literal_eval(statement.value)
+                    except ValueError:
+                        return None
+                    if isinstance(value, dict):
+                        return {str(name) for name in value}
+                    if isinstance(value, tuple) and all(isinstance(item, tuple) and item for item in value):
+                        return {str(item[0]) for item in value}
+                    return None
+            return set()
+    return None
+
+
 class PrintBuffer:
     """Where `print` inside strategies goes: one bounded buffer per run (RestrictedPython's `_print_`)."""
 

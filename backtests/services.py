@@ -27,6 +27,7 @@ from backtests.models import (
     Status,
     Strategy,
 )
+from backtests.policy import declared_parameters
 from billing import services as billing
 from evidence.models import Symbol
 from evidence.selectors import bars_data_version, bars_read
@@ -141,6 +142,18 @@ def strategy_update(
 # --- shared run plumbing ---------------------------------------------------------------------------------------
 
 
+def check_parameters(strategy: Strategy, names: set[str]) -> None:
+    """Refuse parameter names the strategy does not declare, before anything is reserved."""
+    declared = declared_parameters(strategy.code)
+    unknown = sorted(names - declared) if declared is not None else []
+    if unknown:
+        raise BacktestError(
+            "unknown_parameter",
+            f"The strategy has no parameter(s) {', '.join(unknown)}; it declares {sorted(declared or ())}.",
+            unknown=unknown,
+        )
+
+
 def symbols_for(*, data_ids: list[str], frequency: str) -> list[Symbol]:
     """The symbols behind `data_ids`, each checked to exist and to hold bars at `frequency`."""
     found = []
@@ -246,6 +259,7 @@ def backtest_submit(
         raise BacktestError("strategy_not_found", f"No saved strategy {strategy_id}.")
     if end_date < start_date:
         raise BacktestError("invalid_request", "end_date must not be before start_date.")
+    check_parameters(strategy, set(parameters))
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
     price = settings.LEROY_BACKTEST_CREDITS
     report = Report.objects.create(
@@ -371,6 +385,7 @@ def optimization_submit(
     clash = sorted({g["name"] for g in grids} & set(parameters))
     if clash or len({g["name"] for g in grids}) != len(grids):
         raise BacktestError("invalid_request", "Grid names must be distinct and not repeat fixed parameters.")
+    check_parameters(strategy, {g["name"] for g in grids} | set(parameters))
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
     points = grid_points(grids)
     price = 0 if use_free_optimization else settings.LEROY_OPTIMIZATION_POINT_CREDITS

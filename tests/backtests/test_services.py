@@ -127,12 +127,27 @@ def test_failing_strategy_fails_the_report_and_voids_credits(owner, coin, django
     assert (usage["credits_consumed"], usage["credits_remaining"]) == (0, 1000)
 
 
-def test_unknown_parameter_fails_the_run_with_a_clear_error(owner, coin, django_capture_on_commit_callbacks):
-    report = submit(owner, saved(owner), coin, django_capture_on_commit_callbacks, parameters={"nope": 3})
+def test_undeclared_parameter_is_refused_at_submission_without_charge(owner, coin, django_capture_on_commit_callbacks):
+    with pytest.raises(services.BacktestError) as caught:
+        submit(owner, saved(owner), coin, django_capture_on_commit_callbacks, parameters={"nope": 3})
+
+    assert caught.value.code == "unknown_parameter"
+    assert caught.value.details == {"unknown": ["nope"]}
+    assert Report.objects.exists() is False
+    assert credit_usage(user=owner)["credits_remaining"] == 1000
+
+
+def test_parameters_the_code_hides_from_static_reading_fail_the_run(owner, coin, django_capture_on_commit_callbacks):
+    code = (
+        "PARAMS = (('fast', 5),)\n\nclass Dyn(bt.Strategy):\n    params = PARAMS\n\n    def next(self):\n        pass\n"
+    )
+
+    report = submit(owner, saved(owner, code), coin, django_capture_on_commit_callbacks, parameters={"nope": 3})
 
     assert report.status == Status.FAILED
     assert report.error["code"] == "unknown_parameter"
     assert "nope" in report.error["message"]
+    assert credit_usage(user=owner)["credits_remaining"] == 1000
 
 
 def test_missing_frequency_is_refused_at_submission_without_charge(owner, coin, django_capture_on_commit_callbacks):
@@ -202,6 +217,15 @@ def optimization(owner, strategy, coin, capture, *, execute=True, **overrides):
         result = services.optimization_submit(**kwargs)
     result.refresh_from_db()
     return result
+
+
+def test_grid_over_an_undeclared_parameter_is_refused(owner, coin, django_capture_on_commit_callbacks):
+    with pytest.raises(services.BacktestError) as caught:
+        optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks,
+                     grids=[{"name": "period", "min": 1, "max": 3, "step": 1}])  # fmt: skip
+
+    assert (caught.value.code, caught.value.details) == ("unknown_parameter", {"unknown": ["period"]})
+    assert Optimization.objects.exists() is False
 
 
 def test_grid_points_are_exact_and_keep_integers():
