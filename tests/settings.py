@@ -27,7 +27,7 @@ if LEROY_TEST_DATABASE == "PostgreSQL":
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c leroy.ledger_truncate=allowed"
 LEROY_TEST_REDIS_URL = "redis://127.0.0.1:6379/15" if _answers(6379) else ""
 
-LEROY_MCP_TOOL_MODULES = ["tests.mcp.tools"]
+LEROY_MCP_TOOL_MODULES = ["tests.mcp.tools", "tests.billing.tools"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
