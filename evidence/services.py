@@ -438,10 +438,20 @@ def market_memory_build_run(
     *,
     through: date | None = None,
     activate: bool = True,
+    force: bool = False,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> MarketMemoryArtifact:
-    """Build in this process: the same map and reduce the Celery chord runs, one symbol after another."""
+    """Build in this process: the same map and reduce the Celery chord runs, one symbol after another.
+
+    Unless forced, an artifact already built from the same plan by the same code is reused (and activated).
+    """
     plan = memory.build_plan(through=through)
+    if not force:
+        existing = MarketMemoryArtifact.objects.filter(
+            manifest__inputs__plan_sha256=memory.plan_sha256(plan), manifest__code_sha256=memory.code_sha256()
+        ).first()
+        if existing is not None and (absolute(existing.path) / "manifest.json").exists():
+            return market_memory_activate(artifact=existing) if activate else existing
     build = MarketMemoryBuild.objects.create(params=plan.as_dict(), partials_total=len(plan.tickers), created_at=now())
     build_dir = market_memory_build_dir(build.pk)
     started = time.monotonic()

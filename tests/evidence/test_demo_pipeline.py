@@ -51,12 +51,13 @@ def test_demo_loads_builds_identically_twice_and_inspects_honest_rows() -> None:
     # the real clock is months past the replay session: the open replay session is still never built
     first = json.loads(_run("build_market_memory")[-1])
     with override_settings(LEROY_CLOCK=clock.removeprefix("LEROY_CLOCK=")):
-        second = json.loads(_run("build_market_memory")[-1])
+        second = json.loads(_run("build_market_memory", "--force")[-1])
+        reused = json.loads(_run("build_market_memory")[-1])
         reader = memory_reader(refresh=True)
         fresh = reader.freshness(at=replay)
         overlay = memory_lookup(symbol="ALFA", side="buy", active=0, regime=4, overlay=True, at=replay)
 
-    assert second["sha256"] == first["sha256"]
+    assert second["sha256"] == first["sha256"] == reused["sha256"]
     assert MarketMemoryArtifact.objects.get().is_active is True
     manifest = reader.manifest
     assert manifest["source"] == "synthetic"

@@ -85,7 +85,7 @@ def universe(db: None, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
 
 def build(min_sessions: int = 2) -> MarketMemoryArtifact:
     with override_settings(LEROY_MM_MIN_SESSIONS=min_sessions):
-        artifact = market_memory_build_run()
+        artifact = market_memory_build_run(force=True)
     memory_reader(refresh=True)
     return artifact
 

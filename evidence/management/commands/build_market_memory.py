@@ -20,6 +20,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--celery", action="store_true", help="queue the per-symbol Celery tasks instead")
         parser.add_argument("--no-activate", action="store_true")
+        parser.add_argument("--force", action="store_true", help="rebuild even if this plan and code were built")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -30,7 +31,10 @@ class Command(BaseCommand):
                 )
                 return
             artifact = market_memory_build_run(
-                through=options["through"], activate=not options["no_activate"], progress=self._progress
+                through=options["through"],
+                activate=not options["no_activate"],
+                force=options["force"],
+                progress=self._progress,
             )
         except BuildError as exc:
             raise CommandError(str(exc)) from exc
