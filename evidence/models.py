@@ -118,3 +118,54 @@ class MarketMemoryArtifact(models.Model):
 
     def __str__(self) -> str:
         return f"{self.version} ({self.sha256[:12]})"
+
+
+class LiveBar(models.Model):
+    """A provisional minute bar of the open session as the frame feed received it; never part of Market Memory."""
+
+    FEEDS = ("provider", "replay")
+    symbol = models.ForeignKey(Symbol, on_delete=models.CASCADE, related_name="live_bars")
+    ts = models.DateTimeField()  # the minute the bar opened
+    open = models.FloatField()
+    high = models.FloatField()
+    low = models.FloatField()
+    close = models.FloatField()
+    volume = models.FloatField()
+    feed = models.CharField(max_length=10, choices=[(f, f) for f in FEEDS])
+    received_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["symbol_id", "ts"]
+        constraints = [
+            models.UniqueConstraint(fields=["symbol", "ts"], name="evidence_livebar_unique"),
+            models.CheckConstraint(condition=models.Q(volume__gte=0), name="evidence_livebar_volume"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.symbol_id}@{self.ts.isoformat()}"
+
+
+class Frame(models.Model):
+    """The current verified market frame of a symbol, as the feed last computed it; what requests read."""
+
+    symbol = models.OneToOneField(Symbol, on_delete=models.CASCADE, related_name="frame")
+    source_time = models.DateTimeField()  # the minute the frame's bar opened; known one minute later
+    session = models.DateField()
+    open = models.FloatField()
+    high = models.FloatField()
+    low = models.FloatField()
+    close = models.FloatField()
+    volume = models.FloatField()
+    is_fill = models.BooleanField()  # no trade printed in that minute
+    ready = models.BooleanField()  # every point-in-time warm-up complete
+    buy_mask = models.BigIntegerField(null=True)
+    sell_mask = models.BigIntegerField(null=True)
+    regime = models.SmallIntegerField(null=True)
+    trend = models.SmallIntegerField(null=True)
+    volatility = models.SmallIntegerField(null=True)
+    tod = models.SmallIntegerField(null=True)
+    features = models.JSONField()
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.symbol_id}@{self.source_time.isoformat()}"

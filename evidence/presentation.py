@@ -55,10 +55,12 @@ def render(result: EvaluationOut) -> Presentation:
         else:
             parts.append("🟢 **Market Open**")
         if result.active_confluence is not None:
-            signals = ", ".join(result.active_confluence.active_signals) or "none"
-            regime = result.active_confluence.regime.bucket
+            regime = result.active_confluence.regime
+            for side in result.active_confluence.sides:
+                signals = ", ".join(side.active_signals) or "none"
+                parts.append(f"{SIDE_TITLES[side.side]} signals active ({side.active_signal_count}): {signals}")
             parts.append(
-                f"Active signals ({result.active_confluence.active_signal_count}): {signals} · regime {regime}"
+                f"Regime: trend {regime.trend} · volatility {regime.volatility} · {regime.time_of_day} of session"
             )
         if result.setup_geometry is not None:
             geometry = result.setup_geometry

@@ -105,16 +105,20 @@ class StrategyCoverage(BaseModel):
 
 
 class Regime(BaseModel):
-    trend: str
-    volatility: str
-    time_of_day: str
-    bucket: str
+    id: int
+    trend: Literal["down_or_flat", "up"]
+    volatility: Literal["low", "mid", "high"]
+    time_of_day: Literal["open", "mid", "close"]
 
 
-class ActiveConfluence(BaseModel):
+class SideConfluence(BaseModel):
     side: Side
     active_signals: list[str]
     active_signal_count: int
+
+
+class ActiveConfluence(BaseModel):
+    sides: list[SideConfluence]
     regime: Regime
 
 
@@ -160,8 +164,9 @@ class OverlayFreshness(BaseModel):
 
 
 class MarketMemoryCoverage(BaseModel):
-    indexed_rows: int
-    label_coverage: dict[str, float | None]  # horizon minutes -> share of indexed rows with a mature label
+    indexed_rows: int  # ready (point-in-time complete) rows of the historical contract
+    label_rows: dict[str, int]  # horizon minutes -> indexed rows with a mature label
+    label_coverage_bps: dict[str, int]  # horizon minutes -> label_rows per 10,000 indexed rows
     historical_first_session: str | None
     historical_last_session: str | None
     historical_session_count: int
@@ -180,7 +185,7 @@ class Lineage(BaseModel):
     feature_set_version: str
     registry_version: str
     strategy_count: int
-    calendar: str
+    calendar: dict[str, str]
     min_sample_sessions: int
 
 

@@ -1,8 +1,9 @@
 """Celery tasks for the Market Memory build: ids in, one service call out."""
 
 from celery import shared_task
+from django.conf import settings
 
-from evidence import memory, services
+from evidence import frames, memory, services
 from evidence.models import MarketMemoryBuild
 
 
@@ -19,3 +20,11 @@ def market_memory_symbol_task(build_id: int, ticker: str) -> None:
 @shared_task(acks_late=True)
 def market_memory_reduce_task(build_id: int) -> None:
     services.market_memory_reduce(build_id=build_id)
+
+
+@shared_task(ignore_result=True)
+def frames_tick_task() -> None:
+    """One tick of the frame feed: replay the next minutes in the demo, then recompute the current frames."""
+    if settings.LEROY_FRAME_FEED == "replay":
+        frames.replay_tick()
+    frames.frames_refresh()

@@ -274,3 +274,10 @@ LEROY_MARKET_DATA_TOKEN = env_str("LEROY_MARKET_DATA_TOKEN")
 # Evidence / Market Memory.
 LEROY_MM_MIN_SESSIONS = int(env_str("LEROY_MM_MIN_SESSIONS", "30"))  # a tier counts only with this many sessions
 LEROY_MM_RELOAD_SECONDS = float(env_str("LEROY_MM_RELOAD_SECONDS", "5"))  # how often a process checks activation
+# The frame feed: a frame whose bar closed longer ago than this, during an open session, is stale.
+LEROY_FRAME_STALE_SECONDS = env_int("LEROY_FRAME_STALE_SECONDS", 180)
+# "replay" feeds the stored provisional session on the replay clock (the demo); "provider" takes pushed live bars.
+LEROY_FRAME_FEED = env_str("LEROY_FRAME_FEED") or ("replay" if LEROY_CLOCK else "provider")
+CELERY_BEAT_SCHEDULE = {
+    "frames-tick": {"task": "evidence.tasks.frames_tick_task", "schedule": 20.0, "options": {"expires": 20}},
+}

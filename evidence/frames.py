@@ -1,0 +1,191 @@
+"""The frame feed: provisional open-session minute bars in, one current verified frame per symbol out.
+
+Bars of the open session arrive as `LiveBar` rows, from a provider through `live_bars_ingest` or, in the demo,
+from the replay driver, which feeds the stored provisional session minute by minute on the replay clock. After
+each tick `frames_refresh` recomputes every fed symbol's frame with the build's own feature and registry code
+(verified history from the bar store plus today's live bars) and stores it as a `Frame` row: requests read that
+row and never scan bars.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import polars as pl
+from django.conf import settings
+from django.db import transaction
+
+from evidence import calendar
+from evidence.features import FEATURES, WARMUP_SESSIONS, symbol_frame
+from evidence.models import Corpus, Frame, LiveBar, Symbol
+from evidence.selectors import bars_read
+from evidence.services import ImportRejected
+from evidence.store import BAR_COLUMNS, BAR_SCHEMA
+from evidence.strategies import with_states
+from leroy.clock import now
+
+MINUTE = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class SessionWindow:
+    session: date
+    open: datetime
+    close: datetime
+
+
+def open_session(at: datetime) -> SessionWindow | None:
+    """The XNYS regular session open at `at`, or None when the market is closed (early closes included)."""
+    cal = calendar.xnys()
+    minute = at.replace(second=0, microsecond=0)
+    if not cal.is_open_on_minute(minute):
+        return None
+    session = cal.minute_to_session(minute).date()
+    schedule = calendar.schedule(session, session).row(0, named=True)
+    return SessionWindow(session=session, open=schedule["session_open"], close=schedule["session_close"])
+
+
+def feed_universe() -> list[Symbol]:
+    """The symbols the feed follows: the corpus's fixed overlay universe and its benchmark."""
+    corpus = Corpus.objects.select_related("benchmark").first()
+    if corpus is None:
+        return []
+    tickers = {*corpus.overlay_tickers, corpus.benchmark.ticker}
+    return list(Symbol.objects.filter(ticker__in=tickers).order_by("ticker"))
+
+
+def _live_frame(symbol: Symbol, window: SessionWindow, through: datetime) -> pl.DataFrame:
+    rows = LiveBar.objects.filter(symbol=symbol, ts__gte=window.open, ts__lte=through).order_by("ts")
+    values = list(rows.values_list(*BAR_COLUMNS))
+    return pl.DataFrame(values, schema=BAR_SCHEMA, orient="row")
+
+
+def live_bars_ingest(*, ticker: str, bars: pl.DataFrame, feed: str, at: datetime | None = None) -> int:
+    """Append verified minute bars of the open session; all or nothing. Returns how many were appended.
+
+    Refused: a closed market, a bar outside the open session's minute grid, a bar not yet closed at `at`, bars out
+    of order, duplicates or bars at or before the last one received, and inconsistent OHLC or negative volume.
+    """
+    at = at or now()
+    symbol = Symbol.objects.filter(ticker=ticker.strip().upper()).first()
+    if symbol is None:
+        raise ImportRejected(f"unknown symbol {ticker!r}")
+    window = open_session(at)
+    if window is None:
+        raise ImportRejected("the regular session is closed; live bars are accepted only while it is open")
+    if bars.is_empty():
+        return 0
+    bars = bars.select(BAR_COLUMNS).cast(BAR_SCHEMA)  # type: ignore[arg-type]
+    ts = bars.get_column("ts")
+    if ts.is_duplicated().any() or not ts.is_sorted():
+        raise ImportRejected("live bars must be strictly increasing in time")
+    first, last = ts.min(), ts.max()
+    assert isinstance(first, datetime) and isinstance(last, datetime)
+    if first < window.open or last + MINUTE > min(window.close, at.replace(second=0, microsecond=0)):
+        raise ImportRejected("live bars must be closed minutes of the open session")
+    if ((ts.dt.second() != 0) | (ts.dt.microsecond() != 0)).any():
+        raise ImportRejected("live bars must start on whole minutes")
+    inconsistent = bars.filter(
+        (pl.col("high") < pl.max_horizontal("open", "close"))
+        | (pl.col("low") > pl.min_horizontal("open", "close"))
+        | (pl.col("low") <= 0)
+        | (pl.col("volume") < 0)
+    )
+    if len(inconsistent):
+        raise ImportRejected(f"{len(inconsistent)} live bars have inconsistent OHLC or negative volume")
+    with transaction.atomic():
+        Symbol.objects.select_for_update().get(pk=symbol.pk)  # one feeder per symbol at a time
+        latest = LiveBar.objects.filter(symbol=symbol).order_by("-ts").values_list("ts", flat=True).first()
+        if latest is not None and first <= latest:
+            raise ImportRejected(f"live bars must start after the last one received ({latest.isoformat()})")
+        LiveBar.objects.bulk_create(
+            LiveBar(symbol=symbol, feed=feed, received_at=at, **dict(zip(BAR_COLUMNS, row, strict=True)))
+            for row in bars.iter_rows()
+        )
+    return len(bars)
+
+
+def replay_tick(*, at: datetime | None = None) -> int:
+    """The demo's replay driver: feed every closed minute of the stored provisional session up to `at`."""
+    at = at or now()
+    window = open_session(at)
+    corpus = Corpus.objects.first()
+    if window is None or corpus is None or (corpus.verified_through and window.session <= corpus.verified_through):
+        return 0  # only provisional (unverified) sessions are replayed
+    fed = 0
+    for symbol in feed_universe():
+        latest = LiveBar.objects.filter(symbol=symbol, ts__gte=window.open).order_by("-ts").values_list("ts", flat=True)
+        start = (latest.first() or window.open - MINUTE) + MINUTE
+        tape = bars_read(symbol=symbol, frequency="1m", start=start, end=at.replace(second=0, microsecond=0) - MINUTE)
+        if not tape.is_empty():
+            fed += live_bars_ingest(ticker=symbol.ticker, bars=tape, feed="replay", at=at)
+    return fed
+
+
+def frame_compute(*, symbol: Symbol, benchmark: Symbol, at: datetime) -> dict[str, Any] | None:
+    """The frame of `symbol` at `at`: its latest live bar with point-in-time features, states and regime.
+
+    History comes from verified stored sessions, the open session from live bars only, so provisional stored data
+    is never read as if verified. None when the session is closed or no live bar has arrived yet.
+    """
+    window = open_session(at)
+    if window is None:
+        return None
+    through = at.replace(second=0, microsecond=0) - MINUTE
+    live = _live_frame(symbol, window, through)
+    if live.is_empty():
+        return None
+    start = calendar.xnys().session_offset(window.session.isoformat(), -(WARMUP_SESSIONS + 1)).date()
+    history_start = datetime.combine(start, datetime.min.time(), tzinfo=UTC)
+    before_open = window.open - timedelta(microseconds=1)
+
+    def bars(of: Symbol) -> pl.DataFrame:
+        today = live if of.pk == symbol.pk else _live_frame(of, window, through)
+        return pl.concat([bars_read(symbol=of, frequency="1m", start=history_start, end=before_open), today])
+
+    own = bars(symbol)
+    frame = with_states(symbol_frame(own, own if benchmark.pk == symbol.pk else bars(benchmark)))
+    row = frame.filter(pl.col("ts") <= live.get_column("ts").max()).row(-1, named=True)
+    return {
+        "source_time": row["ts"],
+        "session": row["session"],
+        "open": row["open"],
+        "high": row["high"],
+        "low": row["low"],
+        "close": row["close"],
+        "volume": row["volume"],
+        "is_fill": row["is_fill"],
+        "ready": row["ready"],
+        "buy_mask": row["buy_mask"],
+        "sell_mask": row["sell_mask"],
+        "regime": row["regime"],
+        "trend": row["trend"],
+        "volatility": row["volatility"],
+        "tod": row["tod"],
+        "features": {name: row[name] for name in FEATURES},
+    }
+
+
+def frames_refresh(*, at: datetime | None = None) -> int:
+    """Recompute and store the current frame of every fed symbol; returns how many frames changed."""
+    at = at or now()
+    corpus = Corpus.objects.select_related("benchmark").first()
+    if corpus is None:
+        return 0
+    changed = 0
+    for symbol in feed_universe():
+        values = frame_compute(symbol=symbol, benchmark=corpus.benchmark, at=at)
+        if values is None:
+            continue
+        current = Frame.objects.filter(symbol=symbol).values_list("source_time", flat=True).first()
+        if current == values["source_time"]:
+            continue
+        Frame.objects.update_or_create(symbol=symbol, defaults={**values, "computed_at": at})
+        changed += 1
+    return changed
+
+
+def frame_is_stale(frame: Frame, at: datetime) -> bool:
+    """A frame is stale when its bar closed longer ago than LEROY_FRAME_STALE_SECONDS."""
+    age = at - (frame.source_time + MINUTE)
+    return age.total_seconds() > settings.LEROY_FRAME_STALE_SECONDS

@@ -1,0 +1,162 @@
+import re
+from datetime import timedelta
+
+import pytest
+import time_machine
+
+from accounts import services as account_services
+from billing.models import UsageEvent
+from billing.services import BillingError
+from evidence.evaluation import evaluate_current_setup
+from evidence.geometry import InvalidSetup
+from evidence.reader import MemoryReader
+from evidence.schemas import EvaluateArgs
+from evidence.selectors import memory_reader
+from tests.evidence.world import fed_world, world, world_files  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def user(db):
+    return account_services.user_create(email="agent@example.com", password=None)
+
+
+def evaluate(user, **fields):
+    return evaluate_current_setup(user=user, args=EvaluateArgs(**fields))
+
+
+def numbers(text: str) -> set[str]:
+    return set(re.findall(r"-?\d+(?:\.\d+)?", text))
+
+
+def test_evaluated_evidence_traces_to_the_artifact(fed_world, user):
+    result = evaluate(user, symbol="alfa", side="buy", holding_horizons=[15, 60])
+
+    assert result.status == "evaluated"
+    assert result.request.symbol == "ALFA"
+    assert result.current_market_frame.frame_status == "available"
+    assert result.current_market_frame.source_time == fed_world.replay - timedelta(minutes=1)
+    assert result.provenance.artifact_sha256 == fed_world.sha256
+    assert result.provenance.evidence_status == "matched"
+    assert result.usage.lookup_cost == 1
+    assert result.usage.used_lookups == 1
+    reader = memory_reader()
+    active = next(s for s in result.active_confluence.sides if s.side == "buy")
+    mask = sum(1 << i for i, s in enumerate(result.strategy_states) if s.state == "active")
+    assert len(active.active_signals) == active.active_signal_count == bin(mask).count("1")
+    expected = reader.lookup(
+        symbol="ALFA", side="buy", mask=mask, regime=result.active_confluence.regime.id, horizons=(15, 60)
+    )
+    for row in result.historical_evidence:
+        match = expected[row.horizon_minutes]
+        assert row.sample_size == match.row_count
+        assert row.average_return_pct == round(match.average_return_pct, 4)
+        assert row.win_rate == round(match.win_rate, 4)
+    for match in result.market_memory.matches:
+        assert match.distinct_sessions >= reader.min_sessions
+        assert match.match_strength.score == expected[match.horizon_minutes].tier
+        assert match.row_count == expected[match.horizon_minutes].row_count  # that tier only: nothing pooled
+
+
+def test_presentation_contains_no_number_missing_from_the_structured_result(fed_world, user):
+    result = evaluate(user, symbol="ALFA", side="both", entry_price=100.0, stop_price=99.0, target_price=103.0)
+
+    structured = result.model_dump_json(exclude={"presentation"})
+    assert result.presentation.format == "markdown"
+    assert numbers(result.presentation.text) <= numbers(structured)
+
+
+def test_both_sides_cost_two_and_a_repeat_on_the_same_frame_is_a_free_cache_hit(fed_world, user):
+    first = evaluate(user, symbol="ALFA", side="both")
+    again = evaluate(user, symbol="ALFA", side="both")
+
+    assert (first.usage.lookup_cost, first.usage.cache, first.usage.used_lookups) == (2, "miss", 2)
+    assert (again.usage.lookup_cost, again.usage.cache, again.usage.used_lookups) == (0, "hit", 2)
+    assert again.historical_evidence == first.historical_evidence
+    assert again.evaluation_id != first.evaluation_id
+    assert [e.cache_hit for e in UsageEvent.objects.order_by("pk")] == [False, True]
+
+
+def test_retry_with_the_same_client_request_id_replays_the_original_answer(fed_world, user):
+    first = evaluate(user, symbol="ALFA", side="sell", client_request_id="retry-1")
+    again = evaluate(user, symbol="ALFA", side="sell", client_request_id="retry-1")
+
+    assert again == first
+    assert UsageEvent.objects.count() == 1
+    with pytest.raises(BillingError) as error:
+        evaluate(user, symbol="ALFA", side="buy", client_request_id="retry-1")
+    assert error.value.code == "idempotency_conflict"
+    assert UsageEvent.objects.count() == 1
+
+
+def test_unknown_symbol_is_unavailable_with_nothing_fabricated_and_free(fed_world, user):
+    result = evaluate(user, symbol="NOPE", side="buy")
+
+    assert result.status == "unavailable"
+    assert result.current_market_frame.model_dump() == {
+        "symbol": "NOPE",
+        "source_time": None,
+        "frame_status": "unavailable",
+        "quote": {"bid": None, "ask": None, "last": None, "spread_bps": None},
+    }
+    assert result.market_memory is None and result.active_confluence is None and result.strategy_states == []
+    assert {row.availability for row in result.historical_evidence} == {"not_available"}
+    assert all(row.sample_size is None and row.win_rate is None for row in result.historical_evidence)
+    assert result.provenance.evidence_status == "unavailable"
+    assert result.usage.lookup_cost == 0
+    assert UsageEvent.objects.exists() is False
+
+
+def test_closed_market_answers_in_plain_text_without_evaluating(world, user):
+    after_close = world.replay.replace(hour=22, minute=0)
+    with time_machine.travel(after_close, tick=False):
+        result = evaluate(user, symbol="ALFA", side="buy")
+
+    assert result.status == "unavailable"
+    assert result.current_market_frame.frame_status == "market_closed"
+    assert (result.presentation.format, result.presentation.state) == ("plain_text", "market_closed")
+    assert result.market_memory is None
+    assert UsageEvent.objects.exists() is False
+
+
+def test_stale_frame_still_shows_verified_history(fed_world, user):
+    with time_machine.travel(fed_world.replay + timedelta(minutes=10), tick=False):
+        result = evaluate(user, symbol="ALFA", side="buy")
+
+    assert result.status == "stale_frame"
+    assert result.current_market_frame.frame_status == "stale"
+    assert result.presentation.state == "stale_frame"
+    assert any(row.availability == "available" for row in result.historical_evidence)
+    assert result.usage.lookup_cost == 1
+
+
+def test_no_frame_yet_in_the_session_is_unavailable(world, user):
+    with time_machine.travel(world.replay, tick=False):
+        result = evaluate(user, symbol="ALFA", side="buy")
+
+    assert result.status == "unavailable"
+    assert "No verified frame" in result.historical_evidence[0].reason
+    assert UsageEvent.objects.exists() is False
+
+
+def test_levels_against_the_direction_are_refused_before_any_charge(fed_world, user):
+    with pytest.raises(InvalidSetup):
+        evaluate(user, symbol="ALFA", side="buy", entry_price=100.0, stop_price=101.0)
+
+    assert UsageEvent.objects.exists() is False
+
+
+def test_a_behind_overlay_is_withheld_and_its_lag_stated(fed_world, user, monkeypatch):
+    behind = {"status": "behind", "last_verified_session": "2025-12-12", "lag_sessions": 2}
+    monkeypatch.setattr(MemoryReader, "freshness", lambda self, at: behind)
+
+    result = evaluate(user, symbol="ALFA", side="buy")
+
+    assert {m.source for m in result.market_memory.matches} <= {"historical"}
+    freshness = result.market_memory.coverage.forward_overlay_freshness
+    assert (freshness.status, freshness.lag_sessions) == ("behind", 2)
+    assert (
+        result.strategy_coverage.forward_overlay_freshness,
+        result.strategy_coverage.forward_overlay_lag_sessions,
+    ) == ("behind", 2)
