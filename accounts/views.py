@@ -4,6 +4,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from accounts import oauth, selectors, services
@@ -11,15 +12,25 @@ from accounts.forms import ApiKeyCreateForm, EmailAuthenticationForm, SignupForm
 from accounts.models import User
 
 
+def _next_on_site(request: HttpRequest) -> str:
+    """The `next` page to continue to (e.g. an OAuth consent page), only if it is on this site."""
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    on_site = url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    return target if on_site else ""
+
+
 def signup(request: HttpRequest) -> HttpResponse:
+    next_url = _next_on_site(request)
     if request.user.is_authenticated:
-        return redirect("accounts:account")
+        return redirect(next_url or "accounts:account")
     form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         user = services.user_create(email=form.cleaned_data["email"], password=form.cleaned_data["password"])
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        return redirect("accounts:account")
-    return render(request, "accounts/signup.html", {"form": form})
+        return redirect(next_url or "accounts:account")
+    return render(request, "accounts/signup.html", {"form": form, "next": next_url})
 
 
 class EmailLoginView(LoginView):

@@ -1,4 +1,5 @@
-from urllib.parse import urlencode
+from html import escape
+from urllib.parse import quote, urlencode
 
 import pytest
 from django.test import Client
@@ -234,3 +235,30 @@ def test_tampered_consent_form_is_refused_without_a_grant_or_redirect(browser: C
     assert response.status_code in {400, 401}
     assert "Location" not in response
     assert Grant.objects.count() == 0
+
+
+def test_a_new_user_signing_up_from_the_login_page_returns_to_the_consent_page(client: Client, flow):
+    authorize_url = flow().url
+    login_page = client.get(client.get(authorize_url)["Location"])
+    signup_link = f"/account/signup/?next={quote(authorize_url, safe='/')}"
+    assert signup_link in login_page.content.decode().replace("&amp;", "&")
+
+    signup_page = client.get(signup_link)
+    response = client.post(
+        signup_link, {"email": "newbie@example.com", "password": "a long enough passphrase", "next": authorize_url}
+    )
+
+    assert f'name="next" value="{escape(authorize_url)}"' in signup_page.content.decode()
+    assert response.status_code == 302
+    assert response["Location"] == authorize_url
+    assert 'id="authorizationForm"' in client.get(authorize_url).content.decode()
+
+
+def test_signup_never_continues_to_another_site(client: Client):
+    response = client.post(
+        "/account/signup/?next=https://evil.example/",
+        {"email": "newbie@example.com", "password": "a long enough passphrase"},
+    )
+
+    assert response.status_code == 302
+    assert response["Location"] == "/account/"
