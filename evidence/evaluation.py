@@ -310,7 +310,7 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
             lookups_remaining=0,
             overage_lookups=0,
             overage_amount_usd=0,
-        ),  # fmt: skip  # replaced by the charge below
+        ),  # replaced by the charge below
         presentation=Presentation(format="markdown", state=status, text=""),  # type: ignore[arg-type]
     )
     return result

@@ -1,0 +1,55 @@
+import pytest
+import time_machine
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from evidence import frames
+from tests.conftest import MCP_URL
+from tests.evidence.world import world, world_files  # noqa: F401
+from tests.mcp.test_transport import modern_call, modern_headers
+
+pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_agent_evaluates_a_setup_over_mcp_in_both_eras(world, mcp_http, api_key, mode):
+    from asgiref.sync import sync_to_async
+
+    with time_machine.travel(world.replay, tick=False):
+        await sync_to_async(frames.replay_tick)()
+        await sync_to_async(frames.frames_refresh)()
+        async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=mode) as client:
+            result = await client.call_tool("evaluate_current_setup", {"symbol": "alfa", "side": "buy"})
+
+    assert result.is_error is False
+    content = result.structured_content
+    assert content["status"] == "evaluated"
+    assert content["request"]["symbol"] == "ALFA"
+    assert content["provenance"]["artifact_sha256"] == world.sha256
+    assert content["usage"]["lookup_cost"] == 1
+    assert content["presentation"]["format"] == "markdown"
+
+
+async def test_anonymous_evaluation_gets_the_subscription_challenge(mcp_http):
+    async with mcp_http() as http:
+        response = await http.post(
+            "/api/mcp",
+            json=modern_call("evaluate_current_setup", {"symbol": "ALFA", "side": "buy"}),
+            headers=modern_headers("tools/call", "evaluate_current_setup"),
+        )
+
+    assert response.status_code == 401
+    assert response.json()["result"]["structuredContent"]["error"]["code"] == "subscription_required"
+
+
+async def test_invalid_arguments_are_refused_in_band_without_a_charge(mcp_http, api_key):
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode="2026-07-28") as client:
+        bad_horizon = await client.call_tool(
+            "evaluate_current_setup", {"symbol": "ALFA", "side": "buy", "holding_horizons": [7]}
+        )
+        bad_side = await client.call_tool("evaluate_current_setup", {"symbol": "ALFA", "side": "long"})
+
+    assert bad_horizon.is_error is True and bad_side.is_error is True
+    from billing.models import UsageEvent
+
+    assert await UsageEvent.objects.aexists() is False
