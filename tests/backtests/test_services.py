@@ -312,3 +312,30 @@ def test_sandbox_child_killed_mid_run_fails_the_report_and_voids_credits(
     wrapped = ["bubblewrap"] if services.sandbox.bubblewrap_usable() else []
     assert report.diagnostics["sandbox_layers"] == sorted(["process", *wrapped])
     assert credit_usage(user=owner)["credits_remaining"] == 1000
+
+
+def test_status_moves_pending_executing_completed(owner, coin, django_capture_on_commit_callbacks, monkeypatch):
+    seen = []
+    real_run_job = services.sandbox.run_job
+
+    def observe(**kwargs):
+        seen.append(Report.objects.get().status)
+        return real_run_job(**kwargs)
+
+    monkeypatch.setattr(services.sandbox, "run_job", observe)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        report = services.backtest_submit(
+            user=owner, strategy_id=str(saved(owner).pk), data_ids=[str(coin.pk)], frequency="1d",
+            start_date=date(2024, 1, 1), end_date=date(2024, 12, 31), parameters={}, simulation=SIM,
+        )  # fmt: skip
+    pending = Report.objects.get(pk=report.pk)
+
+    callbacks[0]()
+
+    report.refresh_from_db()
+    assert (pending.status, pending.started_at, pending.statistics) == (Status.PENDING, None, None)
+    assert seen == [Status.EXECUTING]
+    assert report.status == Status.COMPLETED
+    assert report.started_at <= report.finished_at
+    services.backtest_execute(report_id=str(report.pk))  # a duplicate delivery changes nothing
+    assert Report.objects.get(pk=report.pk).report_hash == report.report_hash
