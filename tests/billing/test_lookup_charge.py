@@ -25,6 +25,12 @@ def charge(user, *, units=1, key=None, fingerprint="fp-1", cache_hit=False, tool
         )
 
 
+@pytest.fixture
+def small_free_plan(db):
+    """The free plan with a 4-lookup allowance, to reach its limit quickly."""
+    Plan.objects.filter(code="free").update(included_lookups=4)
+
+
 def pro(user):
     services.plan_assign(user=user, plan=Plan.objects.get(code="pro"))
 
@@ -116,8 +122,8 @@ def test_keys_are_per_account(owner, outsider):
 
 
 @time_machine.travel(MID_AUGUST, tick=False)
-def test_free_plan_stops_at_its_allowance_and_charges_nothing(owner):
-    for _ in range(50):
+def test_free_plan_stops_at_its_allowance_and_charges_nothing(owner, small_free_plan):
+    for _ in range(2):
         charge(owner, units=2)
 
     with pytest.raises(BillingError) as refused:
@@ -127,14 +133,14 @@ def test_free_plan_stops_at_its_allowance_and_charges_nothing(owner):
     assert error.code == "quota_exhausted"
     assert error.details["period_resets_at"] == "2026-09-01T00:00:00Z"
     assert error.details["upgrade_url"] == "http://127.0.0.1:8000/account/"
-    assert error.details["used_lookups"] == 100
+    assert error.details["used_lookups"] == 4
     assert not UsageEvent.objects.filter(client_request_id="one-too-many").exists()
-    assert selectors.lookup_usage(user=owner)["used_lookups"] == 100
+    assert selectors.lookup_usage(user=owner)["used_lookups"] == 4
 
 
 @time_machine.travel(MID_AUGUST, tick=False)
-def test_free_plan_refuses_a_two_lookup_call_with_one_left(owner):
-    for _ in range(99):
+def test_free_plan_refuses_a_two_lookup_call_with_one_left(owner, small_free_plan):
+    for _ in range(3):
         charge(owner)
 
     with pytest.raises(BillingError):
@@ -145,14 +151,15 @@ def test_free_plan_refuses_a_two_lookup_call_with_one_left(owner):
 
 @time_machine.travel(MID_AUGUST, tick=False)
 def test_paid_plan_splits_a_charge_across_the_boundary_into_overage(owner):
-    pro(owner)
-    for _ in range(1999):
+    plan = Plan.objects.create(code="metered-3", name="Metered 3", included_lookups=3, overage_allowed=True)
+    services.plan_assign(user=owner, plan=plan)
+    for _ in range(2):
         charge(owner)
     result = charge(owner, units=2)
 
     assert result.usage == {
-        "included_lookups": 2000,
-        "used_lookups": 2001,
+        "included_lookups": 3,
+        "used_lookups": 4,
         "lookups_remaining": 0,
         "overage_lookups": 1,
         "overage_amount_usd": 0.01,
@@ -197,14 +204,14 @@ def test_charging_outside_a_transaction_is_a_programming_error(owner):
 
 
 @time_machine.travel(MID_AUGUST, tick=False)
-def test_upgrade_mid_month_adds_the_difference_and_keeps_usage(owner):
-    for _ in range(100):
+def test_upgrade_mid_month_adds_the_difference_and_keeps_usage(owner, small_free_plan):
+    for _ in range(4):
         charge(owner)
     pro(owner)
 
     result = charge(owner)
 
     assert result.usage["included_lookups"] == 2000
-    assert result.usage["used_lookups"] == 101
-    assert result.usage["lookups_remaining"] == 1899
+    assert result.usage["used_lookups"] == 5
+    assert result.usage["lookups_remaining"] == 1995
     assert Transfer.objects.filter(code=Code.GRANT, unit="lookup").count() == 2
