@@ -7,6 +7,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from billing import selectors, services
+from billing.models import Plan
 from tests.conftest import MCP_URL
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
@@ -62,7 +63,8 @@ def use_allowance(user, n):
 
 
 async def test_a_free_account_at_its_limit_gets_quota_exhausted(mcp_http, owner, api_key):
-    await sync_to_async(use_allowance)(owner, 100)
+    await Plan.objects.filter(code="free").aupdate(included_lookups=2)  # reach the limit quickly
+    await sync_to_async(use_allowance)(owner, 2)
 
     async with connect(mcp_http, api_key) as client:
         result = await client.call_tool("probe_metered", {"side": "buy"})
@@ -72,5 +74,5 @@ async def test_a_free_account_at_its_limit_gets_quota_exhausted(mcp_http, owner,
     assert error["code"] == "quota_exhausted"
     assert error["upgrade_url"] == "http://127.0.0.1:8000/account/"
     assert error["period_resets_at"].endswith("T00:00:00Z")
-    assert error["used_lookups"] == 100
-    assert (await sync_to_async(selectors.lookup_usage)(user=owner))["used_lookups"] == 100
+    assert error["used_lookups"] == 2
+    assert (await sync_to_async(selectors.lookup_usage)(user=owner))["used_lookups"] == 2
