@@ -10,7 +10,7 @@ def test_demo_prints_a_working_write_key_and_revokes_the_previous_one(db):
     outputs = []
     for _ in range(2):
         out = StringIO()
-        call_command("demo", "--no-serve", stdout=out)
+        call_command("demo", "--no-serve", "--no-data", stdout=out)
         outputs.append(out.getvalue())
 
     keys = [

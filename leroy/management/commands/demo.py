@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from django.db import transaction
 
 from accounts import services
 from accounts.models import ApiKey, User
+from evidence.models import Frame, LiveBar, MarketMemoryArtifact
 from leroy.clock import now
 
 DEMO_EMAIL = "demo@leroy.local"
@@ -45,10 +47,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--no-serve", action="store_true", help="prepare everything, then exit")
+        parser.add_argument("--no-data", action="store_true", help="skip demo data and Market Memory")
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         env = dict(os.environ)
+        if not options["no_data"]:
+            env["LEROY_CLOCK"] = self.prepare_evidence()
+            # One feed tick before serving, on the replay clock, so the first evaluation already has a frame.
+            subprocess.run([sys.executable, "manage.py", "feed_frames"], env=env, check=True, cwd=settings.BASE_DIR)
         password, key = issue_demo_credentials()
         origin = f"http://127.0.0.1:{options['port']}"
         config = {
@@ -63,6 +70,25 @@ class Command(BaseCommand):
             return
         env.setdefault("LEROY_PUBLIC_ORIGIN", origin)
         sys.exit(serve(port=options["port"], env=env))
+
+    def prepare_evidence(self) -> str:
+        """Load the synthetic universe and build Market Memory once; later runs reuse them. Returns LEROY_CLOCK."""
+        clock_file = Path(settings.LEROY_VAR_DIR, "demo_clock")
+        ready = clock_file.exists() and MarketMemoryArtifact.objects.filter(is_active=True).exists()
+        if not ready:
+            self.stdout.write("Loading the synthetic demo universe (source: synthetic) ...")
+            loaded = StringIO()
+            call_command("load_demo_data", stdout=loaded)
+            clock = loaded.getvalue().strip().splitlines()[-1].removeprefix("LEROY_CLOCK=")
+            self.stdout.write("Building Market Memory (progress on stderr) ...")
+            call_command("build_market_memory", stdout=StringIO())
+            clock_file.write_text(clock)
+        clock = clock_file.read_text().strip()
+        # The replay clock restarts at the same minute on every run, so the feed restarts with it.
+        LiveBar.objects.all().delete()
+        Frame.objects.all().delete()
+        self.stdout.write(f"Market Memory ready; replaying the open session from LEROY_CLOCK={clock}")
+        return clock
 
 
 def serve(*, port: int, env: dict[str, str]) -> int:
@@ -80,7 +106,20 @@ def serve(*, port: int, env: dict[str, str]) -> int:
             "--lifespan",
             "on",
         ],
-        [str(bin_dir / "celery"), "-A", "leroy", "worker", "--loglevel", "INFO", "--concurrency", "2"],
+        # -B embeds the beat scheduler that ticks the frame feed; production runs `celery beat` once, separately.
+        [
+            str(bin_dir / "celery"),
+            "-A",
+            "leroy",
+            "worker",
+            "-B",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "2",
+            "--schedule",
+            str(Path(settings.LEROY_VAR_DIR, "celery", "beat-schedule")),
+        ],
     ]
     children = [subprocess.Popen(command, env=env, start_new_session=True) for command in commands]
     stopping = False
