@@ -64,3 +64,12 @@ def coin(db) -> Symbol:
 @pytest.fixture
 def other_coin(db) -> Symbol:
     return import_walk("XAUUSD", seed=11)
+
+
+def optimization_args(strategy_id, data_id, **overrides):
+    return {
+        "strategy_id": strategy_id, "name": "grid", "data_ids": [data_id], "frequency": "1d",
+        "start_date": "2024-01-01", "end_date": "2024-12-31T23:59:59Z",
+        "grids": [{"name": "fast", "min": 3, "max": 6, "step": 1}],
+        "parameters": [{"name": "size", "value": 2}], "target_metric": "realized_pnl", "target_direction": "maximize",
+    } | overrides  # fmt: skip

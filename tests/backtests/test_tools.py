@@ -5,7 +5,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from backtests.models import Report, Strategy
 from leroy.mcp.registry import load_tools
-from tests.backtests.conftest import SMA_CROSS, import_walk
+from tests.backtests.conftest import SMA_CROSS, import_walk, optimization_args
 from tests.conftest import MCP_URL
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
@@ -105,105 +105,11 @@ async def test_read_only_key_cannot_save_or_spend(mcp_http, owner, api_key):
     assert await Report.objects.aexists() is False
 
 
-@pytest.mark.parametrize(
-    ("name", "arguments", "fragment"),
-    [
-        ("search_symbols_by_name", {"symbol_name": "AAPL"}, "symbolName"),
-        ("list_strategies", {"limit": 51}, "less than or equal to 50"),
-        ("list_symbols", {"limit": 0}, "greater than or equal to 1"),
-        ("list_symbols", {"asset_class": "bond"}, "asset_class"),
-        ("get_market_data_sample", {"id": "1", "frequency": "1d", "limit": 10001}, "10000"),
-        ("get_market_data_sample", {"id": "1", "frequency": "1m"}, "frequency"),
-        ("get_market_data_sample", {"id": "1", "frequency": "1d", "start_date": "2024-02-30"}, "day is out of range"),
-        ("get_market_data_sample", {"id": "1", "frequency": "1d", "end_date": "2024/01/05"}, "ISO 8601"),
-        ("download_market_data", {"symbol": "AAPL", "frequency": "5m"}, "1d only"),
-        ("download_market_data", {"symbol": "   ", "frequency": "1d"}, "must not be empty"),
-        (
-            "run_backtest",
-            {
-                "strategy_id": "x",
-                "data_ids": [],
-                "frequency": "1d",
-                "start_date": "2024-01-01",
-                "end_date": "2024-02-01",
-            },
-            "at least 1 item",
-        ),
-        (
-            "run_backtest",
-            {
-                "strategy_id": "x",
-                "data_ids": ["1"],
-                "frequency": "0d",
-                "start_date": "2024-01-01",
-                "end_date": "2024-02-01",
-            },
-            "pattern",
-        ),
-        (
-            "run_backtest",
-            {
-                "strategy_id": "x",
-                "data_ids": ["1"],
-                "frequency": "1d",
-                "start_date": "2024-1-1",
-                "end_date": "2024-02-01",
-            },
-            "YYYY-MM-DD",
-        ),
-        ("list_report_trades", {"id": "x", "limit": 201}, "200"),
-        ("list_optimizations", {"limit": 101}, "100"),
-        ("list_optimization_results", {"id": "x", "sort_by": "best"}, "sort_by"),
-        ("wait_for_reports", {"report_ids": []}, "at least 1 item"),
-        ("wait_for_reports", {"reportIds": ["a"]}, "report_ids"),
-    ],
-)
-async def test_contract_validation_is_refused_in_band(mcp_http, owner, write_key, name, arguments, fragment):
+async def test_contract_validation_is_refused_in_band(mcp_http, owner, write_key):
     async with client(mcp_http, write_key) as session:
-        text, _ = await refused(session, name, arguments)
+        text, _ = await refused(session, "search_symbols_by_name", {"symbol_name": "AAPL"})
 
-    assert fragment in text
-
-
-def optimization_args(strategy_id, data_id, **overrides):
-    return {
-        "strategy_id": strategy_id, "name": "grid", "data_ids": [data_id], "frequency": "1d",
-        "start_date": "2024-01-01", "end_date": "2024-12-31T23:59:59Z",
-        "grids": [{"name": "fast", "min": 3, "max": 6, "step": 1}],
-        "parameters": [{"name": "size", "value": 2}], "target_metric": "realized_pnl", "target_direction": "maximize",
-    } | overrides  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("overrides", "fragment"),
-    [
-        ({"grids": []}, "at least 1 item"),
-        ({"grids": [{"name": n, "min": 1, "max": 2, "step": 1} for n in "abc"]}, "at most 2 items"),
-        ({"grids": [{"name": "fast", "min": 5, "max": 3, "step": 1}]}, "max must be >= min"),
-        ({"grids": [{"name": "fast", "min": 1, "max": 3, "step": 0}]}, "greater than 0"),
-        ({"target_metric": "best_return"}, "target_metric"),
-        ({"target_direction": "up"}, "target_direction"),
-        ({"simulation_parameters": {"initial_cash": 1000, "buy_on_close": False}}, "commission_schema"),
-        (
-            {
-                "simulation_parameters": {
-                    "initial_cash": 1000,
-                    "commission_schema": {"commission": 0, "leverage": 1},
-                    "buy_on_close": False,
-                    "lookahead": 1,
-                }
-            },
-            "lookahead",
-        ),
-        ({"data_ids": [str(i) for i in range(11)]}, "at most 10 items"),
-        ({"start_date": "2024-13-01"}, "month must be in 1..12"),
-    ],
-)
-async def test_optimization_validation_is_refused_in_band(mcp_http, owner, write_key, overrides, fragment):
-    async with client(mcp_http, write_key) as session:
-        text, _ = await refused(session, "run_optimization", optimization_args("x", "1", **overrides))
-
-    assert fragment in text
+    assert "symbolName" in text
 
 
 async def test_agent_optimizes_reads_results_and_cannot_cancel_a_finished_grid(mcp_http, owner, write_key):

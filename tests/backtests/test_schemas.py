@@ -1,0 +1,105 @@
+import pytest
+from pydantic import ValidationError
+
+from backtests.schemas import strict_instant
+from leroy.mcp.registry import REGISTRY, load_tools
+from tests.backtests.conftest import optimization_args
+
+load_tools()
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "fragment"),
+    [
+        ("search_symbols_by_name", {"symbol_name": "AAPL"}, "symbolName"),
+        ("list_strategies", {"limit": 51}, "less than or equal to 50"),
+        ("list_symbols", {"limit": 0}, "greater than or equal to 1"),
+        ("list_symbols", {"asset_class": "bond"}, "asset_class"),
+        ("get_market_data_sample", {"id": "1", "frequency": "1d", "limit": 10001}, "10000"),
+        ("get_market_data_sample", {"id": "1", "frequency": "1m"}, "frequency"),
+        ("get_market_data_sample", {"id": "1", "frequency": "1d", "start_date": "2024-02-30"}, "day is out of range"),
+        ("get_market_data_sample", {"id": "1", "frequency": "1d", "end_date": "2024/01/05"}, "ISO 8601"),
+        ("download_market_data", {"symbol": "AAPL", "frequency": "5m"}, "1d only"),
+        ("download_market_data", {"symbol": "   ", "frequency": "1d"}, "must not be empty"),
+        (
+            "run_backtest",
+            {
+                "strategy_id": "x",
+                "data_ids": [],
+                "frequency": "1d",
+                "start_date": "2024-01-01",
+                "end_date": "2024-02-01",
+            },
+            "at least 1 item",
+        ),
+        (
+            "run_backtest",
+            {
+                "strategy_id": "x",
+                "data_ids": ["1"],
+                "frequency": "0d",
+                "start_date": "2024-01-01",
+                "end_date": "2024-02-01",
+            },
+            "pattern",
+        ),
+        (
+            "run_backtest",
+            {
+                "strategy_id": "x",
+                "data_ids": ["1"],
+                "frequency": "1d",
+                "start_date": "2024-1-1",
+                "end_date": "2024-02-01",
+            },
+            "YYYY-MM-DD",
+        ),
+        ("list_report_trades", {"id": "x", "limit": 201}, "200"),
+        ("list_optimizations", {"limit": 101}, "100"),
+        ("list_optimization_results", {"id": "x", "sort_by": "best"}, "sort_by"),
+        ("wait_for_reports", {"report_ids": []}, "at least 1 item"),
+        ("wait_for_reports", {"reportIds": ["a"]}, "report_ids"),
+    ],
+)
+def test_tool_arguments_follow_the_contract(name, arguments, fragment):
+    with pytest.raises(ValidationError) as caught:
+        REGISTRY[name].args.model_validate(arguments)
+
+    assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"grids": []}, "at least 1 item"),
+        ({"grids": [{"name": n, "min": 1, "max": 2, "step": 1} for n in "abc"]}, "at most 2 items"),
+        ({"grids": [{"name": "fast", "min": 5, "max": 3, "step": 1}]}, "max must be >= min"),
+        ({"grids": [{"name": "fast", "min": 1, "max": 3, "step": 0}]}, "greater than 0"),
+        ({"target_metric": "best_return"}, "target_metric"),
+        ({"target_direction": "up"}, "target_direction"),
+        ({"simulation_parameters": {"initial_cash": 1000, "buy_on_close": False}}, "commission_schema"),
+        (
+            {
+                "simulation_parameters": {
+                    "initial_cash": 1000,
+                    "commission_schema": {"commission": 0, "leverage": 1},
+                    "buy_on_close": False,
+                    "lookahead": 1,
+                }
+            },
+            "lookahead",
+        ),
+        ({"data_ids": [str(i) for i in range(11)]}, "at most 10 items"),
+        ({"start_date": "2024-13-01"}, "month must be in 1..12"),
+    ],
+)
+def test_optimization_arguments_follow_the_contract(overrides, fragment):
+    with pytest.raises(ValidationError) as caught:
+        REGISTRY["run_optimization"].args.model_validate(optimization_args("x", "1", **overrides))
+
+    assert fragment in str(caught.value)
+
+
+def test_date_only_end_bound_covers_the_whole_day():
+    assert strict_instant("2024-01-05", end=True).isoformat() == "2024-01-05T23:59:59.999999+00:00"
+    assert strict_instant("2024-01-05T10:00:00-05:00").isoformat() == "2024-01-05T15:00:00+00:00"
