@@ -1,10 +1,13 @@
 """Admin: plans are editable and assignable; the ledger and the Stripe logs are read-only."""
 
-from django.contrib import admin
-from django.db.models import Model
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import Model, QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
+from accounts.models import User
 from billing import services
 from billing.models import (
     AccountPlan,
@@ -18,6 +21,7 @@ from billing.models import (
     Transfer,
     UsageEvent,
 )
+from billing.services import BillingError
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -93,6 +97,36 @@ class TransferAdmin(ReadOnlyAdmin):
     list_filter = [("debit_account__user", admin.RelatedOnlyFieldListFilter), "period_start", "code", "unit"]
     search_fields = ["debit_account__user__email", "idempotency_key", "reference"]
     list_select_related = ["debit_account", "credit_account"]
+    actions = ["reverse_transfers"]
+
+    def has_reverse_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("billing.add_transfer")  # posting a correction is adding a transfer
+
+    @admin.action(
+        description="Post correcting transfers (reversals) for the selected transfers", permissions=["reverse"]
+    )
+    def reverse_transfers(self, request: HttpRequest, queryset: QuerySet[Transfer]) -> TemplateResponse | None:
+        reason = request.POST.get("reason", "").strip()
+        if not request.POST.get("confirm") or not reason:
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Post correcting transfers",
+                "transfers": queryset,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "missing_reason": bool(request.POST.get("confirm")),
+                "opts": self.model._meta,
+            }
+            return TemplateResponse(request, "admin/billing/transfer/reverse.html", context)
+        staff = request.user
+        assert isinstance(staff, User)  # the admin site only serves authenticated staff
+        for transfer in queryset:
+            try:
+                reversal = services.transfer_reverse(transfer_id=transfer.pk, reason=reason, created_by=staff)
+            except BillingError as refused:
+                self.message_user(request, f"Transfer {transfer.pk}: {refused.message}", messages.ERROR)
+            else:
+                self.message_user(request, f"Transfer {transfer.pk} reversed by transfer {reversal.pk}.")
+        return None
 
 
 @admin.register(UsageEvent)

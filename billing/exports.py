@@ -24,6 +24,7 @@ from billing.models import (
     Unit,
     UsageEvent,
 )
+from billing.selectors import net_credits, net_debits
 from leroy.clock import now
 
 COLUMNS = (
@@ -110,7 +111,7 @@ def _zulu(value: Any) -> str:
 def ledger_entries(period_start: date) -> QuerySet[Transfer]:
     return (
         Transfer.objects.filter(period_start=period_start)
-        .select_related("debit_account", "credit_account", "usage_event", "created_by")
+        .select_related("debit_account", "credit_account", "usage_event", "created_by", "reverses")
         .order_by("occurred_at", "pk")
     )
 
@@ -133,8 +134,10 @@ def ledger_rows(transfers: Iterable[Transfer], *, export_batch_id: int | None = 
     for t in transfers:
         user_id = t.debit_account.user_id
         period = periods.get((user_id, t.period_start))
-        rate = period.overage_micros_per_lookup if period and t.code == Code.OVERAGE else None
-        sign = -1 if t.code in CREDIT_CODES else 1
+        # A reversal carries the opposite sign of what it reverses (a reversed overage is a money credit).
+        kind = t.reverses.code if t.reverses is not None else t.code
+        rate = period.overage_micros_per_lookup if period and kind == Code.OVERAGE else None
+        sign = -1 if (kind in CREDIT_CODES) != (t.reverses is not None) else 1
         event = t.usage_event
         report = reports.get(t.pk)
         row: dict[str, Any] = {
@@ -152,7 +155,7 @@ def ledger_rows(transfers: Iterable[Transfer], *, export_batch_id: int | None = 
             "stripe_customer_id": customers.get(user_id, ""),
             "plan_code": period.plan.code if period else "",
             "unit_price_usd": usd(rate) if rate is not None else "",
-            "amount_usd": usd(t.amount * rate) if rate is not None else usd(0),
+            "amount_usd": usd(sign * t.amount * rate) if rate is not None else usd(0),
             "currency": "usd",
             "source_type": "usage_event" if event else ("job" if t.reference else "period"),
             "source_id": event.tool if event else t.reference,
@@ -187,17 +190,13 @@ def usage_summary_rows(period_start: date) -> list[dict[str, Any]]:
         .values_list("user_id", "n")
     )
     released: dict[int, int] = {}
-    expired: dict[int, int] = {}
     credit_moves = Transfer.objects.filter(period_start=period_start, unit=Unit.CREDIT).select_related(
         "debit_account", "pending"
     )
-    for t in credit_moves.filter(code__in=[Code.POST, Code.VOID, Code.EXPIRE]):
-        user_id = t.debit_account.user_id
-        if t.code == Code.EXPIRE:
-            expired[user_id] = expired.get(user_id, 0) + t.amount
-        elif t.pending is not None:
-            freed = t.pending.amount - (t.amount if t.code == Code.POST else 0)
-            released[user_id] = released.get(user_id, 0) + freed
+    for t in credit_moves.filter(code__in=[Code.POST, Code.VOID]):
+        assert t.pending is not None  # the resolution_names_its_hold constraint
+        freed = t.pending.amount - (t.amount if t.code == Code.POST else 0)
+        released[t.debit_account.user_id] = released.get(t.debit_account.user_id, 0) + freed
     customers = dict(StripeCustomer.objects.values_list("user_id", "customer_id"))
     meter_states: dict[int, set[str]] = {}
     for user_id, status in MeterReport.objects.filter(transfer__period_start=period_start).values_list(
@@ -212,7 +211,8 @@ def usage_summary_rows(period_start: date) -> list[dict[str, Any]]:
         def account(unit: str, kind: str, user_id: int = user_id) -> LedgerAccount:
             return balances[(user_id, unit, kind)]
 
-        allowance, overage = account(Unit.LOOKUP, Kind.ALLOWANCE), account(Unit.LOOKUP, Kind.OVERAGE)
+        included = net_debits(account(Unit.LOOKUP, Kind.ISSUANCE))
+        overage = net_debits(account(Unit.LOOKUP, Kind.OVERAGE))
         credits = account(Unit.CREDIT, Kind.ALLOWANCE)
         states = meter_states.get(user_id, set())
         if user_id not in customers:
@@ -229,18 +229,18 @@ def usage_summary_rows(period_start: date) -> list[dict[str, Any]]:
                 "account_id": user_id,
                 "stripe_customer_id": customers.get(user_id, ""),
                 "plan_code": period.plan.code,
-                "included_lookups": allowance.credits_posted,
-                "used_lookups": allowance.debits_posted + overage.debits_posted,
-                "overage_lookups": overage.debits_posted,
+                "included_lookups": included,
+                "used_lookups": included - account(Unit.LOOKUP, Kind.ALLOWANCE).available + overage,
+                "overage_lookups": overage,
                 "cache_hits": cache_hits.get(user_id, 0),
                 "overage_rate_usd": usd(period.overage_micros_per_lookup),
-                "overage_amount_usd": usd(overage.debits_posted * period.overage_micros_per_lookup),
-                "credits_granted": credits.credits_posted,
-                "credits_used": credits.debits_posted - expired.get(user_id, 0),
+                "overage_amount_usd": usd(overage * period.overage_micros_per_lookup),
+                "credits_granted": net_debits(account(Unit.CREDIT, Kind.ISSUANCE)),
+                "credits_used": net_credits(account(Unit.CREDIT, Kind.CONSUMED)),
                 "credits_released": released.get(user_id, 0),
-                "credits_expired": expired.get(user_id, 0),
+                "credits_expired": net_credits(account(Unit.CREDIT, Kind.EXPIRED)),
                 "credits_reserved_open": credits.debits_pending,
-                "free_optimizations_used": account(Unit.FREE_OPTIMIZATION, Kind.ALLOWANCE).debits_posted,
+                "free_optimizations_used": net_credits(account(Unit.FREE_OPTIMIZATION, Kind.CONSUMED)),
                 # Invoices are not mirrored from Stripe yet: unknown, so empty rather than guessed.
                 "stripe_invoice_id": "",
                 "stripe_invoice_status": "",

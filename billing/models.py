@@ -208,6 +208,10 @@ class Transfer(models.Model):
             models.UniqueConstraint(
                 fields=["pending"], condition=Q(code__in=["post", "void"]), name="pending_resolves_once"
             ),
+            models.UniqueConstraint(fields=["reverses"], name="reversed_at_most_once"),
+            models.CheckConstraint(
+                condition=Q(reverses__isnull=True) | Q(code="adjust", reason__gt=""), name="reversal_has_a_reason"
+            ),
         ]
         indexes = [models.Index(fields=["period_start", "occurred_at"])]
 

@@ -53,23 +53,32 @@ def _balances(user_id: int, start: date, unit: str) -> dict[str, LedgerAccount]:
     return {row.kind: row for row in rows}
 
 
-def _lookup_figures(*, included: int, included_used: int, overage: int, rate_micros: int) -> dict[str, Any]:
+def _lookup_figures(*, included: int, remaining: int, overage: int, rate_micros: int) -> dict[str, Any]:
     return {
         "included_lookups": included,
-        "used_lookups": included_used + overage,
-        "lookups_remaining": included - included_used,
+        "used_lookups": included - remaining + overage,
+        "lookups_remaining": remaining,
         "overage_lookups": overage,
         "overage_amount_usd": micros_to_usd(overage * rate_micros),
     }
 
 
+def net_debits(account: LedgerAccount) -> int:
+    """What flowed out of an account, net of reversals (issuance: granted; overage: billed)."""
+    return account.debits_posted - account.credits_posted
+
+
+def net_credits(account: LedgerAccount) -> int:
+    """What flowed into an account, net of reversals (consumed: spent; expired: expired)."""
+    return account.credits_posted - account.debits_posted
+
+
 def lookup_usage_of_period(period: Period) -> dict[str, Any]:
     accounts = _balances(period.user_id, period.period_start, Unit.LOOKUP)
-    allowance, overage = accounts[Kind.ALLOWANCE], accounts[Kind.OVERAGE]
     return _lookup_figures(
-        included=allowance.credits_posted,
-        included_used=allowance.debits_posted,
-        overage=overage.debits_posted,
+        included=net_debits(accounts[Kind.ISSUANCE]),
+        remaining=accounts[Kind.ALLOWANCE].available,
+        overage=net_debits(accounts[Kind.OVERAGE]),
         rate_micros=period.overage_micros_per_lookup,
     )
 
@@ -86,7 +95,10 @@ def lookup_usage(*, user: User) -> dict[str, Any]:
         return lookup_usage_of_period(period)
     plan = plan_of(user=user)  # the month has not been opened by a charge yet
     return _lookup_figures(
-        included=plan.included_lookups, included_used=0, overage=0, rate_micros=plan.overage_micros_per_lookup
+        included=plan.included_lookups,
+        remaining=plan.included_lookups,
+        overage=0,
+        rate_micros=plan.overage_micros_per_lookup,
     )
 
 
@@ -119,21 +131,18 @@ def credit_usage(*, user: User) -> dict[str, Any]:
     start, period = _current(user)
     if period is None:
         plan = plan_of(user=user)
-        total, consumed, remaining, free_left = plan.monthly_credits, 0, plan.monthly_credits, plan.free_optimizations
+        total, consumed, remaining, reserved = plan.monthly_credits, 0, plan.monthly_credits, 0
+        free_left = plan.free_optimizations
     else:
-        credits = _balances(user.pk, start, Unit.CREDIT)[Kind.ALLOWANCE]
-        free = _balances(user.pk, start, Unit.FREE_OPTIMIZATION)[Kind.ALLOWANCE]
-        total, consumed, remaining, free_left = (
-            credits.credits_posted,
-            credits.debits_posted,
-            credits.available,
-            free.available,
-        )
+        credits = _balances(user.pk, start, Unit.CREDIT)
+        total, consumed = net_debits(credits[Kind.ISSUANCE]), net_credits(credits[Kind.CONSUMED])
+        remaining, reserved = credits[Kind.ALLOWANCE].available, credits[Kind.ALLOWANCE].debits_pending
+        free_left = _balances(user.pk, start, Unit.FREE_OPTIMIZATION)[Kind.ALLOWANCE].available
     return {
         "credits_consumed": consumed,
         "credits_remaining": remaining,
         "credits_total_monthly": total,
-        "credits_reserved": total - consumed - remaining,
+        "credits_reserved": reserved,
         "period": f"{start:%Y-%m}",
         "free_optimizations_remaining": free_left,
     }

@@ -323,8 +323,8 @@ def _charge(event: UsageEvent, period: Period, units: int, at: datetime) -> None
         # Raising rolls back this savepoint and the UsageEvent insert: nothing is charged or remembered.
         raise BillingError(
             "quota_exhausted",
-            f"The {period.plan.name} plan's {allowance.credits_posted} included lookups for "
-            f"{period.period_start:%Y-%m} are used up. Upgrade to a paid plan or wait for the period to reset.",
+            f"The {period.plan.name} plan's included lookups for {period.period_start:%Y-%m} are used up. "
+            "Upgrade to a paid plan or wait for the period to reset.",
             selectors.quota_exhausted_details(period),
         )
     if included:
@@ -537,6 +537,59 @@ def periods_close() -> int:
             Period.objects.filter(pk=pk).update(closed_at=at)
             closed += 1
     return closed
+
+
+REVERSIBLE = {Code.GRANT, Code.CHARGE, Code.OVERAGE}
+
+
+@transaction.atomic
+def transfer_reverse(*, transfer_id: int, reason: str, created_by: User) -> Transfer:
+    """Correct the ledger with a new `adjust` transfer that undoes `transfer_id` (transfers are never edited)."""
+    reason = reason.strip()
+    if not reason:
+        raise BillingError("invalid_request", "A correction needs a reason.", {"field": "reason"})
+    original = Transfer.objects.filter(pk=transfer_id).select_related("debit_account").first()
+    if original is None:
+        raise BillingError("transfer_not_found", f"No transfer {transfer_id}.", {"transfer_id": transfer_id})
+    if original.code not in REVERSIBLE:
+        raise BillingError(
+            "not_reversible",
+            f"A {original.code} transfer is corrected by settling or voiding its credit hold, not by reversal.",
+            {"transfer_id": transfer_id},
+        )
+    if MeterReport.objects.filter(transfer=original).exists():
+        raise BillingError(
+            "reported_to_stripe",
+            "This overage is queued for or already on a Stripe invoice: correct it in Stripe (meter event "
+            "adjustment or credit note) and record that there.",
+            {"transfer_id": transfer_id},
+        )
+    Period.objects.select_for_update().get(user_id=original.debit_account.user_id, period_start=original.period_start)
+    if Transfer.objects.filter(reverses=original).exists():
+        raise BillingError(
+            "already_reversed", f"Transfer {transfer_id} was already reversed.", {"transfer_id": transfer_id}
+        )
+    debit = LedgerAccount.objects.get(pk=original.credit_account_id)
+    credit = LedgerAccount.objects.get(pk=original.debit_account_id)
+    if debit.debits_must_not_exceed_credits and debit.available < original.amount:
+        raise BillingError(
+            "insufficient_balance",
+            f"Reversing this {original.code} would overdraw the account by {original.amount - debit.available}.",
+            {"transfer_id": transfer_id, "available": debit.available},
+        )
+    return _post(
+        debit=debit,
+        credit=credit,
+        amount=original.amount,
+        code=Code.ADJUST,
+        key=f"reverse:{original.pk}",
+        at=now(),
+        reverses=original,
+        reason=reason,
+        created_by=created_by,
+        usage_event_id=original.usage_event_id,
+        reference=original.reference,
+    )
 
 
 # --- plans ---------------------------------------------------------------------------------------------------

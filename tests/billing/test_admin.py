@@ -54,3 +54,23 @@ def test_assigning_a_plan_in_admin_posts_the_upgrade_grant(admin_client, charged
     assert response.status_code == 302
     assert AccountPlan.objects.get(user=charged).plan == pro
     assert selectors.lookup_usage(user=charged)["included_lookups"] == 2000
+
+
+def test_admin_posts_a_correcting_transfer_only_with_a_reason(admin_client, charged):
+    original = Transfer.objects.get(code="charge")
+    selected = {"action": "reverse_transfers", "_selected_action": [original.pk]}
+
+    form = admin_client.post("/admin/billing/transfer/", selected)
+    without_reason = admin_client.post("/admin/billing/transfer/", {**selected, "confirm": "1", "reason": " "})
+    done = admin_client.post("/admin/billing/transfer/", {**selected, "confirm": "1", "reason": "refund"})
+
+    assert form.status_code == without_reason.status_code == 200
+    assert b"A correction needs a reason." in without_reason.content
+    assert done.status_code == 302
+    reversal = Transfer.objects.get(code="adjust")
+    assert (reversal.reverses_id, reversal.reason, reversal.created_by.email) == (
+        original.pk,
+        "refund",
+        "root@example.com",
+    )
+    assert selectors.lookup_usage(user=charged)["used_lookups"] == 0

@@ -1,0 +1,116 @@
+import csv
+import io
+from datetime import UTC, datetime
+
+import pytest
+import time_machine
+from django.db import transaction
+
+from accounts import services as account_services
+from billing import exports, selectors, services
+from billing.models import Code, MeterReport, Plan, StripeCustomer, Transfer
+from billing.services import BillingError
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("august")]
+
+
+@pytest.fixture
+def august():
+    with time_machine.travel(datetime(2026, 8, 18, 14, 30, tzinfo=UTC), tick=False):
+        yield
+
+
+@pytest.fixture
+def staff(db):
+    return account_services.user_create(email="finance@example.com", password="correct horse battery staple")
+
+
+def charge(user, units=1):
+    with transaction.atomic():
+        return services.lookup_charge(
+            user=user, tool="t", units=units, request_fingerprint="fp", client_request_id=None
+        )
+
+
+def test_reversing_a_charge_gives_the_lookups_back_with_a_reasoned_adjust_transfer(owner, staff):
+    charge(owner, units=2)
+    original = Transfer.objects.get(code=Code.CHARGE)
+
+    reversal = services.transfer_reverse(transfer_id=original.pk, reason="evaluation failed upstream", created_by=staff)
+
+    assert (reversal.code, reversal.amount, reversal.reverses_id) == ("adjust", 2, original.pk)
+    assert (reversal.reason, reversal.created_by_id) == ("evaluation failed upstream", staff.pk)
+    assert selectors.lookup_usage(user=owner) == {
+        "included_lookups": 100,
+        "used_lookups": 0,
+        "lookups_remaining": 100,
+        "overage_lookups": 0,
+        "overage_amount_usd": 0.0,
+    }
+    assert Transfer.objects.get(pk=original.pk).amount == 2  # the original stays as it was
+    assert selectors.ledger_drift() == []
+
+
+def test_a_transfer_is_reversed_at_most_once(owner, staff):
+    charge(owner)
+    original = Transfer.objects.get(code=Code.CHARGE)
+    services.transfer_reverse(transfer_id=original.pk, reason="duplicate", created_by=staff)
+
+    with pytest.raises(BillingError) as refused:
+        services.transfer_reverse(transfer_id=original.pk, reason="again", created_by=staff)
+
+    assert refused.value.code == "already_reversed"
+    assert Transfer.objects.filter(code=Code.ADJUST).count() == 1
+
+
+def test_refused_corrections_change_nothing(owner, staff):
+    charge(owner, units=2)
+    grant = Transfer.objects.get(code=Code.GRANT, unit="lookup")
+    hold = services.credits_reserve(user=owner, amount=5, reference="job")
+    before = Transfer.objects.count()
+
+    cases = [
+        ({"transfer_id": grant.pk, "reason": "  "}, "invalid_request"),
+        ({"transfer_id": 10**9, "reason": "x"}, "transfer_not_found"),
+        ({"transfer_id": hold.pk, "reason": "x"}, "not_reversible"),
+        ({"transfer_id": grant.pk, "reason": "x"}, "insufficient_balance"),  # 2 of the 100 granted are used
+    ]
+    for arguments, code in cases:
+        with pytest.raises(BillingError) as refused:
+            services.transfer_reverse(created_by=staff, **arguments)
+        assert refused.value.code == code
+
+    assert Transfer.objects.count() == before
+
+
+def test_overage_already_queued_for_stripe_is_corrected_in_stripe_not_here(owner, staff):
+    plan = Plan.objects.create(code="metered-0", name="Metered 0", included_lookups=0, overage_allowed=True)
+    services.plan_assign(user=owner, plan=plan)
+    StripeCustomer.objects.create(user=owner, customer_id="cus_1", subscription_id="sub_1")
+    charge(owner)
+    overage = Transfer.objects.get(code=Code.OVERAGE)
+    assert MeterReport.objects.filter(transfer=overage).exists()
+
+    with pytest.raises(BillingError) as refused:
+        services.transfer_reverse(transfer_id=overage.pk, reason="x", created_by=staff)
+
+    assert refused.value.code == "reported_to_stripe"
+
+
+def test_a_reversed_overage_exports_as_a_money_credit(owner, staff):
+    plan = Plan.objects.create(code="metered-0", name="Metered 0", included_lookups=0, overage_allowed=True)
+    services.plan_assign(user=owner, plan=plan)
+    charge(owner, units=2)
+    overage = Transfer.objects.get(code=Code.OVERAGE)
+    services.transfer_reverse(transfer_id=overage.pk, reason="=goodwill", created_by=staff)
+
+    batch, body = exports.finance_export(month="2026-08")
+
+    rows = {r["entry_type"]: r for r in csv.DictReader(io.StringIO(body.decode()))}
+    assert (rows["overage"]["quantity"], rows["overage"]["amount_usd"]) == ("2", "0.02")
+    assert (rows["adjust"]["quantity"], rows["adjust"]["amount_usd"]) == ("-2", "-0.02")
+    assert rows["adjust"]["reverses_entry_id"] == str(overage.pk)
+    assert rows["adjust"]["reason"] == "'=goodwill"
+    assert rows["adjust"]["created_by"] == "finance@example.com"
+    assert selectors.lookup_usage(user=owner)["overage_lookups"] == 0
+    assert batch.totals["adjust"] == {"rows": 1, "quantity": -2, "amount_usd": "-0.02"}
