@@ -148,9 +148,12 @@ def main() -> None:
         )
         try:
             url = f"http://127.0.0.1:{port}/api/mcp"
-            for _ in range(100):
-                if answers(port):
-                    break
+            for _ in range(600):  # uvicorn workers import Django and build the MCP server before listening
+                try:
+                    if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx2.TransportError:
+                    pass
                 time.sleep(0.1)
             asyncio.run(drive(url, "test_simple_text", {}, None, 50, 4))  # warm both workers
             public = asyncio.run(drive(url, "test_simple_text", {}, None, args.requests, args.concurrency))
