@@ -604,31 +604,18 @@ def plan_assign(*, user: User, plan: Plan) -> AccountPlan:
     if not Period.objects.filter(user=user, period_start=start).exists():
         return assignment  # the period opens with the new plan
     period = _lock_period(user, at)
-    current = period.plan
-    if plan.included_lookups <= current.included_lookups:
+    granted = {unit: selectors.net_debits(_accounts(period, unit)[Kind.ISSUANCE]) for unit in Unit.values}
+    if plan.included_lookups <= granted[Unit.LOOKUP]:
         return assignment
+    # Top this month's grants up to the new plan's (measured against what the ledger actually granted).
     change = f"{start:%Y-%m}:{plan.code}:{at.timestamp():.6f}"
-    _grant(
-        period,
-        Unit.LOOKUP,
-        plan.included_lookups - current.included_lookups,
-        f"grant-delta:{user.pk}:lookup:{change}",
-        at,
-    )
-    _grant(
-        period,
-        Unit.CREDIT,
-        max(plan.monthly_credits - current.monthly_credits, 0),
-        f"grant-delta:{user.pk}:credit:{change}",
-        at,
-    )
-    _grant(
-        period,
-        Unit.FREE_OPTIMIZATION,
-        max(plan.free_optimizations - current.free_optimizations, 0),
-        f"grant-delta:{user.pk}:free_optimization:{change}",
-        at,
-    )
+    targets = {
+        Unit.LOOKUP: plan.included_lookups,
+        Unit.CREDIT: plan.monthly_credits,
+        Unit.FREE_OPTIMIZATION: plan.free_optimizations,
+    }
+    for unit, target in targets.items():
+        _grant(period, unit, target - granted[unit], f"grant-delta:{user.pk}:{unit}:{change}", at)
     Period.objects.filter(pk=period.pk).update(
         plan=plan, overage_allowed=plan.overage_allowed, overage_micros_per_lookup=plan.overage_micros_per_lookup
     )
