@@ -169,3 +169,39 @@ class Frame(models.Model):
 
     def __str__(self) -> str:
         return f"{self.symbol_id}@{self.source_time.isoformat()}"
+
+
+HYPOTHESIS_SIDES = ("buy", "sell")
+HYPOTHESIS_HORIZONS = (5, 15, 30, 60)
+
+
+class ResearchHypothesis(models.Model):
+    """A research note in a user's own journal; the review compares it with verified bars, never places an order."""
+
+    user = models.ForeignKey("accounts.User", on_delete=models.CASCADE, related_name="research_hypotheses")
+    symbol = models.CharField(max_length=20)
+    side = models.CharField(max_length=4, choices=[(s, s) for s in HYPOTHESIS_SIDES])
+    horizon_minutes = models.PositiveSmallIntegerField(choices=[(h, h) for h in HYPOTHESIS_HORIZONS])
+    note = models.TextField()
+    recorded_at = models.DateTimeField()
+    decision_time = models.DateTimeField(null=True)  # the last regular-session minute closed at recorded_at
+    client_request_id = models.CharField(max_length=100, null=True, blank=True)
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.JSONField(null=True, blank=True)  # the latest review, as returned
+
+    class Meta:
+        ordering = ["user_id", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "client_request_id"],
+                condition=models.Q(client_request_id__isnull=False),
+                name="evidence_hypothesis_request_unique",
+            ),
+            models.CheckConstraint(condition=models.Q(side__in=HYPOTHESIS_SIDES), name="evidence_hypothesis_side"),
+            models.CheckConstraint(
+                condition=models.Q(horizon_minutes__in=HYPOTHESIS_HORIZONS), name="evidence_hypothesis_horizon"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"hypothesis {self.pk} {self.side} {self.symbol}"

@@ -155,6 +155,40 @@ class MemoryReader:
                     break
         return out
 
+    def key_evidence(
+        self, *, tier: int, side: str, horizon: int, symbol: str = "", mask: int = -1, regime: int = -1,
+        band: int = -1, period: int = 0,
+    ) -> Evidence | None:  # fmt: skip
+        """The statistics of one stored key as served (no minimum applied here: callers decide what may be shown)."""
+        key = (period, tier, memory.SIDES.index(side), horizon, symbol, mask, regime, band)
+        row = self._fetch([key]).get(key)
+        return None if row is None else _derive(row, side=side, baseline=None, min_sessions=self.min_sessions)
+
+    def search(
+        self, *, side: str, horizon: int, tiers: tuple[int, ...], min_sessions: int, required_mask: int = 0,
+        symbol: str | None = None, limit: int = 20, period: int = 0,
+    ) -> list[tuple[dict[str, Any], Evidence]]:  # fmt: skip
+        """Served keys of `tiers` for a side and horizon with at least `min_sessions` (never below the artifact's
+        minimum) whose active set contains `required_mask`; most distinct sessions first. Returns (key, stats)."""
+        floor = max(min_sessions, self.min_sessions)
+        marks = ", ".join("?" * len(tiers))
+        sql = (
+            f"SELECT * FROM stats WHERE period=? AND side=? AND horizon=? AND tier IN ({marks}) "  # noqa: S608
+            "AND n_sessions>=? AND (? = 0 OR (mask >= 0 AND (mask & ?) = ?))"
+        )
+        params: list[Any] = [period, memory.SIDES.index(side), horizon, *tiers, floor, required_mask, required_mask,
+                             required_mask]  # fmt: skip
+        if symbol is not None:
+            sql += " AND symbol=?"
+            params.append(symbol)
+        sql += " ORDER BY n_sessions DESC, n DESC, tier DESC, symbol, mask, regime, band LIMIT ?"
+        rows = self._rows(sql, (*params, limit))
+        keys = ("tier", "symbol", "mask", "regime", "band")
+        return [
+            ({k: row[k] for k in keys}, _derive(row, side=side, baseline=None, min_sessions=self.min_sessions))
+            for row in rows
+        ]
+
     def examples(
         self, *, tier: int, side: str, symbol: str = "", mask: int = -1, regime: int = -1, band: int = -1,
         period: int = 0,

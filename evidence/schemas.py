@@ -5,7 +5,7 @@ comparison is a valid answer, never an estimate.
 """
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -247,3 +247,380 @@ class EvaluationOut(BaseModel):
     research_boundary: ResearchBoundary
     usage: LookupUsage
     presentation: Presentation
+
+
+# --- the Market Memory research tools (evidence.research) ------------------------------------------------------
+
+
+def _request_id() -> Any:
+    return Field(default=None, min_length=1, max_length=100, description="Caller idempotency key for safe retries")
+
+
+def _ticker() -> Any:
+    return Field(
+        min_length=1, max_length=10, pattern=r"^[A-Za-z][A-Za-z0-9.\-]{0,9}$", description="US equity ticker (any case)"
+    )
+
+
+class ArtifactRef(BaseModel):
+    """The artifact every number of a result was read from."""
+
+    artifact_version: str
+    artifact_sha256: str
+
+
+class KeyStats(BaseModel):
+    """Displayed statistics of one served key (returns side-oriented; win = return > 0 strictly)."""
+
+    sample_size: int
+    distinct_sessions: int
+    average_return_pct: float
+    median_return_pct: float | None
+    win_rate: float
+    profit_factor: float | None
+
+
+class SetupKey(BaseModel):
+    """A Market Memory key: the fields its tier matches on; the others are null (not part of the key)."""
+
+    match_strength: MatchStrength
+    symbol: str | None
+    active_signals: list[str] | None
+    regime: Regime | None
+    signal_count_band: str | None  # "0".."3" or "4+" active signals (contextual analogue tier)
+
+
+class MatchedSetup(BaseModel):
+    side: Side
+    horizon_minutes: Horizon
+    key: SetupKey
+    stats: KeyStats
+    source: Literal["historical", "forward_overlay"]
+
+
+class FrameContext(BaseModel):
+    symbol: str
+    side: Side
+    source_time: datetime | None
+    frame_status: FrameStatus
+    active_signals: list[str]
+    regime: Regime | None
+
+
+SetupStatus = Literal["matched", "no_comparable_sample", "unavailable"]
+
+
+class SetupArgs(ToolArgs):
+    symbol: str = _ticker()
+    side: Side = Field(description="Direction: buy or sell")
+    horizon_minutes: Horizon = Field(default=15, description="Forward horizon in minutes (5, 15, 30, 60)")
+    client_request_id: str | None = _request_id()
+
+
+class LeadersArgs(ToolArgs):
+    side: Side = Field(description="Direction whose active signals are counted: buy or sell")
+    limit: int = Field(default=5, ge=1, le=5, description="How many leaders to return (1-5); one lookup either way")
+    client_request_id: str | None = _request_id()
+
+
+class Leader(BaseModel):
+    rank: int
+    symbol: str
+    source_time: datetime
+    active_signal_count: int
+    active_signals: list[str]
+    opposing_signal_count: int
+    regime: Regime
+
+
+class LeadersOut(BaseModel):
+    side: Side
+    snapshot_at: datetime
+    market_open: bool
+    frames_considered: int
+    frames_excluded_stale: int
+    frames_excluded_not_ready: int
+    ranking: str
+    leaders: list[Leader]
+    reason: str | None
+    provenance: ArtifactRef
+    research_boundary: ResearchBoundary
+    usage: LookupUsage
+
+
+class SearchArgs(ToolArgs):
+    side: Side = Field(description="Direction: buy or sell")
+    horizon_minutes: Horizon = Field(description="Forward horizon in minutes (5, 15, 30, 60)")
+    tier: int | None = Field(default=None, ge=1, le=5, description="Only keys of this evidence tier (1-5)")
+    min_sample_sessions: int | None = Field(
+        default=None, ge=1, description="Minimum distinct sessions; never below the artifact's own minimum"
+    )
+    signals: list[str] = Field(
+        default_factory=list, max_length=41, description="Strategy names that must all be active in the key"
+    )
+    symbol: str | None = Field(
+        default=None, min_length=1, max_length=10, description="Only exact-setup keys of this ticker"
+    )
+    source: Literal["historical", "forward_overlay"] = Field(
+        default="historical", description="Historical contract, or the forward overlay (served only when current)"
+    )
+    limit: int = Field(default=20, ge=1, le=50, description="Most keys returned, most distinct sessions first")
+    client_request_id: str | None = _request_id()
+
+
+class SearchHit(BaseModel):
+    key: SetupKey
+    stats: KeyStats
+
+
+class SearchOut(BaseModel):
+    side: Side
+    horizon_minutes: Horizon
+    source: Literal["historical", "forward_overlay"]
+    effective_min_sample_sessions: int
+    results: list[SearchHit]
+    withheld_reason: str | None
+    forward_overlay_freshness: OverlayFreshness
+    provenance: ArtifactRef
+    research_boundary: ResearchBoundary
+    usage: LookupUsage
+
+
+class AnalogueOutcome(BaseModel):
+    horizon_minutes: Horizon
+    return_pct: float | None  # null: the label window crossed the close (never inferred)
+    max_favourable_excursion_pct: float | None
+    max_adverse_excursion_pct: float | None
+
+
+class Analogue(BaseModel):
+    rank: int
+    symbol: str
+    source_time: datetime
+    session: str
+    active_signals: list[str]
+    regime: Regime
+    signal_distance: int  # strategies active in exactly one of the analogue and the current frame
+    same_regime: bool
+    outcomes: list[AnalogueOutcome]
+
+
+class AnaloguesOut(BaseModel):
+    status: SetupStatus
+    reason: str | None
+    frame: FrameContext
+    match: MatchedSetup | None
+    ordering: str
+    sample: str
+    analogues: list[Analogue]
+    provenance: ArtifactRef
+    research_boundary: ResearchBoundary
+    usage: LookupUsage
+
+
+class OutcomeGroup(BaseModel):
+    rows: int
+    mean_return_pct: float | None
+    mean_favourable_excursion_pct: float | None
+    mean_adverse_excursion_pct: float | None
+    time_of_day: dict[str, int]  # open / mid / close -> rows
+    regimes: dict[str, int]  # regime id -> rows
+
+
+class FailureOut(BaseModel):
+    status: SetupStatus
+    reason: str | None
+    frame: FrameContext
+    match: MatchedSetup | None
+    sample: str
+    rows_without_label: int
+    winners: OutcomeGroup | None
+    losers: OutcomeGroup | None
+    favourable_excursion_gap_pct: float | None  # losers minus winners
+    adverse_excursion_gap_pct: float | None
+    provenance: ArtifactRef
+    research_boundary: ResearchBoundary
+    usage: LookupUsage
+
+
+class BenchmarkOut(BaseModel):
+    status: SetupStatus
+    reason: str | None
+    frame: FrameContext
+    match: MatchedSetup | None
+    benchmark_symbol: str
+    benchmark: KeyStats | None
+    benchmark_reason: str | None
+    window_basis: str
+    return_difference_bps: float | None  # setup minus benchmark average return
+    win_rate_difference: float | None
+    provenance: ArtifactRef
+    research_boundary: ResearchBoundary
+    usage: LookupUsage
+
+
+class ExitPolicyArgs(SetupArgs):
+    stop_bps: int = Field(ge=1, le=5000, description="Stop distance from the entry close, in basis points")
+    target_bps: int = Field(ge=1, le=5000, description="Target distance from the entry close, in basis points")
+
+
+class ExitCounts(BaseModel):
+    target_first: int
+    stop_first: int
+    time_exit: int
+    unresolved: int  # both levels touched inside the window: which came first is not stored
+
+
+class ExitPolicyOut(BaseModel):
+    status: SetupStatus
+    reason: str | None
+    frame: FrameContext
+    match: MatchedSetup | None
+    stop_bps: int
+    target_bps: int
+    time_exit_minutes: Horizon
+    sample: str
+    rows_used: int
+    rows_without_label: int
+    outcomes: ExitCounts | None
+    mean_resolved_return_pct: float | None  # over target, stop and time exits only; unresolved rows excluded
+    key_target_reached_share: float | None  # whole-key share that touched the target level (stored levels only)
+    key_stop_reached_share: float | None
+    cannot_resolve: str
+    assumptions: list[str]
+    provenance: ArtifactRef
+    research_boundary: ResearchBoundary
+    usage: LookupUsage
+
+
+class RegimeArgs(ToolArgs):
+    side: Side = Field(default="buy", description="Direction of the per-regime statistics")
+    horizon_minutes: Horizon = Field(default=15, description="Forward horizon of the per-regime statistics")
+
+
+class RegimeBucket(BaseModel):
+    regime: Regime
+    stats: KeyStats
+
+
+class SessionRegime(BaseModel):
+    session: str
+    trend: Literal["down_or_flat", "up"]
+    volatility: Literal["low", "mid", "high"]
+
+
+class RegimeOut(BaseModel):
+    current: Regime | None
+    current_source_time: datetime | None
+    frame_status: FrameStatus
+    reason: str | None
+    last_verified_session: SessionRegime | None
+    side: Side
+    horizon_minutes: Horizon
+    buckets: list[RegimeBucket]
+    buckets_below_minimum: int
+    definition: dict[str, str]
+    provenance: ArtifactRef
+    research_boundary: ResearchBoundary
+
+
+class ExecutionArgs(ToolArgs):
+    symbol: str = _ticker()
+
+
+class VolumeBucket(BaseModel):
+    minutes_from_open: int
+    bars: int
+    sessions: int
+    mean_volume_per_bar: float | None
+    zero_volume_bars: int
+
+
+class Unavailable(BaseModel):
+    status: Literal["not_available"] = "not_available"
+    reason: str
+
+
+class ExecutionOut(BaseModel):
+    symbol: str
+    availability: Literal["available", "not_available"]
+    reason: str | None
+    volume_by_time_of_day: list[VolumeBucket]
+    spread: Unavailable
+    fill: Unavailable
+    market_impact: Unavailable
+    provenance: ArtifactRef
+    research_boundary: ResearchBoundary
+
+
+class LineageArgs(ToolArgs):
+    pass
+
+
+class ArtifactFile(BaseModel):
+    name: str
+    sha256: str
+    bytes: int
+    rows: int
+
+
+class LineageOut(BaseModel):
+    artifact_version: str
+    artifact_sha256: str
+    published_at: datetime | None
+    source: Literal["vendor", "synthetic"]
+    data_as_of: str
+    benchmark: str
+    historical_through: str
+    symbols: list[str]
+    forward_overlay_symbols: list[str]
+    inputs_sha256: str
+    code_sha256: str
+    feature_set_version: str
+    feature_count: int
+    registry_version: str
+    registry_sha256: str
+    strategy_count: int
+    calendar: dict[str, str]
+    min_sample_sessions: int
+    coverage: MarketMemoryCoverage
+    files: list[ArtifactFile]
+    research_boundary: ResearchBoundary
+
+
+class RecordHypothesisArgs(ToolArgs):
+    symbol: str = _ticker()
+    side: Side = Field(description="Direction of the hypothesis: buy or sell")
+    horizon_minutes: Horizon = Field(description="Horizon after which the outcome is reviewed (5, 15, 30, 60)")
+    note: str = Field(min_length=1, max_length=2000, description="The research note; never an order")
+    client_request_id: str | None = _request_id()
+
+
+class HypothesisOut(BaseModel):
+    hypothesis_id: int
+    symbol: str
+    side: Side
+    horizon_minutes: Horizon
+    note: str
+    recorded_at: datetime
+    decision_time: datetime | None  # the last regular-session minute closed when it was recorded
+    research_boundary: ResearchBoundary
+
+
+class ReviewHypothesisArgs(ToolArgs):
+    hypothesis_id: int = Field(ge=1, description="An id from record_research_hypothesis in this account's journal")
+
+
+class ReviewOut(BaseModel):
+    hypothesis: HypothesisOut
+    outcome_status: Literal["realized", "not_mature", "not_available"]
+    reason: str | None
+    verified_through: str | None
+    entry_price: float | None
+    exit_time: datetime | None
+    exit_price: float | None
+    realized_return_pct: float | None
+    max_favourable_excursion_pct: float | None
+    max_adverse_excursion_pct: float | None
+    reviewed_at: datetime
+    research_boundary: ResearchBoundary

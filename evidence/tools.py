@@ -1,12 +1,39 @@
 """Evidence MCP tools: thin edges over evidence.evaluation and the Market Memory selectors."""
 
+from collections.abc import Callable
+
 from asgiref.sync import sync_to_async
+from pydantic import BaseModel
 
 from accounts.models import User
 from billing.services import BillingError
-from evidence import evaluation
+from evidence import evaluation, journal, research
 from evidence.geometry import InvalidSetup
-from evidence.schemas import EvaluateArgs, EvaluationOut
+from evidence.research import ResearchError
+from evidence.schemas import (
+    AnaloguesOut,
+    BenchmarkOut,
+    EvaluateArgs,
+    EvaluationOut,
+    ExecutionArgs,
+    ExecutionOut,
+    ExitPolicyArgs,
+    ExitPolicyOut,
+    FailureOut,
+    HypothesisOut,
+    LeadersArgs,
+    LeadersOut,
+    LineageArgs,
+    LineageOut,
+    RecordHypothesisArgs,
+    RegimeArgs,
+    RegimeOut,
+    ReviewHypothesisArgs,
+    ReviewOut,
+    SearchArgs,
+    SearchOut,
+    SetupArgs,
+)
 from evidence.selectors import MemoryUnavailable
 from leroy.mcp.registry import ToolCall, ToolFailure, tool
 
@@ -45,3 +72,118 @@ async def evaluate_current_setup(call: ToolCall, args: EvaluateArgs) -> Evaluati
         raise ToolFailure("evidence_unavailable", EVIDENCE_UNAVAILABLE) from None
     except BillingError as error:
         raise ToolFailure(error.code, error.message, **error.details) from None
+
+
+async def _run[T: BaseModel](call: ToolCall, work: Callable[[User | None], T]) -> T:
+    """Run a sync service for the caller (None when anonymous) and map domain refusals to in-band tool errors."""
+    user_id = call.principal.user_id if call.principal is not None else None
+
+    def run() -> T:
+        return work(User.objects.get(pk=user_id) if user_id is not None else None)
+
+    try:
+        return await sync_to_async(run)()
+    except MemoryUnavailable:
+        raise ToolFailure("evidence_unavailable", EVIDENCE_UNAVAILABLE) from None
+    except ResearchError as error:
+        raise ToolFailure(error.code, error.message) from None
+    except BillingError as error:
+        raise ToolFailure(error.code, error.message, **error.details) from None
+
+
+def _user(user: User | None) -> User:
+    assert user is not None  # subscriber tools: the bridge refused anonymous callers already
+    return user
+
+
+@tool(name="get_current_confluence_leaders", title="Current confluence leaders", args=LeadersArgs,
+      output=LeadersOut, access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
+async def get_current_confluence_leaders(call: ToolCall, args: LeadersArgs) -> LeadersOut:
+    """Rank the open session's fresh, warmed-up frames by how many registered strategies are active for `side`.
+
+    One current-snapshot lookup whether it returns one or five leaders (nothing when the snapshot is empty).
+    Descriptive research, not a recommendation or an order list; follow with evaluate_current_setup for evidence.
+    """
+    return await _run(call, lambda user: research.confluence_leaders(user=_user(user), args=args))
+
+
+@tool(name="search_market_memory", title="Search Market Memory", args=SearchArgs, output=SearchOut,
+      access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
+async def search_market_memory(call: ToolCall, args: SearchArgs) -> SearchOut:
+    """Served Market Memory keys for a side and horizon, filtered by tier, minimum sample, required active
+    signals and symbol, most distinct sessions first. Keys below the minimum sample do not exist here; the forward
+    overlay is served only when current. Costs 1 lookup."""
+    return await _run(call, lambda user: research.market_memory_search(user=_user(user), args=args))
+
+
+@tool(name="compare_historical_analogues", title="Compare historical analogues", args=SetupArgs,
+      output=AnaloguesOut, access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
+async def compare_historical_analogues(call: ToolCall, args: SetupArgs) -> AnaloguesOut:
+    """The stored rows of the Market Memory key matched by the symbol's current frame (strongest tier with the
+    minimum sample), nearest first, with their outcomes at every horizon (null where a label crossed the close).
+    Costs 1 lookup; no usable frame costs nothing."""
+    return await _run(call, lambda user: research.historical_analogues(user=_user(user), args=args))
+
+
+@tool(name="get_market_regime", title="Market regime", args=RegimeArgs, output=RegimeOut,
+      access="subscriber", scope="mcp:read", metering="free")  # fmt: skip
+async def get_market_regime(call: ToolCall, args: RegimeArgs) -> RegimeOut:
+    """The current market regime (trend, volatility, time of day) from the benchmark's verified frame, the last
+    verified session's buckets, and per-regime historical statistics for a side and horizon. Free."""
+    return await _run(call, lambda user: research.market_regime(args=args))
+
+
+@tool(name="explain_setup_failure", title="Explain setup failure", args=SetupArgs, output=FailureOut,
+      access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
+async def explain_setup_failure(call: ToolCall, args: SetupArgs) -> FailureOut:
+    """How the losing rows of the current frame's matched setup differed from its winners: excursions, time of
+    day and regime, from the artifact's stored rows only (the sample is stated). Costs 1 lookup."""
+    return await _run(call, lambda user: research.setup_failure(user=_user(user), args=args))
+
+
+@tool(name="compare_against_benchmark", title="Compare against benchmark", args=SetupArgs, output=BenchmarkOut,
+      access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
+async def compare_against_benchmark(call: ToolCall, args: SetupArgs) -> BenchmarkOut:
+    """The current frame's matched setup next to the benchmark's direction baseline for the same side, horizon
+    and historical sessions, both from the artifact. Costs 1 lookup."""
+    return await _run(call, lambda user: research.benchmark_comparison(user=_user(user), args=args))
+
+
+@tool(name="simulate_exit_policy", title="Simulate exit policy", args=ExitPolicyArgs, output=ExitPolicyOut,
+      access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
+async def simulate_exit_policy(call: ToolCall, args: ExitPolicyArgs) -> ExitPolicyOut:
+    """Replay a stop / target / time exit over the matched setup's stored excursions. Rows that touched both
+    levels are reported as unresolved: the artifact does not store which came first. Costs 1 lookup."""
+    return await _run(call, lambda user: research.exit_policy_simulation(user=_user(user), args=args))
+
+
+@tool(name="estimate_execution_conditions", title="Execution conditions", args=ExecutionArgs,
+      output=ExecutionOut, access="subscriber", scope="mcp:read", metering="free")  # fmt: skip
+async def estimate_execution_conditions(call: ToolCall, args: ExecutionArgs) -> ExecutionOut:
+    """Historical volume by half hour of the session for a symbol. Spread is not_available (the data has no
+    quotes) and no fill or market impact is ever inferred. Free."""
+    return await _run(call, lambda user: research.execution_conditions(args=args))
+
+
+@tool(name="get_data_lineage", title="Data lineage", args=LineageArgs, output=LineageOut, access="public",
+      scope="mcp:read", metering="free")  # fmt: skip
+async def get_data_lineage(call: ToolCall, args: LineageArgs) -> LineageOut:
+    """The active Market Memory artifact: version, SHA-256, inputs and code hashes, strategy registry, calendar,
+    coverage (historical and forward overlay) and every file's hash. Free and public."""
+    return await _run(call, lambda user: research.data_lineage())
+
+
+@tool(name="record_research_hypothesis", title="Record research hypothesis", args=RecordHypothesisArgs,
+      output=HypothesisOut, access="subscriber", scope="mcp:write", metering="free", read_only=False)  # fmt: skip
+async def record_research_hypothesis(call: ToolCall, args: RecordHypothesisArgs) -> HypothesisOut:
+    """Write a research note to your own journal, anchored at the last closed minute of the open session. It
+    cannot trade or change any permission. Idempotent by client_request_id."""
+    return await _run(call, lambda user: journal.hypothesis_record(user=_user(user), args=args))
+
+
+@tool(name="review_hypothesis_outcome", title="Review hypothesis outcome", args=ReviewHypothesisArgs,
+      output=ReviewOut, access="subscriber", scope="mcp:write", metering="free", read_only=False)  # fmt: skip
+async def review_hypothesis_outcome(call: ToolCall, args: ReviewHypothesisArgs) -> ReviewOut:
+    """Review one of your hypotheses against verified bars after its decision minute: the realized outcome where
+    verified data covers the horizon, else not_mature (session not yet verified) or not_available."""
+    return await _run(call, lambda user: journal.hypothesis_review(user=_user(user), hypothesis_id=args.hypothesis_id))

@@ -11,6 +11,8 @@ from accounts import services
 from accounts.models import User
 
 MCP_URL = "http://127.0.0.1/api/mcp"
+# The session-scoped synthetic evidence world (fixtures `world_files`, `world`, `fed_world`).
+pytest_plugins = ["tests.evidence.world"]
 
 
 def pytest_report_header() -> list[str]:

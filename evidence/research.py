@@ -1,0 +1,703 @@
+"""The Market Memory research tools: each reads the current verified frame and/or the active artifact, never raw bars.
+
+Setup tools (analogues, failure, benchmark, exit policy) resolve the current frame of a symbol exactly as
+`evaluate_current_setup` does, take the strongest tier with the minimum sample for the requested side and horizon
+(lower tiers never pooled), and read only that key's stored rows. Every number comes from the artifact named in the
+result's provenance; what the artifact cannot say stays null with a reason.
+"""
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from pydantic import BaseModel
+
+from accounts.models import User
+from billing import selectors as billing_selectors
+from billing import services as billing
+from evidence import frames
+from evidence.features import HORIZONS
+from evidence.memory import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
+from evidence.models import Corpus, Frame, MarketMemoryArtifact, Symbol
+from evidence.reader import PCT, Evidence, MemoryReader
+from evidence.schemas import (
+    TIER_NAMES,
+    Analogue,
+    AnalogueOutcome,
+    AnaloguesOut,
+    ArtifactFile,
+    ArtifactRef,
+    BenchmarkOut,
+    ExecutionArgs,
+    ExecutionOut,
+    ExitCounts,
+    ExitPolicyArgs,
+    ExitPolicyOut,
+    FailureOut,
+    FrameContext,
+    FrameStatus,
+    KeyStats,
+    Leader,
+    LeadersArgs,
+    LeadersOut,
+    LineageOut,
+    LookupUsage,
+    MatchedSetup,
+    MatchStrength,
+    OutcomeGroup,
+    OverlayFreshness,
+    Regime,
+    RegimeArgs,
+    RegimeBucket,
+    RegimeOut,
+    ResearchBoundary,
+    SearchArgs,
+    SearchHit,
+    SearchOut,
+    SessionRegime,
+    SetupArgs,
+    SetupKey,
+    Unavailable,
+    VolumeBucket,
+)
+from evidence.selectors import memory_reader
+from evidence.strategies import mask_names, names_mask
+from leroy.clock import now
+
+TRENDS = ("down_or_flat", "up")
+VOLATILITIES = ("low", "mid", "high")
+TIMES_OF_DAY = ("open", "mid", "close")
+NO_SAMPLE = "No validated comparable sample with the minimum distinct sessions exists for this setup and horizon."
+RESERVOIR_SAMPLE = (
+    f"The matched key's stored reservoir: a fixed pseudo-random sample of at most {RESERVOIR_SIZE} of its rows "
+    "(chosen at build time by a hash of symbol and minute), not the whole key."
+)
+
+
+class ResearchError(Exception):
+    """The request was refused before anything was read or charged; `code` is machine-readable."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# --- shared pieces ---------------------------------------------------------------------------------------------
+
+
+def regime_of(regime_id: int) -> Regime:
+    """Decode a regime id (trend*9 + volatility*3 + time_of_day, see features.REGIME_DEFINITION)."""
+    return Regime(
+        id=regime_id,
+        trend=TRENDS[regime_id // 9],  # type: ignore[arg-type]
+        volatility=VOLATILITIES[regime_id // 3 % 3],  # type: ignore[arg-type]
+        time_of_day=TIMES_OF_DAY[regime_id % 3],  # type: ignore[arg-type]
+    )
+
+
+def _provenance(reader: MemoryReader) -> ArtifactRef:
+    return ArtifactRef(artifact_version=reader.version, artifact_sha256=reader.sha256)
+
+
+def _stats(evidence: Evidence) -> KeyStats:
+    return KeyStats(
+        sample_size=evidence.row_count,
+        distinct_sessions=evidence.distinct_sessions,
+        average_return_pct=evidence.average_return_pct,
+        median_return_pct=evidence.median_return_pct,
+        win_rate=evidence.win_rate,
+        profit_factor=evidence.profit_factor,
+    )
+
+
+def _key(tier: int, symbol: str, mask: int, regime: int, band: int) -> SetupKey:
+    fields = TIER_KEYS[tier]
+    return SetupKey(
+        match_strength=MatchStrength(score=tier, tier=TIER_NAMES[tier]),
+        symbol=symbol if "symbol" in fields else None,
+        active_signals=mask_names(mask) if "mask" in fields else None,
+        regime=regime_of(regime) if "regime" in fields else None,
+        signal_count_band=(f"{BAND_MAX}+" if band >= BAND_MAX else str(band)) if "band" in fields else None,
+    )
+
+
+def _pct(units: int | None) -> float | None:
+    return None if units is None else round(units / PCT, 10)
+
+
+def _mean(values: list[int]) -> float | None:
+    return round(sum(values) / len(values) / PCT, 10) if values else None
+
+
+def _fingerprint(tool: str, args: BaseModel) -> str:
+    body = {"tool": tool, **args.model_dump(mode="json", exclude={"client_request_id"})}
+    if isinstance(body.get("symbol"), str):
+        body["symbol"] = body["symbol"].upper()
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _metered[T: BaseModel](
+    *, user: User, tool: str, args: BaseModel, output: type[T], build: Callable[[], tuple[dict[str, Any], int]]
+) -> T:
+    """Build the answer, then charge its lookups (0: no usable frame or snapshot) in one transaction with the stored
+    response; a retried `client_request_id` returns the original answer and charges nothing."""
+    fields, units = build()
+    client_request_id = getattr(args, "client_request_id", None)
+    with transaction.atomic():
+        if units == 0:
+            usage = {**billing_selectors.lookup_usage(user=user), "lookup_cost": 0, "cache": "miss"}
+            return output.model_validate({**fields, "usage": usage})
+        charge = billing.lookup_charge(
+            user=user,
+            tool=tool,
+            units=units,
+            request_fingerprint=_fingerprint(tool, args),
+            client_request_id=client_request_id,
+        )
+        if charge.replayed and charge.stored_response is not None:
+            return output.model_validate(charge.stored_response)
+        result = output.model_validate({**fields, "usage": LookupUsage.model_validate(charge.usage)})
+        billing.lookup_store_response(charge=charge, response=result.model_dump(mode="json"))
+    return result
+
+
+@dataclass(frozen=True)
+class CurrentFrame:
+    """The frame of a symbol as evaluate_current_setup would use it, or why there is none."""
+
+    ticker: str
+    frame: Frame | None
+    status: FrameStatus
+    reason: str | None
+
+
+def current_frame(*, ticker: str, at: datetime, reader: MemoryReader) -> CurrentFrame:
+    """Unknown symbol, closed market, no frame in this session or not warmed up: no frame. Stale: kept, flagged."""
+    symbol = Symbol.objects.filter(ticker=ticker).first()
+    frame = Frame.objects.filter(symbol=symbol).first() if symbol else None
+    window = frames.open_session(at)
+    if symbol is None or (frame is None and ticker not in reader.manifest["plan"]["tickers"]):
+        return CurrentFrame(ticker, None, "unavailable", f"{ticker} is not in Leroy's current verified read model.")
+    if window is None:
+        return CurrentFrame(ticker, None, "market_closed", "The regular session is closed; there is no current frame.")
+    if frame is None or frame.session != window.session:
+        return CurrentFrame(ticker, None, "unavailable", f"No verified frame for {ticker} in the current session yet.")
+    if not frame.ready or frame.regime is None:
+        return CurrentFrame(ticker, None, "available", "The current frame has not completed its warm-up.")
+    return CurrentFrame(ticker, frame, "stale" if frames.frame_is_stale(frame, at) else "available", None)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The current frame's setup for one side and horizon and its strongest served key (or none)."""
+
+    context: FrameContext
+    mask: int | None
+    regime: int | None
+    match: Evidence | None
+    reason: str | None
+
+    @property
+    def usable(self) -> bool:
+        return self.mask is not None
+
+    def key_fields(self) -> dict[str, Any]:
+        """The reservoir/stat key of the match: the tier's own fields, sentinels elsewhere."""
+        assert self.match is not None and self.mask is not None and self.regime is not None
+        tier = self.match.tier
+        values = {"symbol": self.context.symbol, "mask": self.mask, "regime": self.regime,
+                  "band": min(self.mask.bit_count(), BAND_MAX)}  # fmt: skip
+        sentinels = {"symbol": "", "mask": -1, "regime": -1, "band": -1}
+        return {name: values[name] if name in TIER_KEYS[tier] else sentinels[name] for name in values}
+
+    def matched(self) -> MatchedSetup | None:
+        if self.match is None:
+            return None
+        fields = self.key_fields()
+        return MatchedSetup(
+            side=self.context.side,
+            horizon_minutes=self.match.horizon_minutes,  # type: ignore[arg-type]
+            key=_key(
+                self.match.tier,
+                fields["symbol"],
+                self.mask or 0,
+                self.regime or 0,
+                min((self.mask or 0).bit_count(), BAND_MAX),
+            ),
+            stats=_stats(self.match),
+            source="historical",
+        )
+
+    @property
+    def status(self) -> str:
+        return "unavailable" if not self.usable else ("matched" if self.match else "no_comparable_sample")
+
+
+def setup_resolve(*, symbol: str, side: str, horizon: int, reader: MemoryReader, at: datetime) -> Setup:
+    ticker = symbol.upper()
+    current = current_frame(ticker=ticker, at=at, reader=reader)
+    frame = current.frame
+    if frame is None:
+        context = FrameContext(symbol=ticker, side=side, source_time=None, frame_status=current.status,  # type: ignore[arg-type]
+                               active_signals=[], regime=None)  # fmt: skip
+        return Setup(context, None, None, None, current.reason)
+    mask = (frame.buy_mask if side == "buy" else frame.sell_mask) or 0
+    regime = frame.regime
+    assert regime is not None
+    context = FrameContext(symbol=ticker, side=side, source_time=frame.source_time, frame_status=current.status,  # type: ignore[arg-type]
+                           active_signals=mask_names(mask), regime=regime_of(regime))  # fmt: skip
+    match = reader.lookup(symbol=ticker, side=side, mask=mask, regime=regime, horizons=(horizon,))[horizon]
+    return Setup(context, mask, regime, match, None if match else NO_SAMPLE)
+
+
+def _matched_rows(setup: Setup, reader: MemoryReader) -> list[dict[str, Any]]:
+    assert setup.match is not None
+    return reader.examples(tier=setup.match.tier, side=setup.context.side, **setup.key_fields())
+
+
+def _setup_fields(setup: Setup, reader: MemoryReader) -> dict[str, Any]:
+    return {
+        "status": setup.status,
+        "reason": setup.reason,
+        "frame": setup.context,
+        "match": setup.matched(),
+        "provenance": _provenance(reader),
+        "research_boundary": ResearchBoundary(),
+    }
+
+
+def _units(setup: Setup) -> int:
+    return 1 if setup.usable else 0  # no usable frame: nothing was looked up, nothing is charged
+
+
+# --- leaders ---------------------------------------------------------------------------------------------------
+
+
+def confluence_leaders(*, user: User, args: LeadersArgs) -> LeadersOut:
+    """Fresh, warmed-up frames of the open session ranked by active signals for one side; one lookup per snapshot
+    (whatever `limit` is), nothing when the snapshot is empty."""
+
+    def build() -> tuple[dict[str, Any], int]:
+        at, reader = now(), memory_reader()
+        window = frames.open_session(at)
+        opposite = "sell" if args.side == "buy" else "buy"
+        candidates = (
+            list(
+                Frame.objects.filter(session=window.session, symbol__asset_class__in=("equity", "etf"))
+                .select_related("symbol")
+                .order_by("symbol__ticker")
+            )
+            if window
+            else []
+        )
+        stale = [f for f in candidates if frames.frame_is_stale(f, at)]
+        fresh = [f for f in candidates if f not in stale]
+        ready = [f for f in fresh if f.ready and f.regime is not None and getattr(f, f"{args.side}_mask") is not None]
+
+        def count(frame: Frame, side: str) -> int:
+            return int(getattr(frame, f"{side}_mask") or 0).bit_count()
+
+        ranked = sorted(ready, key=lambda f: (-count(f, args.side), count(f, opposite), f.symbol.ticker))
+        leaders = [
+            Leader(
+                rank=rank,
+                symbol=f.symbol.ticker,
+                source_time=f.source_time,
+                active_signal_count=count(f, args.side),
+                active_signals=mask_names(getattr(f, f"{args.side}_mask")),
+                opposing_signal_count=count(f, opposite),
+                regime=regime_of(f.regime),  # type: ignore[arg-type]
+            )
+            for rank, f in enumerate(ranked[: args.limit], start=1)
+        ]
+        reason = None
+        if window is None:
+            reason = "The regular session is closed; there is no current snapshot."
+        elif not leaders:
+            reason = "No fresh, warmed-up frame is available in the current session."
+        fields = {
+            "side": args.side,
+            "snapshot_at": at,
+            "market_open": window is not None,
+            "frames_considered": len(candidates),
+            "frames_excluded_stale": len(stale),
+            "frames_excluded_not_ready": len(fresh) - len(ready),
+            "ranking": (
+                f"Most active {args.side} signals first; ties: fewer opposing signals, then ticker. Descriptive "
+                "research, not a recommendation or an order list."
+            ),
+            "leaders": leaders,
+            "reason": reason,
+            "provenance": _provenance(reader),
+            "research_boundary": ResearchBoundary(),
+        }
+        return fields, 1 if leaders else 0
+
+    return _metered(user=user, tool="get_current_confluence_leaders", args=args, output=LeadersOut, build=build)
+
+
+# --- search ----------------------------------------------------------------------------------------------------
+
+
+def _freshness(reader: MemoryReader, at: datetime) -> OverlayFreshness:
+    fresh = reader.freshness(at=at)
+    return OverlayFreshness(
+        status=fresh["status"],
+        latest_verified_session=fresh["last_verified_session"],
+        lag_sessions=fresh["lag_sessions"],
+    )
+
+
+def market_memory_search(*, user: User, args: SearchArgs) -> SearchOut:
+    """Served keys filtered by side, horizon, tier, minimum sample, required signals and symbol; one lookup."""
+    try:
+        required = names_mask(args.signals)
+    except ValueError as error:
+        raise ResearchError("invalid_request", str(error)) from None
+
+    def build() -> tuple[dict[str, Any], int]:
+        at, reader = now(), memory_reader()
+        freshness = _freshness(reader, at)
+        tiers: tuple[int, ...] = (args.tier,) if args.tier else (5, 4, 3, 2, 1)
+        if required:
+            tiers = tuple(t for t in tiers if "mask" in TIER_KEYS[t])  # other tiers do not key on signals
+        if args.symbol is not None:
+            tiers = tuple(t for t in tiers if "symbol" in TIER_KEYS[t])  # only exact setups key on a symbol
+        withheld = None
+        if args.source == "forward_overlay" and freshness.status != "current":
+            lag = f" ({freshness.lag_sessions} completed sessions behind)" if freshness.lag_sessions else ""
+            withheld = f"The forward overlay is {freshness.status}{lag}; its keys are withheld, not shown as current."
+        hits = []
+        if withheld is None and tiers:
+            found = reader.search(
+                side=args.side, horizon=args.horizon_minutes, tiers=tiers,
+                min_sessions=args.min_sample_sessions or 0, required_mask=required,
+                symbol=args.symbol.upper() if args.symbol else None, limit=args.limit,
+                period=int(args.source == "forward_overlay"),
+            )  # fmt: skip
+            hits = [
+                SearchHit(key=_key(k["tier"], k["symbol"], k["mask"], k["regime"], k["band"]), stats=_stats(e))
+                for k, e in found
+            ]
+        fields = {
+            "side": args.side,
+            "horizon_minutes": args.horizon_minutes,
+            "source": args.source,
+            "effective_min_sample_sessions": max(args.min_sample_sessions or 0, reader.min_sessions),
+            "results": hits,
+            "withheld_reason": withheld,
+            "forward_overlay_freshness": freshness,
+            "provenance": _provenance(reader),
+            "research_boundary": ResearchBoundary(),
+        }
+        return fields, 1
+
+    return _metered(user=user, tool="search_market_memory", args=args, output=SearchOut, build=build)
+
+
+# --- analogues, failure, benchmark, exit policy -----------------------------------------------------------------
+
+
+def _outcomes(row: dict[str, Any]) -> list[AnalogueOutcome]:
+    return [
+        AnalogueOutcome(
+            horizon_minutes=h,  # type: ignore[arg-type]
+            return_pct=_pct(row[f"r_{h}"]),
+            max_favourable_excursion_pct=_pct(row[f"fav_{h}"]),
+            max_adverse_excursion_pct=_pct(row[f"adv_{h}"]),
+        )
+        for h in HORIZONS
+    ]
+
+
+def _row_time(row: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(row["ts"].replace("Z", "+00:00"))
+
+
+def historical_analogues(*, user: User, args: SetupArgs) -> AnaloguesOut:
+    """The matched key's stored rows, nearest to the current frame first, with their outcomes; one lookup."""
+
+    def build() -> tuple[dict[str, Any], int]:
+        at, reader = now(), memory_reader()
+        setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
+        analogues: list[Analogue] = []
+        if setup.match is not None:
+            rows = _matched_rows(setup, reader)
+            mask, regime = setup.mask or 0, setup.regime
+
+            def distance(row: dict[str, Any]) -> tuple[int, int, int]:
+                return ((row["row_mask"] ^ mask).bit_count(), int(row["row_regime"] != regime), row["rank"])
+
+            analogues = [
+                Analogue(
+                    rank=rank,
+                    symbol=row["row_symbol"],
+                    source_time=_row_time(row),
+                    session=row["session"],
+                    active_signals=mask_names(row["row_mask"]),
+                    regime=regime_of(row["row_regime"]),
+                    signal_distance=(row["row_mask"] ^ mask).bit_count(),
+                    same_regime=row["row_regime"] == regime,
+                    outcomes=_outcomes(row),
+                )
+                for rank, row in enumerate(sorted(rows, key=distance), start=1)
+            ]
+        fields = {
+            **_setup_fields(setup, reader),
+            "ordering": "Fewest differing active signals first, then same regime, then the stored reservoir order.",
+            "sample": RESERVOIR_SAMPLE,
+            "analogues": analogues,
+        }
+        return fields, _units(setup)
+
+    return _metered(user=user, tool="compare_historical_analogues", args=args, output=AnaloguesOut, build=build)
+
+
+def _group(rows: list[dict[str, Any]], horizon: int) -> OutcomeGroup | None:
+    if not rows:
+        return None
+    return OutcomeGroup(
+        rows=len(rows),
+        mean_return_pct=_mean([r[f"r_{horizon}"] for r in rows]),
+        mean_favourable_excursion_pct=_mean([r[f"fav_{horizon}"] for r in rows if r[f"fav_{horizon}"] is not None]),
+        mean_adverse_excursion_pct=_mean([r[f"adv_{horizon}"] for r in rows if r[f"adv_{horizon}"] is not None]),
+        time_of_day=dict(sorted(Counter(TIMES_OF_DAY[r["row_regime"] % 3] for r in rows).items())),
+        regimes={str(k): v for k, v in sorted(Counter(r["row_regime"] for r in rows).items())},
+    )
+
+
+def _gap(losers: OutcomeGroup | None, winners: OutcomeGroup | None, field: str) -> float | None:
+    low = getattr(losers, field) if losers is not None else None
+    high = getattr(winners, field) if winners is not None else None
+    return None if low is None or high is None else round(low - high, 10)
+
+
+def setup_failure(*, user: User, args: SetupArgs) -> FailureOut:
+    """How the matched key's losing rows (return <= 0) differed from its winners; one lookup."""
+
+    def build() -> tuple[dict[str, Any], int]:
+        at, reader = now(), memory_reader()
+        setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
+        h = args.horizon_minutes
+        winners = losers = None
+        unlabelled = 0
+        if setup.match is not None:
+            rows = _matched_rows(setup, reader)
+            labelled = [r for r in rows if r[f"r_{h}"] is not None]
+            unlabelled = len(rows) - len(labelled)
+            winners = _group([r for r in labelled if r[f"r_{h}"] > 0], h)
+            losers = _group([r for r in labelled if r[f"r_{h}"] <= 0], h)
+        fields = {
+            **_setup_fields(setup, reader),
+            "sample": RESERVOIR_SAMPLE + " Losers are rows whose return is zero or negative.",
+            "rows_without_label": unlabelled,
+            "winners": winners,
+            "losers": losers,
+            "favourable_excursion_gap_pct": _gap(losers, winners, "mean_favourable_excursion_pct"),
+            "adverse_excursion_gap_pct": _gap(losers, winners, "mean_adverse_excursion_pct"),
+        }
+        return fields, _units(setup)
+
+    return _metered(user=user, tool="explain_setup_failure", args=args, output=FailureOut, build=build)
+
+
+def benchmark_comparison(*, user: User, args: SetupArgs) -> BenchmarkOut:
+    """The matched key's statistics next to the benchmark's own direction baseline for the same side, horizon and
+    historical sessions; one lookup. A benchmark baseline below the minimum sample is not shown."""
+
+    def build() -> tuple[dict[str, Any], int]:
+        at, reader = now(), memory_reader()
+        setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
+        benchmark_symbol = reader.manifest["corpus"]["benchmark"]
+        benchmark = benchmark_reason = None
+        if setup.usable:
+            found = reader.key_evidence(tier=SYMBOL_BASELINE, side=args.side, horizon=args.horizon_minutes,
+                                        symbol=benchmark_symbol)  # fmt: skip
+            if found is not None and found.distinct_sessions >= reader.min_sessions:
+                benchmark = _stats(found)
+            else:
+                benchmark_reason = "The benchmark has no baseline with the minimum distinct sessions at this horizon."
+        difference = win_difference = None
+        if setup.match is not None and benchmark is not None:
+            difference = round((setup.match.average_return_pct - benchmark.average_return_pct) * 100, 4)
+            win_difference = round(setup.match.win_rate - benchmark.win_rate, 6)
+        fields = {
+            **_setup_fields(setup, reader),
+            "benchmark_symbol": benchmark_symbol,
+            "benchmark": benchmark,
+            "benchmark_reason": benchmark_reason,
+            "window_basis": (
+                "Both figures use the same forward horizon and side orientation over the artifact's historical "
+                "period; the benchmark figure is its own direction baseline over all its ready minutes (sample "
+                "stated), not paired minute by minute with the setup's rows: the artifact stores no such pairing."
+            ),
+            "return_difference_bps": difference,
+            "win_rate_difference": win_difference,
+        }
+        return fields, _units(setup)
+
+    return _metered(user=user, tool="compare_against_benchmark", args=args, output=BenchmarkOut, build=build)
+
+
+def _exit_outcome(row: dict[str, Any], h: int, stop: int, target: int) -> tuple[str, int | None]:
+    """Classify one stored row: its window's extremes say which levels were touched, never in which order."""
+    fav, adv = row[f"fav_{h}"], row[f"adv_{h}"]
+    hit_target, hit_stop = fav >= target * BPS, adv >= stop * BPS
+    if hit_target and hit_stop:
+        return "unresolved", None
+    if hit_target:
+        return "target_first", target * BPS
+    if hit_stop:
+        return "stop_first", -stop * BPS
+    return "time_exit", row[f"r_{h}"]
+
+
+def exit_policy_simulation(*, user: User, args: ExitPolicyArgs) -> ExitPolicyOut:
+    """Stop, target and time exits replayed over the matched key's stored excursions; one lookup."""
+
+    def build() -> tuple[dict[str, Any], int]:
+        at, reader = now(), memory_reader()
+        setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
+        h = args.horizon_minutes
+        counts = mean = target_share = stop_share = None
+        used = unlabelled = 0
+        if setup.match is not None:
+            rows = _matched_rows(setup, reader)
+            labelled = [r for r in rows if r[f"r_{h}"] is not None and r[f"fav_{h}"] is not None]
+            used, unlabelled = len(labelled), len(rows) - len(labelled)
+            outcomes = [_exit_outcome(r, h, args.stop_bps, args.target_bps) for r in labelled]
+            tally = Counter(kind for kind, _ in outcomes)
+            counts = ExitCounts(target_first=tally["target_first"], stop_first=tally["stop_first"],
+                                time_exit=tally["time_exit"], unresolved=tally["unresolved"])  # fmt: skip
+            mean = _mean([value for _, value in outcomes if value is not None])
+            target_share = setup.match.favourable_reached.get(str(args.target_bps))
+            stop_share = setup.match.adverse_reached.get(str(args.stop_bps))
+        fields = {
+            **_setup_fields(setup, reader),
+            "stop_bps": args.stop_bps,
+            "target_bps": args.target_bps,
+            "time_exit_minutes": h,
+            "sample": RESERVOIR_SAMPLE,
+            "rows_used": used,
+            "rows_without_label": unlabelled,
+            "outcomes": counts,
+            "mean_resolved_return_pct": mean,
+            "key_target_reached_share": target_share,
+            "key_stop_reached_share": stop_share,
+            "cannot_resolve": (
+                "Rows whose window touched both the stop and the target are unresolved: the artifact stores each "
+                "window's highest high and lowest low, not their order, so Leroy does not guess which came first. "
+                f"Whole-key touch shares exist only for the stored levels {list(EXCURSION_LEVELS_BPS)} bps."
+            ),
+            "assumptions": [
+                "Entry at the close of the decision minute; exits at the stop or target level exactly, or at the "
+                "close after the horizon.",
+                "No costs, slippage, gaps through a level, spread or fills are modelled.",
+            ],
+        }
+        return fields, _units(setup)
+
+    return _metered(user=user, tool="simulate_exit_policy", args=args, output=ExitPolicyOut, build=build)
+
+
+# --- free tools: regime, execution conditions, lineage ----------------------------------------------------------
+
+
+def market_regime(*, args: RegimeArgs) -> RegimeOut:
+    """The current regime (from the benchmark's frame), the last verified session's buckets, and per-regime
+    statistics for a side and horizon; buckets below the minimum sample are counted, not shown. Free."""
+    at, reader = now(), memory_reader()
+    corpus = Corpus.objects.select_related("benchmark").first()
+    benchmark = corpus.benchmark.ticker if corpus else reader.manifest["corpus"]["benchmark"]
+    current = current_frame(ticker=benchmark, at=at, reader=reader)
+    last_session = None
+    verified = reader.manifest["coverage"]["historical"].get("last_session")
+    overlay = reader.manifest["coverage"]["forward_overlay"].get("last_session")
+    latest = max(filter(None, (verified, overlay)), default=None)
+    row = reader.regime_of_session(datetime.fromisoformat(latest).date()) if latest else None
+    if row is not None:
+        last_session = SessionRegime(session=row["session"], trend=TRENDS[row["trend"]],  # type: ignore[arg-type]
+                                     volatility=VOLATILITIES[row["volatility"]])  # type: ignore[arg-type]  # fmt: skip
+    table = reader.regime_table(side=args.side, horizon=args.horizon_minutes)
+    shown = [r for r in table if r["distinct_sessions"] >= reader.min_sessions]
+    buckets = [
+        RegimeBucket(
+            regime=regime_of(r["regime"]), stats=_stats(Evidence(**{k: r[k] for k in Evidence.__annotations__}))
+        )
+        for r in shown
+    ]
+    frame = current.frame
+    return RegimeOut(
+        current=regime_of(frame.regime) if frame is not None and frame.regime is not None else None,
+        current_source_time=frame.source_time if frame is not None else None,
+        frame_status=current.status,
+        reason=current.reason,
+        last_verified_session=last_session,
+        side=args.side,
+        horizon_minutes=args.horizon_minutes,
+        buckets=buckets,
+        buckets_below_minimum=len(table) - len(shown),
+        definition={k: str(v) for k, v in reader.manifest["regime"].items()},
+        provenance=_provenance(reader),
+        research_boundary=ResearchBoundary(),
+    )
+
+
+NO_QUOTES = "The bar data carries no quotes, so no spread can be reported."
+
+
+def execution_conditions(*, args: ExecutionArgs) -> ExecutionOut:
+    """Historical volume by half hour of the session for a symbol; spread, fill and impact are never inferred."""
+    reader = memory_reader()
+    ticker = args.symbol.upper()
+    table = reader.execution_conditions(symbol=ticker)["volume_by_half_hour"]
+    return ExecutionOut(
+        symbol=ticker,
+        availability="available" if table else "not_available",
+        reason=None if table else f"{ticker} has no historical bars in the active artifact.",
+        volume_by_time_of_day=[VolumeBucket(**row) for row in table],
+        spread=Unavailable(reason=NO_QUOTES),
+        fill=Unavailable(reason="Leroy places no orders and has no fill data; no fill is inferred."),
+        market_impact=Unavailable(reason="No order-book data is stored; no market impact is inferred."),
+        provenance=_provenance(reader),
+        research_boundary=ResearchBoundary(),
+    )
+
+
+def data_lineage() -> LineageOut:
+    """The active artifact's identity, inputs, code, registry, calendar, coverage and file hashes. Free, public."""
+    from evidence.evaluation import _memory_blocks  # the coverage block is built once, for both tools
+
+    reader = memory_reader()
+    coverage, _, _ = _memory_blocks(reader, now())
+    lineage = reader.lineage()
+    published = MarketMemoryArtifact.objects.filter(sha256=reader.sha256).values_list("activated_at", flat=True)
+    return LineageOut(
+        artifact_version=reader.version,
+        artifact_sha256=reader.sha256,
+        published_at=published.first(),
+        source=lineage["source"],
+        data_as_of=lineage["data_as_of"],
+        benchmark=lineage["corpus"]["benchmark"],
+        historical_through=lineage["corpus"]["historical_through"],
+        symbols=lineage["corpus"]["tickers"],
+        forward_overlay_symbols=lineage["corpus"]["overlay_tickers"],
+        inputs_sha256=lineage["inputs_sha256"],
+        code_sha256=lineage["code_sha256"],
+        feature_set_version=lineage["features"]["version"],
+        feature_count=lineage["features"]["count"],
+        registry_version=lineage["registry"]["version"],
+        registry_sha256=lineage["registry"]["registry_sha256"],
+        strategy_count=lineage["registry"]["count"],
+        calendar={key: str(value) for key, value in lineage["calendar"].items()},
+        min_sample_sessions=reader.min_sessions,
+        coverage=coverage,
+        files=[ArtifactFile(name=name, **entry) for name, entry in sorted(reader.manifest["files"].items())],
+        research_boundary=ResearchBoundary(),
+    )
