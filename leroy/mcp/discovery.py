@@ -7,6 +7,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from accounts import oauth
 from leroy.mcp.registry import load_tools
 from leroy.mcp.server import INSTRUCTIONS
 
@@ -35,6 +36,11 @@ def server_card(request: HttpRequest) -> JsonResponse:
         "protocolVersions": ["2025-11-25", "2026-07-28"],
         "authentication": {
             "schemes": ["bearer"],
+            "oauth": {
+                "protected_resource_metadata": oauth.resource_metadata_url(),
+                "authorization_server_metadata": origin + "/.well-known/oauth-authorization-server",
+                "scopes": sorted(settings.LEROY_OAUTH_SCOPES),
+            },
             "api_key": {
                 "header": "Authorization: Bearer lr_live_...",
                 "obtain_at": origin + reverse("accounts:account"),

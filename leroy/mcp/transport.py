@@ -51,7 +51,8 @@ def subscription_required(spec: ToolSpec) -> tuple[dict[str, Any], str]:
         "error": {
             "code": "subscription_required",
             "message": (
-                f"{spec.name} needs a Leroy account. Sign up, activate MCP on the account page and send "
+                f"{spec.name} needs a Leroy account. Connect with OAuth (your client discovers it from this "
+                "challenge), or sign up, activate MCP on the account page and send "
                 "'Authorization: Bearer lr_live_...' with each request."
             ),
             "tool": spec.name,
@@ -143,7 +144,8 @@ def _with_cors(send: Send, origin: str | None) -> Send:
 
     async def cors_send(message: Message) -> None:
         if message["type"] == "http.response.start":
-            headers = [(k, v) for k, v in message.get("headers", []) if not k.startswith(b"access-control-")]
+            replaced = {b"access-control-allow-origin", b"access-control-allow-credentials", b"vary"}
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in replaced]
             headers += [
                 (b"access-control-allow-origin", origin.encode("latin-1")),
                 (b"access-control-expose-headers", EXPOSED_HEADERS.encode()),

@@ -14,6 +14,11 @@ def test_discovery_documents_describe_the_endpoint_and_tools(client, name):
     assert card["endpoint"] == "http://127.0.0.1:8000/api/mcp"
     assert card["protocolVersions"] == ["2025-11-25", "2026-07-28"]
     assert card["transport"] == {"type": "streamable-http", "stateless": True}
+    assert card["authentication"]["oauth"] == {
+        "protected_resource_metadata": "http://127.0.0.1:8000/.well-known/oauth-protected-resource/api/mcp",
+        "authorization_server_metadata": "http://127.0.0.1:8000/.well-known/oauth-authorization-server",
+        "scopes": ["mcp:read", "mcp:write"],
+    }
     assert card["rateLimits"] == {"per_credential_per_minute": 120, "anonymous_per_address_per_minute": 40}
     tools = {tool["name"]: tool for tool in card["tools"]}
     assert tools["probe_echo"] == {

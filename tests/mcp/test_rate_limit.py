@@ -1,9 +1,9 @@
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
 from django.conf import settings
-from django.core.cache import caches
 from django.test import override_settings
 
 from tests.mcp.test_transport import modern_call, modern_headers
@@ -70,10 +70,13 @@ async def test_limit_is_shared_across_web_nodes_through_redis(mcp_http):
     from leroy.asgi import LeroyASGI
 
     redis_cache = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": settings.LEROY_TEST_REDIS_URL}
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": settings.LEROY_TEST_REDIS_URL,
+            "KEY_PREFIX": f"test-{uuid.uuid4().hex}",  # a fresh namespace: other runs may share this database
+        }
     }
     with override_settings(CACHES=redis_cache), time_machine.travel(FROZEN, tick=False):
-        caches["default"].clear()
         other_node = LeroyASGI()
         async with mcp_http() as node_a:
             for _ in range(40):
@@ -88,4 +91,3 @@ async def test_limit_is_shared_across_web_nodes_through_redis(mcp_http):
             ) as node_b,
         ):
             assert await call(node_b, "probe_echo", {"text": "x"}) == 429
-        caches["default"].clear()

@@ -152,7 +152,7 @@ async def test_anonymous_subscriber_call_gets_401_with_subscription_payload(mcp_
         "free_included_lookups_per_month": 100,
         "paid_overage_usd_per_lookup": 0.01,
     }
-    assert error["free_alternatives"] == ["probe_echo"]
+    assert error["free_alternatives"] == ["get_data_lineage", "probe_echo"]
     assert ("resultType" in result) is (version == MODERN)
 
 
