@@ -1,0 +1,108 @@
+import pytest
+import time_machine
+from asgiref.sync import sync_to_async
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from billing.models import UsageEvent
+from evidence import frames
+from evidence.models import ResearchHypothesis
+from tests.conftest import MCP_URL
+from tests.mcp.test_transport import modern_call, modern_headers, sse_or_json
+
+pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
+
+SETUP = {"symbol": "alfa", "side": "buy", "horizon_minutes": 15}
+# tool -> (arguments, lookups it costs on the fed world)
+CALLS = {
+    "get_current_confluence_leaders": ({"side": "buy", "limit": 5}, 1),
+    "search_market_memory": ({"side": "buy", "horizon_minutes": 15, "signals": ["vwap_trend"]}, 1),
+    "compare_historical_analogues": (SETUP, 1),
+    "get_market_regime": ({}, 0),
+    "explain_setup_failure": (SETUP, 1),
+    "compare_against_benchmark": (SETUP, 1),
+    "simulate_exit_policy": ({**SETUP, "stop_bps": 25, "target_bps": 50}, 1),
+    "estimate_execution_conditions": ({"symbol": "ALFA"}, 0),
+    "get_data_lineage": ({}, 0),
+    "record_research_hypothesis": ({"symbol": "ALFA", "side": "buy", "horizon_minutes": 5, "note": "test"}, 0),
+}
+SUBSCRIBER_TOOLS = [name for name in CALLS if name != "get_data_lineage"] + ["review_hypothesis_outcome"]
+
+
+async def feed(world) -> None:
+    await sync_to_async(frames.replay_tick)()
+    await sync_to_async(frames.frames_refresh)()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_every_research_tool_answers_over_mcp_in_both_eras(world, mcp_http, write_key, mode):
+    with time_machine.travel(world.replay, tick=False):
+        await feed(world)
+        async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(write_key)), mode=mode) as client:
+            results = {name: await client.call_tool(name, arguments) for name, (arguments, _) in CALLS.items()}
+            hypothesis_id = results["record_research_hypothesis"].structured_content["hypothesis_id"]
+            review = await client.call_tool("review_hypothesis_outcome", {"hypothesis_id": hypothesis_id})
+
+    for name, (_, cost) in CALLS.items():
+        assert results[name].is_error is False, name
+        content = results[name].structured_content
+        if "usage" in content:
+            assert content["usage"]["lookup_cost"] == cost, name
+        if name not in ("record_research_hypothesis",):
+            sha = content.get("artifact_sha256") or content["provenance"]["artifact_sha256"]
+            assert sha == world.sha256, name
+    assert results["compare_historical_analogues"].structured_content["status"] == "matched"
+    assert results["estimate_execution_conditions"].structured_content["spread"]["status"] == "not_available"
+    assert review.is_error is False
+    assert review.structured_content["outcome_status"] == "not_mature"
+    assert await UsageEvent.objects.acount() == sum(cost for _, cost in CALLS.values()) == 6
+
+
+@pytest.mark.parametrize("name", SUBSCRIBER_TOOLS)
+async def test_anonymous_calls_of_subscriber_research_tools_get_the_challenge(mcp_http, name):
+    async with mcp_http() as http:
+        response = await http.post(
+            "/api/mcp", json=modern_call(name, CALLS.get(name, ({"hypothesis_id": 1}, 0))[0]),
+            headers=modern_headers("tools/call", name),
+        )  # fmt: skip
+
+    assert response.status_code == 401
+    error = response.json()["result"]["structuredContent"]["error"]
+    assert error["code"] == "subscription_required"
+    assert "get_data_lineage" in error["free_alternatives"]
+
+
+async def test_anonymous_caller_reads_the_data_lineage(world, mcp_http):
+    async with mcp_http() as http:
+        response = await http.post(
+            "/api/mcp",
+            json=modern_call("get_data_lineage", {}),
+            headers=modern_headers("tools/call", "get_data_lineage"),
+        )
+
+    assert response.status_code == 200
+    assert sse_or_json(response)["result"]["structuredContent"]["artifact_sha256"] == world.sha256
+
+
+async def test_the_journal_needs_the_write_scope(world, mcp_http, api_key):
+    name = "record_research_hypothesis"
+    async with mcp_http(api_key) as http:
+        response = await http.post(
+            "/api/mcp", json=modern_call(name, CALLS[name][0]), headers=modern_headers("tools/call", name)
+        )
+
+    assert response.status_code == 403
+    assert "insufficient_scope" in response.headers["www-authenticate"]
+    assert await ResearchHypothesis.objects.aexists() is False
+
+
+async def test_review_of_another_accounts_hypothesis_is_not_found(world, mcp_http, write_key, outsider):
+    theirs = await ResearchHypothesis.objects.acreate(
+        user=outsider, symbol="ALFA", side="buy", horizon_minutes=5, note="theirs", recorded_at=world.replay
+    )
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(write_key)), mode="2026-07-28") as client:
+        result = await client.call_tool("review_hypothesis_outcome", {"hypothesis_id": theirs.pk})
+
+    assert result.is_error is True
+    assert result.structured_content["error"]["code"] == "not_found"
+    assert (await ResearchHypothesis.objects.aget(pk=theirs.pk)).reviewed_at is None
