@@ -1,6 +1,12 @@
 """Celery: drain the Stripe meter-event outbox (enqueued after each overage charge commits)."""
 
+import logging
+
 from celery import shared_task
+
+from billing import selectors, services
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="billing.meter_reports_send")
@@ -9,3 +15,18 @@ def meter_reports_send() -> int:
 
     client = payments.stripe_client()
     return 0 if client is None else payments.meter_reports_send(client=client)
+
+
+@shared_task(name="billing.periods_close")
+def periods_close() -> int:
+    """Hourly (repeat-safe): expire unused credits of months that have ended."""
+    return services.periods_close()
+
+
+@shared_task(name="billing.ledger_verify")
+def ledger_verify() -> int:
+    """Nightly: cached balances must equal the sums of their transfers; drift is logged as an error."""
+    drift = selectors.ledger_drift()
+    if drift:
+        logger.error("ledger drift in %d account(s): %s", len(drift), drift[:20])
+    return len(drift)

@@ -281,4 +281,7 @@ LEROY_FRAME_FEED = env_str("LEROY_FRAME_FEED") or ("replay" if LEROY_CLOCK else 
 CELERY_BEAT_SCHEDULE = {
     "frames-tick": {"task": "evidence.tasks.frames_tick_task", "schedule": 20.0, "options": {"expires": 20}},
     "oauth-housekeeping": {"task": "accounts.tasks.oauth_housekeeping_task", "schedule": 24 * 3600.0},
+    "meter-reports": {"task": "billing.meter_reports_send", "schedule": 60.0, "options": {"expires": 60}},
+    "periods-close": {"task": "billing.periods_close", "schedule": 3600.0},
+    "ledger-verify": {"task": "billing.ledger_verify", "schedule": 24 * 3600.0},
 }

@@ -114,3 +114,13 @@ def test_verify_ledger_detects_injected_drift(charged, owner, capsys):
         call_command("verify_ledger")
 
     assert f'"ledger_account": {allowance(owner).pk}' in capsys.readouterr().err
+
+
+def test_nightly_ledger_task_logs_and_counts_drift(charged, owner, caplog):
+    from billing.tasks import ledger_verify
+
+    assert ledger_verify() == 0
+    LedgerAccount.objects.filter(pk=allowance(owner).pk).update(debits_posted=F("debits_posted") - 1)
+
+    assert ledger_verify() == 1
+    assert "ledger drift in 1 account(s)" in caplog.text
