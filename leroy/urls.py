@@ -3,6 +3,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import include, path
 
+from leroy.api import api
 from leroy.mcp.discovery import server_card
 
 
@@ -19,4 +20,5 @@ urlpatterns = [
     path(".well-known/mcp.json", server_card, name="mcp-json"),
     path(".well-known/mcp/server-card.json", server_card, name="mcp-server-card"),
     path("healthz", healthz, name="healthz"),
+    path("api/v1/", api.urls),
 ]
