@@ -70,11 +70,13 @@ def render(result: EvaluationOut) -> Presentation:
             )
         available = [row for row in result.historical_evidence if row.availability == "available"]
         if available:
-            tiers = {}
+            tiers: dict[tuple[str, int], str] = {}
             if result.market_memory is not None:
+                # The table shows the historical evidence, so it names the historical match's tier only.
                 tiers = {
                     (m.side, m.horizon_minutes): f"{m.match_strength.tier} (score {m.match_strength.score})"
                     for m in result.market_memory.matches
+                    if m.source == "historical"
                 }
             parts.append("\n".join(_evidence_rows(result.historical_evidence, tiers)))
             missing = [row for row in result.historical_evidence if row.availability != "available"]
