@@ -284,4 +284,5 @@ CELERY_BEAT_SCHEDULE = {
     "meter-reports": {"task": "billing.meter_reports_send", "schedule": 60.0, "options": {"expires": 60}},
     "periods-close": {"task": "billing.periods_close", "schedule": 3600.0},
     "ledger-verify": {"task": "billing.ledger_verify", "schedule": 24 * 3600.0},
+    "backtests-reap": {"task": "backtests.stale_jobs_reap", "schedule": 300.0},
 }

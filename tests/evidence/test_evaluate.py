@@ -12,7 +12,6 @@ from evidence.geometry import InvalidSetup
 from evidence.reader import MemoryReader
 from evidence.schemas import EvaluateArgs
 from evidence.selectors import memory_reader
-from tests.evidence.world import fed_world, world, world_files  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,6 @@ from mcp.client.streamable_http import streamable_http_client
 
 from evidence import frames
 from tests.conftest import MCP_URL
-from tests.evidence.world import world, world_files  # noqa: F401
 from tests.mcp.test_transport import modern_call, modern_headers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
