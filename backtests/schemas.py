@@ -1,15 +1,18 @@
-"""Arguments and results of the backtesting MCP tools (the contract's field names, defaults and limits)."""
+"""Arguments and results of the backtesting MCP tools (the contract's field names, defaults, limits and shapes)."""
 
 import re
 from datetime import UTC, date, datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from backtests.statistics import METRICS
+from billing.schemas import CreditUsage
+from evidence.models import FREQUENCIES
 from leroy.mcp.registry import ToolArgs
 
 Metric = Literal[METRICS]  # type: ignore[valid-type]
+SortKey = Literal[("iteration", *METRICS)]  # type: ignore[valid-type]
 SampleFrequency = Literal["5m", "15m", "1h", "4h", "1d"]
 AssetClass = Literal["crypto", "equity", "etf", "forex", "index"]
 ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -210,9 +213,7 @@ class LatestOptimizationArgs(ToolArgs):
 
 class OptimizationResultsArgs(Page):
     id: str = Field(min_length=1, max_length=64, description="Optimization id")
-    sort_by: Literal[("iteration", *METRICS)] | None = Field(  # type: ignore[valid-type]
-        default=None, description="iteration or a metric; omitted: the target metric"
-    )
+    sort_by: SortKey | None = Field(default=None, description="iteration or a metric; omitted: the target metric")
     descending: bool | None = Field(default=None, description="Omitted: the target direction, or ascending")
     limit: int = Field(default=20, ge=1, le=100, description="Page size, 1-100")
 
@@ -231,11 +232,370 @@ class WaitForReportsArgs(ToolArgs):
     report_ids: list[str] = Field(min_length=1, max_length=50, description="Report ids (plural, snake_case)")
 
 
-class Result(BaseModel):
-    """Tool results are open JSON objects: the fields below are documented per tool in its description."""
+# --- results -------------------------------------------------------------------------------------------------------
+# Closed models (unknown fields refused) so the published outputSchema is the contract and any drift between a
+# handler and its model fails loudly. Nullable fields stay null where the value does not exist (yet).
 
-    model_config = {"extra": "allow"}
+
+class Out(BaseModel):
+    """Base of every tool result and nested result object."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
-def iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None
+ReportStatus = Literal["PENDING", "EXECUTING", "COMPLETED", "FAILED"]
+JobStatus = Literal["PENDING", "EXECUTING", "COMPLETED", "FAILED", "CANCELLED"]
+Layer = Literal[
+    "ast", "restricted_python", "process", "bubblewrap", "netns", "rlimits", "uid_drop", "no_new_privs", "seccomp"
+]  # fmt: skip
+Frequency = Literal[FREQUENCIES]  # type: ignore[valid-type]
+
+
+class Listing[Item](Out):
+    items: list[Item]
+    total: int = Field(description="How many items match in all")
+
+
+class Paged[Item](Listing[Item]):
+    skip: int
+    limit: int
+    has_next: bool = Field(description="Another page follows: continue with skip += limit")
+
+
+class RunError(Out):
+    """Why a dry run, backtest or grid point failed; line and column point into the strategy source when known."""
+
+    code: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+
+class Statistics(Out):
+    """The contract's 14 metrics; a metric undefined for the run (no losing trade, no returns) is null."""
+
+    realized_pnl: float | None
+    total_return: float | None
+    cagr: float | None
+    calmar_ratio: float | None
+    recovery_factor: float | None
+    annualized_sharpe_ratio: float | None
+    maximum_drawdown_percentage: float | None
+    std_dev_returns: float | None
+    profit_factor: float | None
+    payoff_ratio: float | None
+    expectancy: float | None
+    average_trade: float | None
+    percentage_of_winning_trades: float | None
+    avg_bars_held: float | None
+
+
+class OrderCounts(Out):
+    submitted: int
+    completed: int
+    canceled: int
+    margin: int
+    rejected: int
+    expired: int
+
+
+class DocumentationOut(Out):
+    documentation: str
+
+
+class StrategySummary(Out):
+    id: str
+    name: str
+    description: str
+    version: str
+    revision: int
+    is_current: bool
+    previous_id: str | None = Field(description="The version this one replaced; null for the first")
+    created_at: datetime
+
+
+class StrategyOut(StrategySummary):
+    code: str
+    versions: list[StrategySummary] = Field(description="Every version of this strategy, oldest first")
+
+
+class StrategyCreated(Out):
+    success: bool
+    id: str
+    strategy: StrategySummary
+
+
+class StrategyUpdated(StrategyCreated):
+    previous_id: str
+
+
+class DryRunSummary(Out):
+    bars: dict[str, int] = Field(description="Bars per data name")
+    final_value: float
+    trades: int
+    orders: OrderCounts
+    statistics: Statistics
+
+
+class DryRunOut(Out):
+    success: bool
+    error: RunError | None
+    result: DryRunSummary | None
+    prints: str
+    sandbox_layers: list[Layer]
+
+
+class SymbolOut(Out):
+    id: str
+    symbol: str
+    name: str
+    asset_class: AssetClass
+    exchange: str
+    currency: str
+    source_type: Literal["global"]
+    is_global: bool
+    frequencies: list[Frequency]
+    data_availability: dict[Frequency, bool]
+
+
+class Candle(Out):
+    timestamp: datetime
+    open: float
+    high: float
+    low: float
+    close: float
+    volume: float
+
+
+class CsvResource(Out):
+    uri: str
+    mime_type: Literal["text/csv"]
+    text: str
+
+
+class MarketDataSampleOut(Out):
+    id: str
+    symbol: str
+    name: str
+    frequency: SampleFrequency
+    count: int
+    points: list[Candle]
+    csv_resource: CsvResource
+
+
+class DownloadOut(Out):
+    """The stored global symbol; the download details are null when existing data was reused."""
+
+    symbol_id: str
+    symbol: str
+    name: str
+    reused: bool
+    frequency: SampleFrequency | None = None
+    rows: int | None = None
+    first_timestamp: datetime | None = None
+    last_timestamp: datetime | None = None
+
+
+class BacktestSubmitted(Out):
+    report_id: str
+    status: ReportStatus
+    credits_reserved: int
+    usage: CreditUsage
+
+
+class Simulation(Out):
+    initial_cash: float
+    commission: float
+    leverage: float
+    buy_on_close: bool
+
+
+class ReportSummary(Out):
+    id: str
+    report_id: str
+    status: ReportStatus
+    strategy_id: str
+    strategy_name: str
+    data_ids: list[str]
+    symbols: list[str]
+    frequency: str
+    start_date: date
+    end_date: date
+    parameters: list[ParameterValue]
+    simulation: Simulation
+    statistics: Statistics | None = Field(description="Null until the report is COMPLETED")
+    credits_reserved: int
+    credits_charged: int
+    error: RunError | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class Trade(Out):
+    """A reconstructed round trip; gross P&L excludes commission, `total` includes it."""
+
+    symbol: str
+    side: Literal["long", "short"]
+    entry_time: datetime
+    exit_time: datetime
+    entry_price: float
+    exit_price: float | None
+    quantity: float
+    gross_pnl: float
+    pnl_percentage: float | None
+    total: float
+    bars_held: int
+
+
+class SymbolPerformance(Out):
+    symbol: str
+    bars: int
+    trades: int
+    gross_pnl: float
+    net_pnl: float
+    percentage_of_winning_trades: float | None
+
+
+class OpenPosition(Out):
+    symbol: str
+    size: float
+    price: float
+
+
+class Diagnostics(Out):
+    """What the sandbox run reported; the run's figures are null when it failed before producing them."""
+
+    sandbox_layers: list[Layer]
+    sandbox_seconds: float
+    data_version: str
+    bars: dict[str, int] | None
+    orders: OrderCounts | None
+    initial_cash: float | None
+    final_value: float | None
+    final_cash: float | None
+    open_positions: list[OpenPosition] | None
+    prints: str
+
+
+class ChartData(Out):
+    equity_curve: list[tuple[datetime, float]] = Field(description="[time, account value] points")
+
+
+class Determinism(Out):
+    strategy_version_id: str
+    data_version: str = Field(description="SHA-256 of the bars used; empty when the run never read them")
+    parameters: dict[str, bool | int | float]
+    report_hash: str = Field(description="Equal for equal (strategy version, data version, parameters)")
+
+
+class ReportOut(ReportSummary):
+    """PENDING/EXECUTING reports carry the summary only: the fields below are null until COMPLETED or FAILED."""
+
+    recent_trades: list[Trade] | None = None
+    trade_count: int | None = None
+    per_symbol: list[SymbolPerformance] | None = None
+    diagnostics: Diagnostics | None = None
+    chart_data: ChartData | None = None
+    determinism: Determinism | None = None
+
+
+class ReportTradesOut(Paged[Trade]):
+    report_id: str
+
+
+class ReportState(Out):
+    report_id: str
+    status: ReportStatus
+
+
+class ReportsWaited(Out):
+    results: list[ReportState]
+    timed_out: bool
+
+
+class OptimizationSubmitted(Out):
+    success: bool
+    optimization_id: str
+    status: JobStatus
+    total_iterations: int
+    credits_reserved: int
+    usage: CreditUsage
+
+
+class OptimizationSummary(Out):
+    id: str
+    optimization_id: str
+    name: str
+    status: JobStatus
+    strategy_id: str
+    strategy_name: str
+    data_ids: list[str]
+    symbols: list[str]
+    frequency: SampleFrequency
+    start_date: datetime
+    end_date: datetime
+    grids: list[Grid]
+    parameters: list[FixedParameter]
+    target_metric: Metric
+    target_direction: Literal["maximize", "minimize"]
+    additional_metrics: list[Metric]
+    total_iterations: int
+    completed_iterations: int
+    failed_iterations: int
+    progress: float = Field(description="Finished (completed or failed) share of the grid, 0-1")
+    use_free_optimization: bool
+    credits_reserved: int
+    credits_charged: int
+    error: RunError | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class ChartPoint(Out):
+    """One completed grid point, with the target metric's value under the metric's own name."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, float | None] = Field(init=False)
+
+    iteration: int
+    parameters: dict[str, int | float]
+
+
+class OptimizationOut(OptimizationSummary):
+    simulation_parameters: SimulationParameters
+    chart_data: list[ChartPoint]
+
+
+class LatestOptimizationOut(Out):
+    optimization: OptimizationOut | None = Field(description="Null when the strategy has no optimization")
+
+
+class OptimizationWaited(Out):
+    id: str
+    status: JobStatus
+    completed_iterations: int
+    failed_iterations: int
+    total_iterations: int
+    error: RunError | None
+    timed_out: bool
+
+
+class OptimizationRunOut(Out):
+    iteration: int
+    parameters: dict[str, int | float] = Field(description="The swept values at this grid point")
+    status: JobStatus
+    statistics: Statistics | None
+    error: RunError | None
+
+
+class OptimizationResultsOut(Paged[OptimizationRunOut]):
+    optimization_id: str
+    sort_by: SortKey
+    descending: bool
+
+
+class OptimizationCancelled(OptimizationSummary):
+    credits_refunded: int
+    usage: CreditUsage

@@ -8,41 +8,70 @@ import asyncio
 import csv
 import io
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
+from pydantic import BaseModel
 
 from accounts.models import User
 from backtests import selectors, services
 from backtests.models import TERMINAL, Optimization, OptimizationRun, Report, Status, Strategy
 from backtests.schemas import (
+    BacktestSubmitted,
+    Candle,
+    ChartData,
+    ChartPoint,
     CreateStrategyArgs,
+    CsvResource,
+    Determinism,
+    DocumentationOut,
     DownloadArgs,
+    DownloadOut,
     DryRunArgs,
+    DryRunOut,
     IdArgs,
     LatestOptimizationArgs,
+    LatestOptimizationOut,
+    Listing,
     ListOptimizationsArgs,
     ListReportsArgs,
     ListStrategiesArgs,
     ListSymbolsArgs,
     MarketDataSampleArgs,
+    MarketDataSampleOut,
+    OptimizationCancelled,
+    OptimizationOut,
     OptimizationResultsArgs,
+    OptimizationResultsOut,
+    OptimizationRunOut,
+    OptimizationSubmitted,
+    OptimizationSummary,
+    OptimizationWaited,
+    Paged,
+    ReportOut,
+    ReportSummary,
+    ReportsWaited,
     ReportTradesArgs,
-    Result,
+    ReportTradesOut,
     RunBacktestArgs,
     RunOptimizationArgs,
     SearchSymbolsArgs,
+    StrategyCreated,
+    StrategyOut,
+    StrategySummary,
+    StrategyUpdated,
+    SymbolOut,
     UpdateStrategyArgs,
     WaitForReportsArgs,
-    iso,
     strict_date,
     strict_instant,
 )
+from billing.schemas import CreditUsage
 from billing.selectors import credit_usage
 from evidence.models import Symbol
-from leroy.mcp.registry import ToolArgs, ToolCall, ToolFailure, tool
+from leroy.mcp.registry import Handler, Metering, ToolArgs, ToolCall, ToolFailure, tool
 
 DOCUMENTATION = Path(__file__).with_name("documentation.md")
 WAIT_SECONDS = 600.0
@@ -54,56 +83,87 @@ class NoArgs(ToolArgs):
     pass
 
 
+def _tool(
+    name: str,
+    title: str,
+    args: type[ToolArgs],
+    output: type[BaseModel],
+    *,
+    write: bool = False,
+    metering: Metering = "free",
+    idempotent: bool | None = None,
+) -> Callable[[Handler], Handler]:
+    """Every contract tool needs a subscriber; a write needs `mcp:write` and is not read-only (nor, by default,
+    idempotent)."""
+    return tool(
+        name=name, title=title, args=args, output=output, access="subscriber",
+        scope="mcp:write" if write else "mcp:read", metering=metering,
+        read_only=not write, idempotent=not write if idempotent is None else idempotent,
+    )  # fmt: skip
+
+
+async def _run[Built: BaseModel](build: Callable[[], Built]) -> Built:
+    """Run a sync ORM/service block in a worker thread; a refusal of the app becomes an in-band tool error."""
+
+    def guarded() -> Built:
+        try:
+            return build()
+        except services.BacktestError as error:
+            raise ToolFailure(error.code, error.message, **error.details) from None
+
+    return await sync_to_async(guarded)()
+
+
 def _user(call: ToolCall) -> User:
     assert call.principal is not None  # subscriber tools are refused earlier without one
     return User.objects.get(pk=call.principal.user_id)
 
 
-def _failure(error: services.BacktestError) -> ToolFailure:
-    return ToolFailure(error.code, error.message, **error.details)
+def _found[Found](found: Found | None, kind: str, key: str) -> Found:
+    if found is None:
+        raise ToolFailure("not_found", f"No {kind} {key} in this account.", id=key)
+    return found
 
 
-def _not_found(kind: str, key: str) -> ToolFailure:
-    return ToolFailure("not_found", f"No {kind} {key} in this account.", id=key)
+def _usage(user: User) -> CreditUsage:
+    return CreditUsage(**credit_usage(user=user))
 
 
-def _usage(user: User) -> dict[str, Any]:
-    return credit_usage(user=user)
+def _page[Built: BaseModel](
+    model: type[Built], items: Sequence[object], total: int, skip: int, limit: int, **extra: object
+) -> Built:
+    return model(items=items, total=total, skip=skip, limit=limit, has_next=skip + len(items) < total, **extra)
 
 
-def _page(items: list[Any], total: int, skip: int, limit: int) -> dict[str, Any]:
-    return {"items": items, "total": total, "skip": skip, "limit": limit, "has_next": skip + len(items) < total}
+def _strategy_summary(strategy: Strategy) -> StrategySummary:
+    return StrategySummary(
+        id=str(strategy.pk),
+        name=strategy.name,
+        description=strategy.description,
+        version=strategy.version,
+        revision=strategy.revision,
+        is_current=strategy.is_current,
+        previous_id=str(strategy.previous_id) if strategy.previous_id else None,
+        created_at=strategy.created_at,
+    )
 
 
-def _strategy_summary(strategy: Strategy) -> dict[str, Any]:
-    return {
-        "id": str(strategy.pk),
-        "name": strategy.name,
-        "description": strategy.description,
-        "version": strategy.version,
-        "revision": strategy.revision,
-        "is_current": strategy.is_current,
-        "previous_id": str(strategy.previous_id) if strategy.previous_id else None,
-        "created_at": iso(strategy.created_at),
-    }
+def _symbol(symbol: Symbol) -> SymbolOut:
+    return SymbolOut(
+        id=str(symbol.pk),
+        symbol=symbol.ticker,
+        name=symbol.name,
+        asset_class=symbol.asset_class,
+        exchange=symbol.exchange,
+        currency=symbol.currency,
+        source_type="global",
+        is_global=True,
+        frequencies=list(symbol.frequencies),
+        data_availability={frequency: True for frequency in symbol.frequencies},
+    )
 
 
-def _symbol(symbol: Symbol) -> dict[str, Any]:
-    return {
-        "id": str(symbol.pk),
-        "symbol": symbol.ticker,
-        "name": symbol.name,
-        "asset_class": symbol.asset_class,
-        "exchange": symbol.exchange,
-        "currency": symbol.currency,
-        "source_type": "global",
-        "is_global": True,
-        "frequencies": list(symbol.frequencies),
-        "data_availability": {frequency: True for frequency in symbol.frequencies},
-    }
-
-
-def _report_summary(report: Report) -> dict[str, Any]:
+def _report_fields(report: Report) -> dict[str, object]:
     return {
         "id": str(report.pk),
         "report_id": str(report.pk),
@@ -113,23 +173,23 @@ def _report_summary(report: Report) -> dict[str, Any]:
         "data_ids": report.data_ids,
         "symbols": report.tickers,
         "frequency": report.frequency,
-        "start_date": report.start_date.isoformat(),
-        "end_date": report.end_date.isoformat(),
+        "start_date": report.start_date,
+        "end_date": report.end_date,
         "parameters": [{"name": k, "value": v} for k, v in report.parameters.items()],
         "simulation": report.simulation,
         "statistics": report.statistics,
         "credits_reserved": report.credits_reserved,
         "credits_charged": report.credits_charged,
         "error": report.error,
-        "created_at": iso(report.created_at),
-        "started_at": iso(report.started_at),
-        "finished_at": iso(report.finished_at),
+        "created_at": report.created_at,
+        "started_at": report.started_at,
+        "finished_at": report.finished_at,
     }
 
 
-def _optimization(optimization: Optimization, *, detail: bool = False) -> dict[str, Any]:
+def _optimization_fields(optimization: Optimization) -> dict[str, object]:
     done = optimization.completed_iterations + optimization.failed_iterations
-    body = {
+    return {
         "id": str(optimization.pk),
         "optimization_id": str(optimization.pk),
         "name": optimization.name,
@@ -139,8 +199,8 @@ def _optimization(optimization: Optimization, *, detail: bool = False) -> dict[s
         "data_ids": optimization.data_ids,
         "symbols": optimization.tickers,
         "frequency": optimization.frequency,
-        "start_date": iso(optimization.start_date),
-        "end_date": iso(optimization.end_date),
+        "start_date": optimization.start_date,
+        "end_date": optimization.end_date,
         "grids": optimization.grids,
         "parameters": [{"name": k, "value": v} for k, v in optimization.parameters.items()],
         "target_metric": optimization.target_metric,
@@ -154,204 +214,164 @@ def _optimization(optimization: Optimization, *, detail: bool = False) -> dict[s
         "credits_reserved": optimization.credits_reserved,
         "credits_charged": optimization.credits_charged,
         "error": optimization.error,
-        "created_at": iso(optimization.created_at),
-        "started_at": iso(optimization.started_at),
-        "finished_at": iso(optimization.finished_at),
+        "created_at": optimization.created_at,
+        "started_at": optimization.started_at,
+        "finished_at": optimization.finished_at,
     }
-    if detail:
-        body["simulation_parameters"] = optimization.simulation_parameters
-        metric = optimization.target_metric
-        body["chart_data"] = [
+
+
+def _optimization_detail(optimization: Optimization) -> OptimizationOut:
+    metric = optimization.target_metric
+    chart = [
+        ChartPoint.model_validate(
             {"iteration": run.iteration, "parameters": run.parameters, metric: (run.statistics or {}).get(metric)}
-            for run in OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED)
-        ]
-    return body
+        )
+        for run in OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED)
+    ]
+    return OptimizationOut.model_validate(
+        {
+            **_optimization_fields(optimization),
+            "simulation_parameters": optimization.simulation_parameters,
+            "chart_data": chart,
+        }
+    )
 
 
 # --- strategy authoring ------------------------------------------------------------------------------------------
 
 
-@tool(
-    name="get_strategy_documentation", title="Strategy documentation", args=NoArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def get_strategy_documentation(call: ToolCall, args: NoArgs) -> Result:
+@_tool("get_strategy_documentation", "Strategy documentation", NoArgs, DocumentationOut)
+async def get_strategy_documentation(call: ToolCall, args: NoArgs) -> DocumentationOut:
     """Leroy's strategy-authoring documentation: call it before writing or changing Backtrader code.
 
     Returns {documentation}: the execution environment, the supported `bt` API, multi-data rules, order
     handling, tuple-form parameters, no imports, and what reports visualize."""
-    return Result(documentation=DOCUMENTATION.read_text())
+    return DocumentationOut(documentation=DOCUMENTATION.read_text())
 
 
-@tool(
-    name="list_strategies", title="List strategies", args=ListStrategiesArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def list_strategies(call: ToolCall, args: ListStrategiesArgs) -> Result:
+@_tool("list_strategies", "List strategies", ListStrategiesArgs, Paged[StrategySummary])
+async def list_strategies(call: ToolCall, args: ListStrategiesArgs) -> Paged[StrategySummary]:
     """List your saved strategies (current versions, newest first) without source code; paginated by skip/limit."""
 
-    def run() -> dict[str, Any]:
+    def run() -> Paged[StrategySummary]:
         rows, total = selectors.page(selectors.strategies_current(user=_user(call)), skip=args.skip, limit=args.limit)
-        return _page([_strategy_summary(s) for s in rows], total, args.skip, args.limit)
+        return _page(Paged[StrategySummary], [_strategy_summary(s) for s in rows], total, args.skip, args.limit)
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="get_strategy", title="Get strategy", args=IdArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def get_strategy(call: ToolCall, args: IdArgs) -> Result:
+@_tool("get_strategy", "Get strategy", IdArgs, StrategyOut)
+async def get_strategy(call: ToolCall, args: IdArgs) -> StrategyOut:
     """One saved strategy version with its complete source code and its version history."""
 
-    def run() -> dict[str, Any]:
-        strategy = selectors.strategy_get(user=_user(call), strategy_id=args.id)
-        if strategy is None:
-            raise _not_found("strategy", args.id)
+    def run() -> StrategyOut:
+        strategy = _found(selectors.strategy_get(user=_user(call), strategy_id=args.id), "strategy", args.id)
         history = [_strategy_summary(v) for v in selectors.strategy_versions(strategy=strategy)]
-        return {**_strategy_summary(strategy), "code": strategy.code, "versions": history}
+        return StrategyOut(**_strategy_summary(strategy).model_dump(), code=strategy.code, versions=history)
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="create_strategy", title="Create strategy", args=CreateStrategyArgs, output=Result,
-    access="subscriber", scope="mcp:write", metering="free", read_only=False, idempotent=False,
-)  # fmt: skip
-async def create_strategy(call: ToolCall, args: CreateStrategyArgs) -> Result:
+@_tool("create_strategy", "Create strategy", CreateStrategyArgs, StrategyCreated, write=True)
+async def create_strategy(call: ToolCall, args: CreateStrategyArgs) -> StrategyCreated:
     """Save a strategy from complete Python code. The exact code must first pass run_dry_run_backtest.
 
     The code defines a bt.Strategy subclass, uses no imports (bt and math are provided), tuple-form params,
     indicators in __init__ and trading logic in next(). Returns the new strategy's id."""
 
-    def run() -> dict[str, Any]:
-        try:
-            strategy = services.strategy_create(
-                user=_user(call), name=args.name, code=args.code, description=args.description, version=args.version
-            )
-        except services.BacktestError as error:
-            raise _failure(error) from None
-        return {"success": True, "id": str(strategy.pk), "strategy": _strategy_summary(strategy)}
+    def run() -> StrategyCreated:
+        strategy = services.strategy_create(
+            user=_user(call), name=args.name, code=args.code, description=args.description, version=args.version
+        )
+        return StrategyCreated(success=True, id=str(strategy.pk), strategy=_strategy_summary(strategy))
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="update_strategy", title="Update strategy", args=UpdateStrategyArgs, output=Result,
-    access="subscriber", scope="mcp:write", metering="free", read_only=False, idempotent=False,
-)  # fmt: skip
-async def update_strategy(call: ToolCall, args: UpdateStrategyArgs) -> Result:
+@_tool("update_strategy", "Update strategy", UpdateStrategyArgs, StrategyUpdated, write=True)
+async def update_strategy(call: ToolCall, args: UpdateStrategyArgs) -> StrategyUpdated:
     """Create a new immutable version of a strategy (name, description and/or code); returns the new id.
 
     `id` must be the current version. Changed code must first pass run_dry_run_backtest. The old version
     leaves normal listings but stays in the version history (and its reports keep pointing at it)."""
 
-    def run() -> dict[str, Any]:
-        try:
-            strategy = services.strategy_update(
-                user=_user(call), strategy_id=args.id, name=args.name, description=args.description, code=args.code
-            )
-        except services.BacktestError as error:
-            raise _failure(error) from None
-        return {
-            "success": True,
-            "id": str(strategy.pk),
-            "previous_id": args.id,
-            "strategy": _strategy_summary(strategy),
-        }
+    def run() -> StrategyUpdated:
+        strategy = services.strategy_update(
+            user=_user(call), strategy_id=args.id, name=args.name, description=args.description, code=args.code
+        )
+        return StrategyUpdated(
+            success=True, id=str(strategy.pk), previous_id=args.id, strategy=_strategy_summary(strategy)
+        )
 
-    if selectors.parse_id(args.id) is None:
-        raise _not_found("strategy", args.id)
-    return Result(**await sync_to_async(run)())
+    _found(selectors.parse_id(args.id), "strategy", args.id)
+    return await _run(run)
 
 
-@tool(
-    name="run_dry_run_backtest", title="Dry-run strategy code", args=DryRunArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free", read_only=True, idempotent=True,
-)  # fmt: skip
-async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> Result:
+@_tool("run_dry_run_backtest", "Dry-run strategy code", DryRunArgs, DryRunOut)
+async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
     """Execute complete strategy source on Leroy's fixed small data set (two daily symbols) without saving it.
 
     Returns {success, error (code, message, line, column), result (bars, final_value, trades, orders,
     statistics), prints, sandbox_layers}. A fixed environment check, not a historical report."""
 
-    def run() -> dict[str, Any]:
+    def run() -> DryRunOut:
         outcome = services.dry_run(user=_user(call), code=args.code)
-        return {
-            "success": outcome.success,
-            "error": outcome.error,
-            "result": outcome.result,
-            "prints": outcome.prints,
-            "sandbox_layers": outcome.layers,
-        }
+        return DryRunOut.model_validate(
+            {
+                "success": outcome.success,
+                "error": outcome.error,
+                "result": outcome.result,
+                "prints": outcome.prints,
+                "sandbox_layers": outcome.layers,
+            }
+        )
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
 # --- symbols and market data -------------------------------------------------------------------------------------
 
 
-@tool(
-    name="list_symbols", title="List symbols", args=ListSymbolsArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def list_symbols(call: ToolCall, args: ListSymbolsArgs) -> Result:
+@_tool("list_symbols", "List symbols", ListSymbolsArgs, Paged[SymbolOut])
+async def list_symbols(call: ToolCall, args: ListSymbolsArgs) -> Paged[SymbolOut]:
     """List available symbols with asset class and frequency availability (paginated; all stored data is global)."""
 
-    def run() -> dict[str, Any]:
+    def run() -> Paged[SymbolOut]:
         found = selectors.symbols(is_global=args.is_global, asset_class=args.asset_class)
         rows, total = selectors.page(found, skip=args.skip, limit=args.limit)
-        return _page([_symbol(s) for s in rows], total, args.skip, args.limit)
+        return _page(Paged[SymbolOut], [_symbol(s) for s in rows], total, args.skip, args.limit)
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="search_symbols_by_name", title="Search symbols", args=SearchSymbolsArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def search_symbols_by_name(call: ToolCall, args: SearchSymbolsArgs) -> Result:
+@_tool("search_symbols_by_name", "Search symbols", SearchSymbolsArgs, Listing[SymbolOut])
+async def search_symbols_by_name(call: ToolCall, args: SearchSymbolsArgs) -> Listing[SymbolOut]:
     """Search symbols by ticker, name, prefix or pair form (AAPL, BTC/USD, XAU/USD, XAUUSD, gold).
 
     The argument is camelCase: {"symbolName": "XAU/USD"}."""
 
-    def run() -> dict[str, Any]:
+    def run() -> Listing[SymbolOut]:
         found = selectors.symbols_search(text=args.symbolName)
-        return {"items": [_symbol(s) for s in found], "total": len(found)}
+        return Listing[SymbolOut](items=[_symbol(s) for s in found], total=len(found))
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="get_symbol", title="Get symbol", args=IdArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def get_symbol(call: ToolCall, args: IdArgs) -> Result:
+@_tool("get_symbol", "Get symbol", IdArgs, SymbolOut)
+async def get_symbol(call: ToolCall, args: IdArgs) -> SymbolOut:
     """One symbol's metadata: source type, asset class, exchange, quote currency and data_availability."""
-
-    def run() -> dict[str, Any]:
-        symbol = selectors.symbol_get(symbol_id=args.id)
-        if symbol is None:
-            raise _not_found("symbol", args.id)
-        return _symbol(symbol)
-
-    return Result(**await sync_to_async(run)())
+    return await _run(lambda: _symbol(_found(selectors.symbol_get(symbol_id=args.id), "symbol", args.id)))
 
 
-@tool(
-    name="get_market_data_sample", title="Market data sample", args=MarketDataSampleArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> Result:
+@_tool("get_market_data_sample", "Market data sample", MarketDataSampleArgs, MarketDataSampleOut)
+async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> MarketDataSampleOut:
     """The most recent OHLCV candles (up to `limit`, at most 10,000) of a stored frequency, with a CSV resource.
 
     start_date/end_date are inclusive ISO 8601 dates or date-times with an offset; a date-only end covers the day."""
     from evidence.selectors import bars_read
 
-    def run() -> dict[str, Any]:
-        symbol = selectors.symbol_get(symbol_id=args.id)
-        if symbol is None:
-            raise _not_found("symbol", args.id)
+    def run() -> MarketDataSampleOut:
+        symbol = _found(selectors.symbol_get(symbol_id=args.id), "symbol", args.id)
         if args.frequency not in symbol.frequencies:
             raise ToolFailure(
                 "frequency_unavailable",
@@ -364,181 +384,152 @@ async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> 
             raise ToolFailure("invalid_request", "end_date must not be before start_date.")
         frame = bars_read(symbol=symbol, frequency=args.frequency, start=start, end=end).tail(args.limit)
         points = [
-            {"timestamp": iso(row["ts"]), **{k: row[k] for k in ("open", "high", "low", "close", "volume")}}
+            Candle(timestamp=row["ts"], **{k: row[k] for k in ("open", "high", "low", "close", "volume")})
             for row in frame.iter_rows(named=True)
         ]
         text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=["timestamp", "open", "high", "low", "close", "volume"])
+        writer = csv.DictWriter(text, fieldnames=list(Candle.model_fields))
         writer.writeheader()
-        writer.writerows(points)
-        return {
-            "id": str(symbol.pk),
-            "symbol": symbol.ticker,
-            "name": symbol.name,
-            "frequency": args.frequency,
-            "count": len(points),
-            "points": points,
-            "csv_resource": {
-                "uri": f"leroy://market-data/{symbol.pk}/{args.frequency}.csv",
-                "mime_type": "text/csv",
-                "text": text.getvalue(),
-            },
-        }
+        writer.writerows(point.model_dump(mode="json") for point in points)
+        return MarketDataSampleOut(
+            id=str(symbol.pk),
+            symbol=symbol.ticker,
+            name=symbol.name,
+            frequency=args.frequency,
+            count=len(points),
+            points=points,
+            csv_resource=CsvResource(
+                uri=f"leroy://market-data/{symbol.pk}/{args.frequency}.csv", mime_type="text/csv", text=text.getvalue()
+            ),
+        )
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="download_market_data", title="Download market data", args=DownloadArgs, output=Result,
-    access="subscriber", scope="mcp:write", metering="free", read_only=False, idempotent=True,
-)  # fmt: skip
-async def download_market_data(call: ToolCall, args: DownloadArgs) -> Result:
+@_tool("download_market_data", "Download market data", DownloadArgs, DownloadOut, write=True, idempotent=True)
+async def download_market_data(call: ToolCall, args: DownloadArgs) -> DownloadOut:
     """Download full-history OHLCV for a stock, ETF, forex or metal pair, or crypto symbol through the
     configured provider and store it as a global symbol; existing global data is reused. Equities and ETFs
     are 1d only; intraday (5m, 15m, 1h, 4h) needs forex or crypto. Returns the symbol name and id."""
     from backtests import providers
 
-    def run() -> dict[str, Any]:
+    def run() -> DownloadOut:
         try:
             outcome = providers.market_data_download(
                 symbol=args.symbol, frequency=args.frequency, asset_class=args.asset_class
             )
         except providers.DownloadError as error:
             raise ToolFailure(error.code, error.message, **error.details) from None
-        return outcome
+        return DownloadOut.model_validate(outcome)
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
 # --- backtests and reports ---------------------------------------------------------------------------------------
 
 
-@tool(
-    name="run_backtest", title="Run backtest", args=RunBacktestArgs, output=Result,
-    access="subscriber", scope="mcp:write", metering="credits", read_only=False, idempotent=False,
-)  # fmt: skip
-async def run_backtest(call: ToolCall, args: RunBacktestArgs) -> Result:
+@_tool("run_backtest", "Run backtest", RunBacktestArgs, BacktestSubmitted, write=True, metering="credits")
+async def run_backtest(call: ToolCall, args: RunBacktestArgs) -> BacktestSubmitted:
     """Submit one asynchronous backtest of a saved strategy; credits are reserved now and settled when it ends.
 
     Use symbol ids from search_symbols_by_name or list_symbols; the frequency must be stored for each. The
     report moves PENDING -> EXECUTING -> COMPLETED | FAILED. Returns {report_id, status, usage}."""
 
-    def run() -> dict[str, Any]:
+    def run() -> BacktestSubmitted:
         user = _user(call)
-        try:
-            report = services.backtest_submit(
-                user=user,
-                strategy_id=str(selectors.parse_id(args.strategy_id) or args.strategy_id),
-                data_ids=args.data_ids,
-                frequency=args.frequency,
-                start_date=strict_date(args.start_date),
-                end_date=strict_date(args.end_date),
-                parameters={p.name: p.value for p in args.parameters},
-                simulation={
-                    "initial_cash": args.initial_cash,
-                    "commission": args.commission,
-                    "leverage": args.leverage,
-                    "buy_on_close": args.buy_on_close,
-                },
-            )
-        except services.BacktestError as error:
-            raise _failure(error) from None
+        report = services.backtest_submit(
+            user=user,
+            strategy_id=str(selectors.parse_id(args.strategy_id) or args.strategy_id),
+            data_ids=args.data_ids,
+            frequency=args.frequency,
+            start_date=strict_date(args.start_date),
+            end_date=strict_date(args.end_date),
+            parameters={p.name: p.value for p in args.parameters},
+            simulation={
+                "initial_cash": args.initial_cash,
+                "commission": args.commission,
+                "leverage": args.leverage,
+                "buy_on_close": args.buy_on_close,
+            },
+        )
         report.refresh_from_db()
-        return {
-            "report_id": str(report.pk),
-            "status": report.status,
-            "credits_reserved": report.credits_reserved,
-            "usage": _usage(user),
-        }
+        return BacktestSubmitted(
+            report_id=str(report.pk),
+            status=report.status,
+            credits_reserved=report.credits_reserved,
+            usage=_usage(user),
+        )
 
-    if selectors.parse_id(args.strategy_id) is None:
-        raise _not_found("strategy", args.strategy_id)
-    return Result(**await sync_to_async(run)())
+    _found(selectors.parse_id(args.strategy_id), "strategy", args.strategy_id)
+    return await _run(run)
 
 
-@tool(
-    name="list_reports", title="List reports", args=ListReportsArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def list_reports(call: ToolCall, args: ListReportsArgs) -> Result:
+@_tool("list_reports", "List reports", ListReportsArgs, Paged[ReportSummary])
+async def list_reports(call: ToolCall, args: ListReportsArgs) -> Paged[ReportSummary]:
     """Backtest reports, newest first, optionally for one saved strategy id; with status and statistics."""
 
-    def run() -> dict[str, Any]:
+    def run() -> Paged[ReportSummary]:
         found = selectors.reports_of(user=_user(call), strategy_id=args.strategy_id)
         rows, total = selectors.page(found, skip=args.skip, limit=args.limit)
-        return _page([_report_summary(r) for r in rows], total, args.skip, args.limit)
+        items = [ReportSummary.model_validate(_report_fields(r)) for r in rows]
+        return _page(Paged[ReportSummary], items, total, args.skip, args.limit)
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="get_report", title="Get report", args=IdArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def get_report(call: ToolCall, args: IdArgs) -> Result:
+@_tool("get_report", "Get report", IdArgs, ReportOut)
+async def get_report(call: ToolCall, args: IdArgs) -> ReportOut:
     """One report. PENDING/EXECUTING give status only; COMPLETED/FAILED add summary statistics, recent
     reconstructed trades, per-symbol performance, diagnostics (sandbox layers, data version, report hash) and
     equity-curve chart data. Stored statistics are authoritative: reconstructed trades exclude commission."""
 
-    def run() -> dict[str, Any]:
-        report = selectors.report_get(user=_user(call), report_id=args.id)
-        if report is None:
-            raise _not_found("report", args.id)
-        body = _report_summary(report)
+    def run() -> ReportOut:
+        report = _found(selectors.report_get(user=_user(call), report_id=args.id), "report", args.id)
+        body = _report_fields(report)
         if report.status in TERMINAL:
             body.update(
                 recent_trades=report.trades[-RECENT_TRADES:],
                 trade_count=len(report.trades),
                 per_symbol=report.per_symbol,
                 diagnostics=report.diagnostics,
-                chart_data={"equity_curve": report.equity},
-                determinism={
-                    "strategy_version_id": str(report.strategy_id),
-                    "data_version": report.data_version,
-                    "parameters": report.parameters,
-                    "report_hash": report.report_hash,
-                },
+                chart_data=ChartData(equity_curve=report.equity),
+                determinism=Determinism(
+                    strategy_version_id=str(report.strategy_id),
+                    data_version=report.data_version,
+                    parameters=report.parameters,
+                    report_hash=report.report_hash,
+                ),
             )
-        return body
+        return ReportOut.model_validate(body)
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="list_report_trades", title="List report trades", args=ReportTradesArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def list_report_trades(call: ToolCall, args: ReportTradesArgs) -> Result:
+@_tool("list_report_trades", "List report trades", ReportTradesArgs, ReportTradesOut)
+async def list_report_trades(call: ToolCall, args: ReportTradesArgs) -> ReportTradesOut:
     """A page of a report's reconstructed round-trip trades (entry/exit time and price, quantity, gross P&L,
     P&L %, total); continue with skip += limit while has_next is true."""
 
-    def run() -> dict[str, Any]:
-        report = selectors.report_get(user=_user(call), report_id=args.id)
-        if report is None:
-            raise _not_found("report", args.id)
+    def run() -> ReportTradesOut:
+        report = _found(selectors.report_get(user=_user(call), report_id=args.id), "report", args.id)
         trades = report.trades[args.skip : args.skip + args.limit]
-        return {"report_id": str(report.pk), **_page(trades, len(report.trades), args.skip, args.limit)}
+        return _page(ReportTradesOut, trades, len(report.trades), args.skip, args.limit, report_id=str(report.pk))
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="wait_for_reports", title="Wait for reports", args=WaitForReportsArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def wait_for_reports(call: ToolCall, args: WaitForReportsArgs) -> Result:
+@_tool("wait_for_reports", "Wait for reports", WaitForReportsArgs, ReportsWaited)
+async def wait_for_reports(call: ToolCall, args: WaitForReportsArgs) -> ReportsWaited:
     """Wait until every report in `report_ids` is COMPLETED or FAILED (up to 10 minutes), reporting progress.
 
     Returns {results: [{report_id, status}]}; reports still running at the time limit are listed with their status."""
 
     def statuses() -> dict[str, str]:
         user = _user(call)
-        found = {}
-        for report_id in args.report_ids:
-            report = selectors.report_get(user=user, report_id=report_id)
-            if report is None:
-                raise _not_found("report", report_id)
-            found[report_id] = report.status
+        found = {
+            report_id: _found(selectors.report_get(user=user, report_id=report_id), "report", report_id).status
+            for report_id in args.report_ids
+        }
         close_old_connections()
         return found
 
@@ -548,9 +539,11 @@ async def wait_for_reports(call: ToolCall, args: WaitForReportsArgs) -> Result:
         done = sum(status in TERMINAL for status in current.values())
         await call.report_progress(done, len(current), f"{done} of {len(current)} reports finished")
         if done == len(current) or time.monotonic() >= deadline:
-            return Result(
-                results=[{"report_id": k, "status": v} for k, v in current.items()],
-                timed_out=done != len(current),
+            return ReportsWaited.model_validate(
+                {
+                    "results": [{"report_id": k, "status": v} for k, v in current.items()],
+                    "timed_out": done != len(current),
+                }
             )
         await asyncio.sleep(POLL_SECONDS)
 
@@ -558,102 +551,87 @@ async def wait_for_reports(call: ToolCall, args: WaitForReportsArgs) -> Result:
 # --- optimizations -----------------------------------------------------------------------------------------------
 
 
-@tool(
-    name="run_optimization", title="Run optimization", args=RunOptimizationArgs, output=Result,
-    access="subscriber", scope="mcp:write", metering="credits", read_only=False, idempotent=False,
-)  # fmt: skip
-async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> Result:
+@_tool(
+    "run_optimization", "Run optimization", RunOptimizationArgs, OptimizationSubmitted, write=True, metering="credits"
+)
+async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> OptimizationSubmitted:
     """Submit a 1-2 parameter grid optimization of a saved strategy; each grid point runs as its own job.
 
     Credits for the whole grid are reserved up front (or one free optimization is used when
     use_free_optimization is true); cancelled or failed points are refunded. Returns {success, optimization_id}."""
 
-    def run() -> dict[str, Any]:
+    def run() -> OptimizationSubmitted:
         user = _user(call)
-        try:
-            optimization = services.optimization_submit(
-                user=user,
-                strategy_id=args.strategy_id,
-                name=args.name,
-                data_ids=args.data_ids,
-                frequency=args.frequency,
-                start=strict_instant(args.start_date),
-                end=strict_instant(args.end_date, end=True),
-                grids=[g.model_dump() for g in args.grids],
-                parameters={p.name: p.value for p in args.parameters},
-                simulation_parameters=args.simulation_parameters.model_dump(),
-                target_metric=args.target_metric,
-                target_direction=args.target_direction,
-                additional_metrics=list(args.additional_metrics),
-                use_free_optimization=args.use_free_optimization,
-            )
-        except services.BacktestError as error:
-            raise _failure(error) from None
+        optimization = services.optimization_submit(
+            user=user,
+            strategy_id=args.strategy_id,
+            name=args.name,
+            data_ids=args.data_ids,
+            frequency=args.frequency,
+            start=strict_instant(args.start_date),
+            end=strict_instant(args.end_date, end=True),
+            grids=[g.model_dump() for g in args.grids],
+            parameters={p.name: p.value for p in args.parameters},
+            simulation_parameters=args.simulation_parameters.model_dump(),
+            target_metric=args.target_metric,
+            target_direction=args.target_direction,
+            additional_metrics=list(args.additional_metrics),
+            use_free_optimization=args.use_free_optimization,
+        )
         optimization.refresh_from_db()
-        return {
-            "success": True,
-            "optimization_id": str(optimization.pk),
-            "status": optimization.status,
-            "total_iterations": optimization.total_iterations,
-            "credits_reserved": optimization.credits_reserved,
-            "usage": _usage(user),
-        }
+        return OptimizationSubmitted(
+            success=True,
+            optimization_id=str(optimization.pk),
+            status=optimization.status,
+            total_iterations=optimization.total_iterations,
+            credits_reserved=optimization.credits_reserved,
+            usage=_usage(user),
+        )
 
-    if selectors.parse_id(args.strategy_id) is None:
-        raise _not_found("strategy", args.strategy_id)
-    return Result(**await sync_to_async(run)())
+    _found(selectors.parse_id(args.strategy_id), "strategy", args.strategy_id)
+    return await _run(run)
 
 
-@tool(
-    name="list_optimizations", title="List optimizations", args=ListOptimizationsArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def list_optimizations(call: ToolCall, args: ListOptimizationsArgs) -> Result:
+@_tool("list_optimizations", "List optimizations", ListOptimizationsArgs, Paged[OptimizationSummary])
+async def list_optimizations(call: ToolCall, args: ListOptimizationsArgs) -> Paged[OptimizationSummary]:
     """Your optimizations, newest first: status, strategy, grids, metrics, period, iteration counts, credits."""
 
-    def run() -> dict[str, Any]:
+    def run() -> Paged[OptimizationSummary]:
         rows, total = selectors.page(selectors.optimizations_of(user=_user(call)), skip=args.skip, limit=args.limit)
-        return _page([_optimization(o) for o in rows], total, args.skip, args.limit)
+        items = [OptimizationSummary.model_validate(_optimization_fields(o)) for o in rows]
+        return _page(Paged[OptimizationSummary], items, total, args.skip, args.limit)
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="get_optimization", title="Get optimization", args=IdArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def get_optimization(call: ToolCall, args: IdArgs) -> Result:
+@_tool("get_optimization", "Get optimization", IdArgs, OptimizationOut)
+async def get_optimization(call: ToolCall, args: IdArgs) -> OptimizationOut:
     """One optimization: status, progress, grids, metrics, dates, simulation settings, credits, errors and
     chart data. It names no "best" run: use list_optimization_results to inspect runs."""
 
-    def run() -> dict[str, Any]:
-        optimization = selectors.optimization_get(user=_user(call), optimization_id=args.id)
-        if optimization is None:
-            raise _not_found("optimization", args.id)
-        return _optimization(optimization, detail=True)
+    def run() -> OptimizationOut:
+        found = selectors.optimization_get(user=_user(call), optimization_id=args.id)
+        return _optimization_detail(_found(found, "optimization", args.id))
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="get_latest_optimization_by_strategy", title="Latest optimization of a strategy",
-    args=LatestOptimizationArgs, output=Result, access="subscriber", scope="mcp:read", metering="free",
+@_tool(
+    "get_latest_optimization_by_strategy", "Latest optimization of a strategy", LatestOptimizationArgs,
+    LatestOptimizationOut,
 )  # fmt: skip
-async def get_latest_optimization_by_strategy(call: ToolCall, args: LatestOptimizationArgs) -> Result:
+async def get_latest_optimization_by_strategy(call: ToolCall, args: LatestOptimizationArgs) -> LatestOptimizationOut:
     """The most recent optimization of a saved strategy id, or {optimization: null} when there is none."""
 
-    def run() -> dict[str, Any]:
+    def run() -> LatestOptimizationOut:
         optimization = selectors.optimization_latest(user=_user(call), strategy_id=args.strategy_id)
-        return {"optimization": _optimization(optimization, detail=True) if optimization else None}
+        return LatestOptimizationOut(optimization=_optimization_detail(optimization) if optimization else None)
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="wait_for_optimization", title="Wait for optimization", args=IdArgs, output=Result,
-    access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def wait_for_optimization(call: ToolCall, args: IdArgs) -> Result:
+@_tool("wait_for_optimization", "Wait for optimization", IdArgs, OptimizationWaited)
+async def wait_for_optimization(call: ToolCall, args: IdArgs) -> OptimizationWaited:
     """Wait (streaming progress) until the optimization completes, fails or is cancelled, up to 10 minutes.
 
     Returns {status, completed_iterations, failed_iterations, total_iterations, error, timed_out}."""
@@ -661,9 +639,7 @@ async def wait_for_optimization(call: ToolCall, args: IdArgs) -> Result:
     def read() -> Optimization:
         optimization = selectors.optimization_get(user=_user(call), optimization_id=args.id)
         close_old_connections()
-        if optimization is None:
-            raise _not_found("optimization", args.id)
-        return optimization
+        return _found(optimization, "optimization", args.id)
 
     deadline = time.monotonic() + WAIT_SECONDS
     while True:
@@ -671,32 +647,30 @@ async def wait_for_optimization(call: ToolCall, args: IdArgs) -> Result:
         done = optimization.completed_iterations + optimization.failed_iterations
         await call.report_progress(done, optimization.total_iterations, f"{done} of {optimization.total_iterations}")
         if optimization.status in TERMINAL or time.monotonic() >= deadline:
-            return Result(
-                id=str(optimization.pk),
-                status=optimization.status,
-                completed_iterations=optimization.completed_iterations,
-                failed_iterations=optimization.failed_iterations,
-                total_iterations=optimization.total_iterations,
-                error=optimization.error,
-                timed_out=optimization.status not in TERMINAL,
+            return OptimizationWaited.model_validate(
+                {
+                    "id": str(optimization.pk),
+                    "status": optimization.status,
+                    "completed_iterations": optimization.completed_iterations,
+                    "failed_iterations": optimization.failed_iterations,
+                    "total_iterations": optimization.total_iterations,
+                    "error": optimization.error,
+                    "timed_out": optimization.status not in TERMINAL,
+                }
             )
         await asyncio.sleep(POLL_SECONDS)
 
 
-@tool(
-    name="list_optimization_results", title="List optimization results", args=OptimizationResultsArgs,
-    output=Result, access="subscriber", scope="mcp:read", metering="free",
-)  # fmt: skip
-async def list_optimization_results(call: ToolCall, args: OptimizationResultsArgs) -> Result:
+@_tool("list_optimization_results", "List optimization results", OptimizationResultsArgs, OptimizationResultsOut)
+async def list_optimization_results(call: ToolCall, args: OptimizationResultsArgs) -> OptimizationResultsOut:
     """A bounded page of an optimization's runs: iteration, swept parameters, status, statistics and errors.
 
     Sorted by the target metric in the target direction when sort_by is omitted; an explicit sort_by is
     ascending unless descending is true. Continue with skip += limit while has_next is true."""
 
-    def run() -> dict[str, Any]:
-        optimization = selectors.optimization_get(user=_user(call), optimization_id=args.id)
-        if optimization is None:
-            raise _not_found("optimization", args.id)
+    def run() -> OptimizationResultsOut:
+        found = selectors.optimization_get(user=_user(call), optimization_id=args.id)
+        optimization = _found(found, "optimization", args.id)
         if args.sort_by is None:
             sort_by = optimization.target_metric
             descending = args.descending if args.descending is not None else optimization.target_direction == "maximize"
@@ -706,38 +680,35 @@ async def list_optimization_results(call: ToolCall, args: OptimizationResultsArg
             optimization=optimization, sort_by=sort_by, descending=descending, skip=args.skip, limit=args.limit
         )
         items = [
-            {
-                "iteration": r.iteration,
-                "parameters": r.parameters,
-                "status": r.status,
-                "statistics": r.statistics,
-                "error": r.error,
-            }
+            OptimizationRunOut.model_validate(
+                {
+                    "iteration": r.iteration,
+                    "parameters": r.parameters,
+                    "status": r.status,
+                    "statistics": r.statistics,
+                    "error": r.error,
+                }
+            )
             for r in runs
         ]
-        return {"optimization_id": str(optimization.pk), "sort_by": sort_by, "descending": descending,
-                **_page(items, total, args.skip, args.limit)}  # fmt: skip
+        return _page(OptimizationResultsOut, items, total, args.skip, args.limit,
+                     optimization_id=str(optimization.pk), sort_by=sort_by, descending=descending)  # fmt: skip
 
-    return Result(**await sync_to_async(run)())
+    return await _run(run)
 
 
-@tool(
-    name="cancel_optimization", title="Cancel optimization", args=IdArgs, output=Result,
-    access="subscriber", scope="mcp:write", metering="credits", read_only=False, idempotent=False,
-)  # fmt: skip
-async def cancel_optimization(call: ToolCall, args: IdArgs) -> Result:
+@_tool("cancel_optimization", "Cancel optimization", IdArgs, OptimizationCancelled, write=True, metering="credits")
+async def cancel_optimization(call: ToolCall, args: IdArgs) -> OptimizationCancelled:
     """Cancel a PENDING or EXECUTING optimization: points not yet started never run and their reserved
     credits are refunded; completed points stay charged. Returns the optimization and usage."""
 
-    def run() -> dict[str, Any]:
+    def run() -> OptimizationCancelled:
         user = _user(call)
-        try:
-            optimization = services.optimization_cancel(user=user, optimization_id=args.id)
-        except services.BacktestError as error:
-            raise _failure(error) from None
+        optimization = services.optimization_cancel(user=user, optimization_id=args.id)
         refunded = optimization.credits_reserved - optimization.credits_charged
-        return {**_optimization(optimization), "credits_refunded": refunded, "usage": _usage(user)}
+        return OptimizationCancelled.model_validate(
+            {**_optimization_fields(optimization), "credits_refunded": refunded, "usage": _usage(user)}
+        )
 
-    if selectors.parse_id(args.id) is None:
-        raise _not_found("optimization", args.id)
-    return Result(**await sync_to_async(run)())
+    _found(selectors.parse_id(args.id), "optimization", args.id)
+    return await _run(run)

@@ -117,3 +117,15 @@ def test_unconfigured_provider_and_bad_symbols_are_refused_before_any_request(se
 
     assert unconfigured.value.code == "provider_not_configured"
     assert not_a_pair.value.code == "invalid_symbol"
+
+
+def test_downloaded_and_reused_results_fit_the_tool_output_model(tiingo):
+    from backtests.schemas import DownloadOut
+
+    first = providers.market_data_download(symbol="XAU/USD", frequency="1h", asset_class="forex")
+    second = providers.market_data_download(symbol="XAUUSD", frequency="1h", asset_class="forex")
+
+    assert DownloadOut.model_validate(first).model_dump(mode="json") == first
+    assert DownloadOut.model_validate(second).model_dump(mode="json") == second | dict.fromkeys(
+        ("frequency", "rows", "first_timestamp", "last_timestamp")
+    )

@@ -103,3 +103,10 @@ def test_optimization_arguments_follow_the_contract(overrides, fragment):
 def test_date_only_end_bound_covers_the_whole_day():
     assert strict_instant("2024-01-05", end=True).isoformat() == "2024-01-05T23:59:59.999999+00:00"
     assert strict_instant("2024-01-05T10:00:00-05:00").isoformat() == "2024-01-05T15:00:00+00:00"
+
+
+def test_statistics_result_names_exactly_the_contract_metrics_in_order():
+    from backtests.schemas import Statistics
+    from backtests.statistics import METRICS
+
+    assert tuple(Statistics.model_fields) == METRICS

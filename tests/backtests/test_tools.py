@@ -190,3 +190,102 @@ async def test_outsider_sees_none_of_the_owners_strategies(mcp_http, owner, outs
 
     assert payload["error"]["code"] == "not_found"
     assert listing["items"] == []
+
+
+BOOM = """
+class Boom(bt.Strategy):
+    params = (("boom", 0),)
+
+    def next(self):
+        self.broken = 1 // (1 - self.p.boom)
+"""
+
+
+async def test_every_tool_publishes_a_closed_input_and_its_own_output_schema(mcp_http, owner, api_key):
+    specs = load_tools()
+    async with client(mcp_http, api_key) as session:
+        listed = {t.name: t for t in (await session.list_tools()).tools if t.name in TOOLS}
+
+    assert set(listed) == set(TOOLS)
+    for name, published in listed.items():
+        assert published.input_schema["additionalProperties"] is False, name
+        assert published.output_schema["title"] == specs[name].output.__name__, name
+        assert published.output_schema["additionalProperties"] is False, name
+        assert published.output_schema["properties"], name
+
+
+async def test_every_tool_answers_in_its_output_model_while_jobs_are_pending_failed_or_cancelled(
+    mcp_http, owner, write_key, monkeypatch
+):
+    from backtests import services, tasks
+
+    monkeypatch.setattr(tasks.backtest_run, "delay", lambda report_id: None)
+    monkeypatch.setattr(tasks.optimization_point, "delay", lambda run_id: None)
+    coin = await sync_to_async(import_walk)("TSTUSD")
+    calls = []
+    async with client(mcp_http, write_key) as session:
+
+        async def call(name, arguments):
+            calls.append((name, await ok(session, name, arguments)))
+            return calls[-1][1]
+
+        await call("get_strategy_documentation", {})
+        refused_code = await call("run_dry_run_backtest", {"code": "import os\n" + BOOM})
+        await call("run_dry_run_backtest", {"code": BOOM})
+        created = await call("create_strategy", {"name": "Boom", "code": BOOM})
+        strategy = (await call("update_strategy", {"id": created["id"], "description": "fails on demand"}))["id"]
+        await call("list_strategies", {})
+        await call("get_strategy", {"id": strategy})
+        await call("list_symbols", {})
+        await call("search_symbols_by_name", {"symbolName": "TST/USD"})
+        await call("get_symbol", {"id": str(coin.pk)})
+        await call("get_market_data_sample", {"id": str(coin.pk), "frequency": "1d", "limit": 2})
+        reused = await call("download_market_data", {"symbol": "TST/USD", "frequency": "1d", "asset_class": "crypto"})
+        no_optimization = await call("get_latest_optimization_by_strategy", {"strategy_id": strategy})
+        run = {"strategy_id": strategy, "data_ids": [str(coin.pk)], "frequency": "1d",
+               "start_date": "2024-01-01", "end_date": "2024-12-31"}  # fmt: skip
+        pending_id = (await call("run_backtest", run))["report_id"]
+        failing_id = (await call("run_backtest", run | {"parameters": [{"name": "boom", "value": 1}]}))["report_id"]
+        await sync_to_async(services.backtest_execute)(report_id=failing_id)
+        pending = await call("get_report", {"id": pending_id})
+        failed = await call("get_report", {"id": failing_id})
+        trades = await call("list_report_trades", {"id": pending_id})
+        await call("list_reports", {})
+        waited = await call("wait_for_reports", {"report_ids": [failing_id]})
+        grid = optimization_args(strategy, str(coin.pk), grids=[{"name": "boom", "min": 0, "max": 1, "step": 1}],
+                                 parameters=[])  # fmt: skip
+        optimization_id = (await call("run_optimization", grid))["optimization_id"]
+        await call("get_optimization", {"id": optimization_id})
+        await call("get_latest_optimization_by_strategy", {"strategy_id": strategy})
+        await call("list_optimizations", {})
+        runs = await call("list_optimization_results", {"id": optimization_id})
+        cancelled = await call("cancel_optimization", {"id": optimization_id})
+        stopped = await call("wait_for_optimization", {"id": optimization_id})
+
+    specs = load_tools()
+    assert {name for name, _ in calls} == set(TOOLS)
+    for name, result in calls:
+        assert specs[name].output.model_validate(result).model_dump(mode="json") == result, name
+    assert (refused_code["success"], refused_code["result"], refused_code["error"]["code"]) == (
+        False, None, "validation_error"
+    )  # fmt: skip
+    assert (refused_code["error"]["line"], refused_code["error"]["column"]) == (1, 1)
+    assert {k: reused[k] for k in ("reused", "frequency", "rows", "first_timestamp")} == {
+        "reused": True, "frequency": None, "rows": None, "first_timestamp": None
+    }  # fmt: skip
+    assert no_optimization == {"optimization": None}
+    assert (pending["status"], pending["statistics"], pending["recent_trades"], pending["diagnostics"]) == (
+        "PENDING", None, None, None
+    )  # fmt: skip
+    assert (trades["items"], trades["total"], trades["has_next"]) == ([], 0, False)
+    assert (failed["status"], failed["error"]["code"], failed["statistics"], failed["per_symbol"]) == (
+        "FAILED", "execution_error", None, None
+    )  # fmt: skip
+    diagnostics = failed["diagnostics"]
+    assert (diagnostics["bars"], diagnostics["final_value"], failed["trade_count"]) == (None, None, 0)
+    assert waited == {"results": [{"report_id": failing_id, "status": "FAILED"}], "timed_out": False}
+    assert [(r["iteration"], r["status"], r["statistics"]) for r in runs["items"]] == [
+        (1, "PENDING", None), (2, "PENDING", None)
+    ]  # fmt: skip
+    assert (cancelled["status"], cancelled["credits_refunded"]) == ("CANCELLED", cancelled["credits_reserved"])
+    assert (stopped["status"], stopped["completed_iterations"], stopped["timed_out"]) == ("CANCELLED", 0, False)
