@@ -3,19 +3,18 @@
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import polars as pl
 from django.conf import settings
 
-from evidence import calendar
-from evidence.features import FEATURES, HORIZONS, WARMUP_SESSIONS, symbol_frame
+from evidence.features import FEATURES, HORIZONS
 from evidence.memory import BuildPlan, feature_store_path
-from evidence.models import FREQUENCIES, BarPartition, Corpus, MarketMemoryArtifact, Symbol
+from evidence.models import FREQUENCIES, BarPartition, MarketMemoryArtifact, Symbol
 from evidence.reader import Evidence, MemoryReader
 from evidence.store import BAR_COLUMNS, BAR_SCHEMA, absolute, frame_sha256
-from evidence.strategies import SIDES, STRATEGIES, mask_names, names_mask, with_states
+from evidence.strategies import SIDES, STRATEGIES, names_mask
 from leroy.clock import now
 
 
@@ -166,48 +165,4 @@ def frame_inspect(*, ticker: str, ts: datetime) -> dict[str, Any]:
         "label_unit": "1e-8",
         "source": plan.source,
         "artifact_sha256": reader.sha256,
-    }
-
-
-def frame_live(*, ticker: str, at: datetime) -> dict[str, Any] | None:
-    """The current verified frame of a symbol: its latest bar closed by `at`, with point-in-time features, strategy
-    states and regime computed from stored bars only (a trailing window long enough for every warm-up).
-
-    None when the symbol has no minute bars closed by `at`. Labels are absent by construction: the future is unknown.
-    """
-    symbol = symbol_get(ticker=ticker)
-    corpus = Corpus.objects.select_related("benchmark").first()
-    if symbol is None or corpus is None:
-        return None
-    last_closed = at - timedelta(minutes=1)  # a bar opening at ts is known at ts + 1 minute
-    session = calendar.xnys().minute_to_past_session(at, count=1)
-    start = calendar.xnys().session_offset(session, -(WARMUP_SESSIONS + 1)).date()
-    first = datetime.combine(start, datetime.min.time(), tzinfo=UTC)
-    bars = bars_read(symbol=symbol, frequency="1m", start=first, end=last_closed)
-    if bars.is_empty():
-        return None
-    if corpus.benchmark_id == symbol.pk:
-        benchmark = bars
-    else:
-        benchmark = bars_read(symbol=corpus.benchmark, frequency="1m", start=first, end=last_closed)
-    frame = with_states(symbol_frame(bars, benchmark)).filter(pl.col("ts") <= bars.get_column("ts").max())
-    row = frame.row(-1, named=True)
-    return {
-        "symbol": symbol.ticker,
-        "ts": row["ts"].isoformat(),
-        "available_at": (row["ts"] + timedelta(minutes=1)).isoformat(),
-        "session": row["session"].isoformat(),
-        "close": row["close"],
-        "ready": row["ready"],
-        "features": {name: row[name] for name in FEATURES},
-        "regime": {
-            "id": row["regime"],
-            "trend": row["trend"],
-            "volatility": row["volatility"],
-            "time_of_day": row["tod"],
-        },
-        "buy_mask": row["buy_mask"],
-        "sell_mask": row["sell_mask"],
-        "active": {side: None if row[f"{side}_mask"] is None else mask_names(row[f"{side}_mask"]) for side in SIDES},
-        "source": "synthetic" if BarPartition.objects.filter(symbol=symbol, source="synthetic").exists() else "vendor",
     }

@@ -2,7 +2,7 @@
 
 import io
 import json
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 
 import pytest
 from django.core.management import call_command
@@ -10,7 +10,7 @@ from django.test import override_settings
 
 from evidence import calendar, demo
 from evidence.models import BarPartition, Corpus, MarketMemoryArtifact
-from evidence.selectors import frame_inspect, frame_live, memory_lookup, memory_reader
+from evidence.selectors import memory_lookup, memory_reader
 
 pytestmark = pytest.mark.django_db
 
@@ -75,15 +75,6 @@ def test_demo_loads_builds_identically_twice_and_inspects_honest_rows() -> None:
     assert all(isinstance(value, int) for value in frame["labels"].values())
     assert len(frame["strategy_states"]) == 41
     assert frame["source"] == "synthetic"
-
-    at = datetime.fromisoformat(f"{sessions[61].isoformat()}T15:01:00+00:00")
-    live = frame_live(ticker="ALFA", at=at)
-    built = frame_inspect(ticker="ALFA", ts=at - timedelta(minutes=1))
-    assert live is not None
-    assert (live["ts"], live["ready"], live["source"]) == (built["ts"], True, "synthetic")
-    assert live["regime"] == built["regime"]
-    assert live["active"]["buy"] == [name for name, state in built["strategy_states"].items() if state["buy"]]
-    assert frame_live(ticker="ALFA", at=datetime.fromisoformat("2023-06-01T15:00:00+00:00")) is None
 
     warmup = json.loads(_run("inspect_frame", "ALFA", f"{sessions[10].isoformat()}T20:58:00Z")[-1])
     assert warmup["ready"] is False
