@@ -10,9 +10,11 @@ import io
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
+from django.db.models import QuerySet
 from pydantic import BaseModel
 
 from accounts.models import User
@@ -129,10 +131,23 @@ def _usage(user: User) -> CreditUsage:
     return CreditUsage(**credit_usage(user=user))
 
 
+def _submitted[Built: BaseModel](model: type[Built], job: Report | Optimization, user: User, **fields: object) -> Built:
+    """A submission's answer: the job's committed status and reservation, and the account's usage after it."""
+    job.refresh_from_db()
+    return model(status=job.status, credits_reserved=job.credits_reserved, usage=_usage(user), **fields)
+
+
 def _page[Built: BaseModel](
     model: type[Built], items: Sequence[object], total: int, skip: int, limit: int, **extra: object
 ) -> Built:
     return model(items=items, total=total, skip=skip, limit=limit, has_next=skip + len(items) < total, **extra)
+
+
+def _page_of[Built: BaseModel](
+    model: type[Built], rows: QuerySet[Any], shape: Callable[[Any], BaseModel], skip: int, limit: int
+) -> Built:
+    page, total = selectors.page(rows, skip=skip, limit=limit)
+    return _page(model, [shape(row) for row in page], total, skip, limit)
 
 
 def _strategy_summary(strategy: Strategy) -> StrategySummary:
@@ -187,6 +202,10 @@ def _report_fields(report: Report) -> dict[str, object]:
     }
 
 
+def _report_summary(report: Report) -> ReportSummary:
+    return ReportSummary.model_validate(_report_fields(report))
+
+
 def _optimization_fields(optimization: Optimization) -> dict[str, object]:
     done = optimization.completed_iterations + optimization.failed_iterations
     return {
@@ -218,6 +237,10 @@ def _optimization_fields(optimization: Optimization) -> dict[str, object]:
         "started_at": optimization.started_at,
         "finished_at": optimization.finished_at,
     }
+
+
+def _optimization_summary(optimization: Optimization) -> OptimizationSummary:
+    return OptimizationSummary.model_validate(_optimization_fields(optimization))
 
 
 def _optimization_detail(optimization: Optimization) -> OptimizationOut:
@@ -254,8 +277,8 @@ async def list_strategies(call: ToolCall, args: ListStrategiesArgs) -> Paged[Str
     """List your saved strategies (current versions, newest first) without source code; paginated by skip/limit."""
 
     def run() -> Paged[StrategySummary]:
-        rows, total = selectors.page(selectors.strategies_current(user=_user(call)), skip=args.skip, limit=args.limit)
-        return _page(Paged[StrategySummary], [_strategy_summary(s) for s in rows], total, args.skip, args.limit)
+        rows = selectors.strategies_current(user=_user(call))
+        return _page_of(Paged[StrategySummary], rows, _strategy_summary, args.skip, args.limit)
 
     return await _run(run)
 
@@ -336,12 +359,8 @@ async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
 async def list_symbols(call: ToolCall, args: ListSymbolsArgs) -> Paged[SymbolOut]:
     """List available symbols with asset class and frequency availability (paginated; all stored data is global)."""
 
-    def run() -> Paged[SymbolOut]:
-        found = selectors.symbols(is_global=args.is_global, asset_class=args.asset_class)
-        rows, total = selectors.page(found, skip=args.skip, limit=args.limit)
-        return _page(Paged[SymbolOut], [_symbol(s) for s in rows], total, args.skip, args.limit)
-
-    return await _run(run)
+    rows = selectors.symbols(is_global=args.is_global, asset_class=args.asset_class)
+    return await _run(lambda: _page_of(Paged[SymbolOut], rows, _symbol, args.skip, args.limit))
 
 
 @_tool("search_symbols_by_name", "Search symbols", SearchSymbolsArgs, Listing[SymbolOut])
@@ -452,13 +471,7 @@ async def run_backtest(call: ToolCall, args: RunBacktestArgs) -> BacktestSubmitt
                 "buy_on_close": args.buy_on_close,
             },
         )
-        report.refresh_from_db()
-        return BacktestSubmitted(
-            report_id=str(report.pk),
-            status=report.status,
-            credits_reserved=report.credits_reserved,
-            usage=_usage(user),
-        )
+        return _submitted(BacktestSubmitted, report, user, report_id=str(report.pk))
 
     _found(selectors.parse_id(args.strategy_id), "strategy", args.strategy_id)
     return await _run(run)
@@ -469,10 +482,8 @@ async def list_reports(call: ToolCall, args: ListReportsArgs) -> Paged[ReportSum
     """Backtest reports, newest first, optionally for one saved strategy id; with status and statistics."""
 
     def run() -> Paged[ReportSummary]:
-        found = selectors.reports_of(user=_user(call), strategy_id=args.strategy_id)
-        rows, total = selectors.page(found, skip=args.skip, limit=args.limit)
-        items = [ReportSummary.model_validate(_report_fields(r)) for r in rows]
-        return _page(Paged[ReportSummary], items, total, args.skip, args.limit)
+        rows = selectors.reports_of(user=_user(call), strategy_id=args.strategy_id)
+        return _page_of(Paged[ReportSummary], rows, _report_summary, args.skip, args.limit)
 
     return await _run(run)
 
@@ -578,14 +589,13 @@ async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> Optimiz
             additional_metrics=list(args.additional_metrics),
             use_free_optimization=args.use_free_optimization,
         )
-        optimization.refresh_from_db()
-        return OptimizationSubmitted(
+        return _submitted(
+            OptimizationSubmitted,
+            optimization,
+            user,
             success=True,
             optimization_id=str(optimization.pk),
-            status=optimization.status,
             total_iterations=optimization.total_iterations,
-            credits_reserved=optimization.credits_reserved,
-            usage=_usage(user),
         )
 
     _found(selectors.parse_id(args.strategy_id), "strategy", args.strategy_id)
@@ -597,9 +607,8 @@ async def list_optimizations(call: ToolCall, args: ListOptimizationsArgs) -> Pag
     """Your optimizations, newest first: status, strategy, grids, metrics, period, iteration counts, credits."""
 
     def run() -> Paged[OptimizationSummary]:
-        rows, total = selectors.page(selectors.optimizations_of(user=_user(call)), skip=args.skip, limit=args.limit)
-        items = [OptimizationSummary.model_validate(_optimization_fields(o)) for o in rows]
-        return _page(Paged[OptimizationSummary], items, total, args.skip, args.limit)
+        rows = selectors.optimizations_of(user=_user(call))
+        return _page_of(Paged[OptimizationSummary], rows, _optimization_summary, args.skip, args.limit)
 
     return await _run(run)
 
