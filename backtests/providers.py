@@ -6,7 +6,7 @@ evidence's `manage.py import_bars`, which shares the same validation.
 """
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Protocol
 
 import httpx2
@@ -93,8 +93,20 @@ class TiingoProvider:
         except (KeyError, TypeError, ValueError) as error:
             raise DownloadError("provider_error", f"The provider's bars are malformed: {error}") from None
 
+    def session_minutes(self, *, ticker: str, session: date) -> pl.DataFrame:
+        """One session's 1-minute bars so far (Tiingo's IEX endpoint), for the live frame feed."""
+        day = session.isoformat()
+        params = {"startDate": day, "endDate": day, "resampleFreq": "1min", "columns": "open,high,low,close,volume"}
+        rows = self._get(f"/iex/{ticker.lower()}/prices", params)
+        if not isinstance(rows, list):
+            raise DownloadError("provider_error", "The provider's answer was not a list of bars.")
+        try:
+            return _frame(rows)
+        except (KeyError, TypeError, ValueError) as error:
+            raise DownloadError("provider_error", f"The provider's bars are malformed: {error}") from None
 
-def default_provider() -> Provider:
+
+def default_provider() -> TiingoProvider:
     if not settings.LEROY_MARKET_DATA_TOKEN:
         raise DownloadError(
             "provider_not_configured", "No market-data provider is configured (LEROY_MARKET_DATA_TOKEN is empty)."

@@ -7,6 +7,7 @@ each tick `frames_refresh` recomputes every fed symbol's frame with the build's 
 row and never scan bars.
 """
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -15,16 +16,18 @@ import polars as pl
 from django.conf import settings
 from django.db import transaction
 
+from backtests.providers import DownloadError, default_provider
 from evidence import calendar
 from evidence.features import FEATURES, WARMUP_SESSIONS, symbol_frame
 from evidence.models import Corpus, Frame, LiveBar, Symbol
 from evidence.selectors import bars_read
-from evidence.services import ImportRejected
+from evidence.services import ImportRejected, bars_import
 from evidence.store import BAR_COLUMNS, BAR_SCHEMA
 from evidence.strategies import with_states
 from leroy.clock import now
 
 MINUTE = timedelta(minutes=1)
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,63 @@ def replay_tick(*, at: datetime | None = None) -> int:
         if not tape.is_empty():
             fed += live_bars_ingest(ticker=symbol.ticker, bars=tape, feed="replay", at=at)
     return fed
+
+
+def provider_tick(*, at: datetime | None = None) -> int:
+    """The production feed: pull each followed symbol's new closed minutes of the open session from the configured
+    market-data provider and ingest them. One symbol's failure is logged and does not stop the others."""
+    at = at or now()
+    window = open_session(at)
+    if window is None:
+        return 0
+    provider = default_provider()
+    fed = 0
+    for symbol in feed_universe():
+        latest = LiveBar.objects.filter(symbol=symbol, ts__gte=window.open).order_by("-ts").values_list("ts", flat=True)
+        after = latest.first() or window.open - MINUTE
+        try:
+            bars = provider.session_minutes(ticker=symbol.ticker, session=window.session)
+            fresh = bars.filter((pl.col("ts") > after) & (pl.col("ts") + MINUTE <= at.replace(second=0, microsecond=0)))
+            if not fresh.is_empty():
+                fed += live_bars_ingest(ticker=symbol.ticker, bars=fresh, feed="provider", at=at)
+        except (DownloadError, ImportRejected) as error:
+            logger.warning("frame feed: %s skipped this tick: %s", symbol.ticker, error)
+    return fed
+
+
+def live_bars_compact(*, at: datetime | None = None) -> list[date]:
+    """Close compaction: move provider live bars of sessions that have closed into the verified bar store.
+
+    Each symbol's session goes through the store's own validation (`bars_import`); when every symbol of a session is
+    stored, its live bars are deleted and the corpus's verified boundary advances. Replayed sessions are never
+    compacted: their tape already lies in the store as provisional data.
+    """
+    at = at or now()
+    window = open_session(at)
+    current = window.session if window else None
+    sessions = sorted(
+        {ts.date() for ts in LiveBar.objects.filter(feed="provider").values_list("ts", flat=True)}
+        - ({current} if current else set())
+    )
+    compacted = []
+    for day in sessions:
+        start = calendar.schedule(day, day).row(0, named=True)
+        if start["session_close"] > at:
+            continue
+        rows = LiveBar.objects.filter(feed="provider", ts__gte=start["session_open"], ts__lt=start["session_close"])
+        with transaction.atomic():
+            for symbol in Symbol.objects.filter(pk__in=rows.values("symbol")).order_by("ticker"):
+                mine = rows.filter(symbol=symbol).order_by("ts").values_list(*BAR_COLUMNS)
+                bars_import(
+                    ticker=symbol.ticker,
+                    frequency="1m",
+                    frame=pl.DataFrame(list(mine), schema=BAR_SCHEMA, orient="row"),
+                    asset_class=symbol.asset_class,
+                )
+            rows.delete()
+            Corpus.objects.filter(verified_through__lt=day).update(verified_through=day)
+        compacted.append(day)
+    return compacted
 
 
 def frame_compute(*, symbol: Symbol, benchmark: Symbol, at: datetime) -> dict[str, Any] | None:

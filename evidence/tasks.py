@@ -27,4 +27,12 @@ def frames_tick_task() -> None:
     """One tick of the frame feed: replay the next minutes in the demo, then recompute the current frames."""
     if settings.LEROY_FRAME_FEED == "replay":
         frames.replay_tick()
+    elif settings.LEROY_MARKET_DATA_TOKEN:
+        frames.provider_tick()
     frames.frames_refresh()
+
+
+@shared_task(ignore_result=True)
+def frames_compact_task() -> None:
+    """Hourly: move closed sessions' provider bars into the verified store."""
+    frames.live_bars_compact()

@@ -280,6 +280,7 @@ LEROY_FRAME_STALE_SECONDS = env_int("LEROY_FRAME_STALE_SECONDS", 180)
 LEROY_FRAME_FEED = env_str("LEROY_FRAME_FEED") or ("replay" if LEROY_CLOCK else "provider")
 CELERY_BEAT_SCHEDULE = {
     "frames-tick": {"task": "evidence.tasks.frames_tick_task", "schedule": 20.0, "options": {"expires": 20}},
+    "frames-compact": {"task": "evidence.tasks.frames_compact_task", "schedule": 3600.0},
     "oauth-housekeeping": {"task": "accounts.tasks.oauth_housekeeping_task", "schedule": 24 * 3600.0},
     "meter-reports": {"task": "billing.meter_reports_send", "schedule": 60.0, "options": {"expires": 60}},
     "periods-close": {"task": "billing.periods_close", "schedule": 3600.0},

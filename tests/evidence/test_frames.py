@@ -1,4 +1,8 @@
+import json
+import threading
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import polars as pl
 import pytest
@@ -121,3 +125,78 @@ def test_bars_are_refused_while_the_market_is_closed_or_for_unknown_symbols(worl
         frames.live_bars_ingest(ticker="NOPE", bars=bars([(world.replay - MINUTE, *row)]), feed="provider")
 
     assert LiveBar.objects.exists() is False
+
+
+class FakeIex(BaseHTTPRequestHandler):
+    """Serves a session's minute bars from the world's own tape, as Tiingo's IEX endpoint would."""
+
+    tapes: dict[str, list[dict]] = {}
+    failing: set[str] = set()
+
+    def do_GET(self):
+        ticker = urlsplit(self.path).path.split("/")[2].upper()
+        status = 500 if ticker in FakeIex.failing else 200
+        payload = json.dumps(FakeIex.tapes.get(ticker, []) if status == 200 else {"detail": "down"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def iex(world, settings):
+    window = frames.open_session(world.replay)
+    FakeIex.tapes = {
+        ticker: [
+            {"date": row["ts"].isoformat(), **{k: row[k] for k in ("open", "high", "low", "close", "volume")}}
+            for row in tape(world, ticker, window.open, window.close).iter_rows(named=True)
+        ]
+        for ticker in ("ALFA", "BRVO", "SYNX")
+    }
+    FakeIex.failing = set()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeIex)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings.LEROY_MARKET_DATA_URL = f"http://127.0.0.1:{server.server_address[1]}"
+    settings.LEROY_MARKET_DATA_TOKEN = "test-token"
+    yield FakeIex
+    server.shutdown()
+    server.server_close()
+
+
+def test_provider_feed_ingests_closed_minutes_and_skips_a_failing_symbol(world, iex):
+    iex.failing = {"BRVO"}
+    with time_machine.travel(world.replay, tick=False):
+        fed = frames.provider_tick()
+        frames.frames_refresh()
+        assert frames.provider_tick() == 0  # nothing new within the same minute
+
+    window = frames.open_session(world.replay)
+    minutes = (world.replay - window.open) // MINUTE
+    assert fed == 2 * minutes
+    assert LiveBar.objects.filter(symbol__ticker="BRVO").exists() is False
+    assert set(LiveBar.objects.values_list("feed", flat=True)) == {"provider"}
+    assert Frame.objects.get(symbol__ticker="ALFA").source_time == world.replay - MINUTE
+
+
+def test_closed_provider_sessions_are_compacted_into_the_verified_store(world):
+    from evidence.services import bars_import
+
+    window = frames.open_session(world.replay)
+    history = tape(world, "ALFA", None, window.open - MINUTE)
+    bars_import(ticker="CMPX", frequency="1m", frame=history, asset_class="equity")
+    live = tape(world, "ALFA", window.open, world.replay - 2 * MINUTE)
+    with time_machine.travel(world.replay, tick=False):
+        frames.live_bars_ingest(ticker="CMPX", bars=live, feed="provider")
+        assert frames.live_bars_compact() == []  # the session is still open
+
+    with time_machine.travel(world.replay.replace(hour=22), tick=False):
+        assert frames.live_bars_compact() == [window.session]
+
+    stored = tape(world, "CMPX", window.open, window.close)
+    assert stored.equals(live)
+    assert LiveBar.objects.exists() is False
+    assert Corpus.objects.get().verified_through == window.session

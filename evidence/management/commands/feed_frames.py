@@ -13,6 +13,9 @@ class Command(BaseCommand):
     help = "Replay the next minutes (when LEROY_FRAME_FEED=replay) and recompute every current frame."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        fed = frames.replay_tick() if settings.LEROY_FRAME_FEED == "replay" else 0
+        if settings.LEROY_FRAME_FEED == "replay":
+            fed = frames.replay_tick()
+        else:
+            fed = frames.provider_tick() if settings.LEROY_MARKET_DATA_TOKEN else 0
         refreshed = frames.frames_refresh()
         self.stdout.write(json.dumps({"feed": settings.LEROY_FRAME_FEED, "bars_fed": fed, "frames_changed": refreshed}))
