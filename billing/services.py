@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
@@ -600,6 +601,9 @@ def plan_assign(*, user: User, plan: Plan) -> AccountPlan:
     """Assign a plan. An upgrade adds the difference to this month's grants now; a downgrade waits a month."""
     at = now()
     assignment, _ = AccountPlan.objects.update_or_create(user=user, defaults={"plan": plan, "assigned_at": at})
+    if plan.overage_allowed and settings.LEROY_STRIPE_SECRET_KEY:
+        # Billed plans need a Stripe subscription for the overage meter; Stripe calls never run inside our transaction.
+        transaction.on_commit(lambda: tasks.stripe_subscription_sync.delay(user.pk, plan.pk))
     start = period_start_of(at)
     if not Period.objects.filter(user=user, period_start=start).exists():
         return assignment  # the period opens with the new plan

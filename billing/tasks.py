@@ -30,3 +30,17 @@ def ledger_verify() -> int:
     if drift:
         logger.error("ledger drift in %d account(s): %s", len(drift), drift[:20])
     return len(drift)
+
+
+@shared_task(name="billing.stripe_subscription_sync", autoretry_for=(Exception,), retry_backoff=30, max_retries=5)
+def stripe_subscription_sync(user_id: int, plan_id: int) -> None:
+    """Create the Stripe customer and subscription of an account moved to a billed plan (idempotent on Stripe)."""
+    from accounts.models import User
+    from billing import payments
+    from billing.models import Plan
+
+    client = payments.stripe_client()
+    if client is not None:
+        payments.stripe_subscription_create(
+            user=User.objects.get(pk=user_id), plan=Plan.objects.get(pk=plan_id), client=client
+        )

@@ -222,3 +222,26 @@ def test_meter_setup_creates_the_meter_and_a_one_cent_metered_price_idempotently
         "recurring[meter]": "mtr_1",
     }
     assert fake.created == 3
+
+
+def test_assigning_a_billed_plan_creates_the_subscription_after_commit(
+    owner, fake, client_, monkeypatch, django_capture_on_commit_callbacks
+):
+    monkeypatch.setattr(payments, "stripe_client", lambda **kwargs: client_)
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        services.plan_assign(user=owner, plan=Plan.objects.get(code="pro"))
+
+    assert len(callbacks) == 1
+    assert [call.path for call in fake.calls] == ["/v1/customers", "/v1/subscriptions"]
+    assert StripeCustomer.objects.get(user=owner).subscription_id == "sub_2"
+
+
+def test_assigning_the_free_plan_calls_no_stripe(owner, fake, client_, monkeypatch, django_capture_on_commit_callbacks):
+    monkeypatch.setattr(payments, "stripe_client", lambda **kwargs: client_)
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        services.plan_assign(user=owner, plan=Plan.objects.get(code="free"))
+
+    assert callbacks == []
+    assert fake.calls == []
