@@ -19,10 +19,10 @@ import django
 
 django.setup()
 
+from evidence import store  # noqa: E402
 from evidence.models import Symbol  # noqa: E402
 from evidence.selectors import bars_read  # noqa: E402
 from evidence.services import market_memory_build_run  # noqa: E402
-from evidence.store import absolute  # noqa: E402
 
 
 def timed(work):  # type: ignore[no-untyped-def]
@@ -37,7 +37,8 @@ def main() -> None:
         sys.exit("no minute bars stored: run `manage.py load_demo_data` first")
     rows, _, read_cpu = timed(lambda: sum(len(bars_read(symbol=s, frequency="1m")) for s in symbols))
     artifact, wall, cpu = timed(lambda: market_memory_build_run(activate=False))
-    size = sum(p.stat().st_size for p in absolute(artifact.path).iterdir())
+    manifest_bytes = len(store.read_bytes(f"{artifact.path}/manifest.json"))
+    size = manifest_bytes + sum(entry["bytes"] for entry in artifact.manifest["files"].values())
     per_core = rows / cpu
     baseline = rows / read_cpu
     print(

@@ -7,7 +7,6 @@ counts are computed inside a symbol partition and summed across symbols, which i
 
 import hashlib
 import json
-import shutil
 import sqlite3
 from dataclasses import asdict, dataclass
 from datetime import date
@@ -17,10 +16,9 @@ from typing import Any
 import polars as pl
 from django.conf import settings
 
-from evidence import calendar, features, strategies
+from evidence import calendar, features, store, strategies
 from evidence.features import HORIZONS
 from evidence.models import BarPartition, Corpus, Symbol
-from evidence.store import absolute, file_sha256, write_parquet_atomic
 from leroy.clock import now
 
 SCHEMA_VERSION = 1
@@ -231,22 +229,22 @@ def _reservoir(candidates: pl.DataFrame, tier: int) -> pl.DataFrame:
     return _with_key(chosen, tier, RESERVOIR_KEY_SCHEMA)
 
 
-def partial_dir(build_dir: Path, ticker: str) -> Path:
-    return build_dir / "partials" / ticker
+def partial_dir(build_dir: str, ticker: str) -> str:
+    return f"{build_dir}/partials/{ticker}"
 
 
-def feature_store_path(ticker: str, plan: BuildPlan) -> Path:
-    """The feature store file for a symbol's exact inputs (its bars, the benchmark's, the last session)."""
+def feature_store_path(ticker: str, plan: BuildPlan) -> str:
+    """The stored feature file for a symbol's exact inputs (its bars, the benchmark's, the last session)."""
     inputs = canonical_json([plan.inputs[ticker], plan.inputs[plan.benchmark], plan.through])
-    return absolute(f"features/{features.FEATURE_VERSION}/{ticker}/{hashlib.sha256(inputs).hexdigest()[:16]}.parquet")
+    return f"features/{features.FEATURE_VERSION}/{ticker}/{hashlib.sha256(inputs).hexdigest()[:16]}.parquet"
 
 
-def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: Path) -> dict[str, int]:
+def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[str, int]:
     """Map step for one symbol: the feature store file, then stats, reservoir candidates, returns (for medians),
     coverage and execution partials."""
     frame = symbol_evidence_frame(ticker, plan)
     stored = frame.with_columns(pl.col(features.FEATURES).cast(pl.Float32), symbol=pl.lit(ticker))
-    write_parquet_atomic(stored, feature_store_path(ticker, plan))
+    store.write_parquet(stored, feature_store_path(ticker, plan))
     rows = _rows(frame, ticker, plan)
     long = _long(rows)
     stats = [
@@ -273,15 +271,15 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: Path) -> dict[
         zero_volume_bars=(pl.col("volume") == 0).sum().cast(pl.Int64),
     )
     out = partial_dir(build_dir, ticker)
-    write_parquet_atomic(pl.concat(stats).sort(KEY_COLUMNS), out / "stats.parquet")
-    write_parquet_atomic(pl.concat(reservoir), out / "reservoir.parquet")
-    write_parquet_atomic(
-        long.select("period", "side", "horizon", "symbol", "mask", "regime", "band", "r"), out / "returns.parquet"
+    store.write_parquet(pl.concat(stats).sort(KEY_COLUMNS), f"{out}/stats.parquet")
+    store.write_parquet(pl.concat(reservoir), f"{out}/reservoir.parquet")
+    store.write_parquet(
+        long.select("period", "side", "horizon", "symbol", "mask", "regime", "band", "r"), f"{out}/returns.parquet"
     )
-    write_parquet_atomic(coverage.sort("period"), out / "coverage.parquet")
-    write_parquet_atomic(execution.sort("bucket"), out / "execution.parquet")
+    store.write_parquet(coverage.sort("period"), f"{out}/coverage.parquet")
+    store.write_parquet(execution.sort("bucket"), f"{out}/execution.parquet")
     marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
-    (out / "done.json").write_text(canonical_json(marker).decode())
+    store.write_bytes(f"{out}/done.json", canonical_json(marker))
     return {"rows": len(frame), "ready_rows": len(rows)}
 
 
@@ -305,9 +303,9 @@ def code_sha256() -> str:
     return digest.hexdigest()
 
 
-def _medians(build_dir: Path, tickers: list[str], served: pl.DataFrame) -> pl.DataFrame:
+def _medians(build_dir: str, tickers: list[str], served: pl.DataFrame) -> pl.DataFrame:
     """Exact median return of each served key, from every symbol's mature returns (medians are not additive)."""
-    returns = pl.scan_parquet([partial_dir(build_dir, t) / "returns.parquet" for t in tickers])
+    returns = store.scan_parquet([f"{partial_dir(build_dir, t)}/returns.parquet" for t in tickers])
     parts = []
     for tier, keys in TIER_KEYS.items():
         group = ["period", "side", "horizon", *keys]
@@ -361,16 +359,18 @@ def _write_serving_file(path: Path, stats: pl.DataFrame, reservoir: pl.DataFrame
         db.close()
 
 
-def reduce_partials(plan: BuildPlan, build_dir: Path) -> tuple[Path, str, dict[str, Any]]:
-    """Sum the partials, prune keys below the minimum sample from the serving file, write and hash the artifact."""
+def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str, Any]]:
+    """Sum the partials, prune keys below the minimum sample from the serving file, write and hash the artifact;
+    returns the artifact directory (relative to the data directory), its SHA-256 and its manifest."""
     tickers = plan.tickers
     for ticker in tickers:
-        marker = partial_dir(build_dir, ticker) / "done.json"
+        marker = f"{partial_dir(build_dir, ticker)}/done.json"
         expected = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
-        if not marker.exists() or json.loads(marker.read_text()) != expected:
+        if not store.exists(marker) or json.loads(store.read_bytes(marker)) != expected:
             raise BuildError(f"partial for {ticker} is missing or was built from other inputs")
     read = lambda name: pl.concat(  # noqa: E731
-        [pl.read_parquet(partial_dir(build_dir, t) / name) for t in tickers], how="vertical_relaxed"
+        [store.scan_parquet([f"{partial_dir(build_dir, t)}/{name}"]).collect() for t in tickers],
+        how="vertical_relaxed",
     )
     summed = read("stats.parquet").group_by(KEY_COLUMNS).agg([pl.col(c).sum() for c in STAT_COLUMNS])
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
@@ -410,9 +410,7 @@ def reduce_partials(plan: BuildPlan, build_dir: Path) -> tuple[Path, str, dict[s
         .with_columns(pl.col("session").cast(pl.String))
     )
 
-    staging = build_dir / "artifact"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    staging = store.staging_dir(f"{build_dir}/artifact")
     files: dict[str, pl.DataFrame] = {
         **{f"tier{tier}.parquet": stats.filter(pl.col("tier") == tier) for tier in (5, 4, 3, 2, 1)},
         "symbol_baseline.parquet": stats.filter(pl.col("tier") == SYMBOL_BASELINE),
@@ -424,11 +422,11 @@ def reduce_partials(plan: BuildPlan, build_dir: Path) -> tuple[Path, str, dict[s
     }
     listing: dict[str, dict[str, Any]] = {}
     for name, frame in files.items():
-        sha = write_parquet_atomic(frame, staging / name)
+        sha = store.write_file(staging / name, store.parquet_bytes(frame))
         listing[name] = {"sha256": sha, "bytes": (staging / name).stat().st_size, "rows": len(frame)}
     _write_serving_file(staging / "serve.sqlite3", served, reservoir, regimes, execution)
     listing["serve.sqlite3"] = {
-        "sha256": file_sha256(staging / "serve.sqlite3"),
+        "sha256": store.file_sha256(staging / "serve.sqlite3"),
         "bytes": (staging / "serve.sqlite3").stat().st_size,
         "rows": len(served),
     }
@@ -467,10 +465,6 @@ def reduce_partials(plan: BuildPlan, build_dir: Path) -> tuple[Path, str, dict[s
     body = canonical_json(manifest)
     (staging / "manifest.json").write_bytes(body)
     sha = hashlib.sha256(body).hexdigest()
-    final = absolute(f"market_memory/{sha}")
-    if final.exists():
-        shutil.rmtree(staging)  # identical inputs already produced this artifact
-    else:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(final)
+    final = f"market_memory/{sha}"
+    store.publish_dir(staging, final, marker="manifest.json")
     return final, sha, manifest

@@ -6,17 +6,20 @@ request that already holds one keeps reading one consistent artifact.
 
 import hashlib
 import json
+import shutil
 import sqlite3
+import tempfile
 import threading
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-from evidence import calendar, memory
+from django.conf import settings
+
+from evidence import calendar, memory, store
 from evidence.features import HORIZONS
 from evidence.memory import BAND_MAX, EXCURSION_LEVELS_BPS, REGIME_TABLE, SYMBOL_BASELINE, TIER_NAMES
-from evidence.store import file_sha256
 
 PCT = 1_000_000  # label units (1e-8) per percent
 BPS = memory.BPS
@@ -72,15 +75,51 @@ def _derive(row: dict[str, Any], *, side: str, baseline: dict[str, Any] | None, 
     )
 
 
+def verified_manifest(root: Path, sha256: str) -> dict[str, Any]:
+    """The manifest of a local artifact directory, after checking it hashes to `sha256` and every file it lists
+    hashes to its entry; raises ArtifactRefused otherwise."""
+    body = (root / "manifest.json").read_bytes()
+    if hashlib.sha256(body).hexdigest() != sha256:
+        raise ArtifactRefused(f"manifest of {root.name} does not hash to {sha256}")
+    manifest: dict[str, Any] = json.loads(body)
+    for name, entry in manifest["files"].items():
+        if store.file_sha256(root / name) != entry["sha256"]:
+            raise ArtifactRefused(f"{name} in {root.name} does not match its manifest hash")
+    return manifest
+
+
+def artifact_dir(relative: str, sha256: str) -> Path:
+    """A local directory holding the artifact (SQLite opens only local files): the stored directory itself when the
+    data directory is local, else a cache under LEROY_VAR_DIR copied from the store once and kept only if verified."""
+    root = store.local_root()
+    if root is not None:
+        return root / relative
+    cache = Path(settings.LEROY_VAR_DIR) / "cache" / "market_memory" / sha256
+    if cache.exists():
+        return cache
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    fetched = Path(tempfile.mkdtemp(dir=cache.parent, prefix=".fetch-"))
+    try:
+        store.fetch_file(f"{relative}/manifest.json", fetched / "manifest.json")
+        body = (fetched / "manifest.json").read_bytes()
+        if hashlib.sha256(body).hexdigest() != sha256:
+            raise ArtifactRefused(f"manifest of {relative} does not hash to {sha256}")
+        for name in json.loads(body)["files"]:
+            store.fetch_file(f"{relative}/{name}", fetched / name)
+        verified_manifest(fetched, sha256)
+        try:
+            fetched.rename(cache)
+        except OSError:
+            if not cache.exists():  # else another process filled the cache first; its copy was verified too
+                raise
+    finally:
+        shutil.rmtree(fetched, ignore_errors=True)
+    return cache
+
+
 class MemoryReader:
     def __init__(self, root: Path, sha256: str) -> None:
-        body = (root / "manifest.json").read_bytes()
-        if hashlib.sha256(body).hexdigest() != sha256:
-            raise ArtifactRefused(f"manifest of {root.name} does not hash to {sha256}")
-        manifest = json.loads(body)
-        for name, entry in manifest["files"].items():
-            if file_sha256(root / name) != entry["sha256"]:
-                raise ArtifactRefused(f"{name} in {root.name} does not match its manifest hash")
+        manifest = verified_manifest(root, sha256)
         self.root = root
         self.sha256 = sha256
         self.manifest: dict[str, Any] = manifest

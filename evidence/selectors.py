@@ -9,11 +9,12 @@ from typing import Any
 import polars as pl
 from django.conf import settings
 
+from evidence import store
 from evidence.features import FEATURES, HORIZONS
 from evidence.memory import BuildPlan, feature_store_path
 from evidence.models import FREQUENCIES, BarPartition, MarketMemoryArtifact, Symbol
-from evidence.reader import Evidence, MemoryReader
-from evidence.store import BAR_COLUMNS, BAR_SCHEMA, absolute, frame_sha256
+from evidence.reader import Evidence, MemoryReader, artifact_dir
+from evidence.store import BAR_COLUMNS, BAR_SCHEMA, frame_sha256
 from evidence.strategies import SIDES, STRATEGIES, names_mask
 from leroy.clock import now
 
@@ -36,10 +37,10 @@ def bars_read(
         partitions = partitions.filter(last_ts__gte=start)
     if end is not None:
         partitions = partitions.filter(first_ts__lte=end)
-    paths = [absolute(p.path) for p in partitions]
+    paths = [p.path for p in partitions]
     if not paths:
         return pl.DataFrame(schema=BAR_SCHEMA)
-    frame = pl.scan_parquet(paths).select(BAR_COLUMNS)
+    frame = store.scan_parquet(paths).select(BAR_COLUMNS)
     if start is not None:
         frame = frame.filter(pl.col("ts") >= start)
     if end is not None:
@@ -83,7 +84,7 @@ def memory_reader(*, refresh: bool = False) -> MemoryReader:
             if active is None:
                 state["reader"] = None
             elif current is None or current.sha256 != active["sha256"]:
-                state["reader"] = MemoryReader(absolute(active["path"]), active["sha256"])
+                state["reader"] = MemoryReader(artifact_dir(active["path"], active["sha256"]), active["sha256"])
             state["checked"] = time.monotonic()
     reader = state["reader"]
     if reader is None:
@@ -133,9 +134,9 @@ def frame_inspect(*, ticker: str, ts: datetime) -> dict[str, Any]:
     if ticker not in plan.tickers:
         raise LookupError(f"{ticker} is not in the active artifact's universe")
     path = feature_store_path(ticker, plan)
-    if not path.exists():
+    if not store.exists(path):
         raise LookupError(f"no feature store file for {ticker} at the active artifact's inputs; rebuild Market Memory")
-    rows = pl.scan_parquet(path).filter(pl.col("ts") == ts).collect()
+    rows = store.scan_parquet([path]).filter(pl.col("ts") == ts).collect()
     if rows.is_empty():
         raise LookupError(f"{ts.isoformat()} is not a regular-session minute of {ticker} in the feature store")
     row = rows.row(0, named=True)

@@ -1,19 +1,18 @@
 """Writes for evidence: bar imports (validated, then written atomically) and Market Memory activation."""
 
+import hashlib
 import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 from django.db import transaction
 from django.db.models import Q
 
-from evidence import calendar, demo, memory
+from evidence import calendar, demo, memory, store
 from evidence.models import (
     ASSET_CLASSES,
     FREQUENCIES,
@@ -26,7 +25,7 @@ from evidence.models import (
     MarketMemoryBuild,
     Symbol,
 )
-from evidence.store import BAR_COLUMNS, BAR_SCHEMA, absolute, unlink_all, write_parquet_atomic
+from evidence.store import BAR_COLUMNS, BAR_SCHEMA
 from leroy.clock import now
 
 TICKER_RE = re.compile(r"^[A-Z0-9][A-Z0-9.\-^=/]{0,19}$")
@@ -270,7 +269,7 @@ def bars_import(
     gaps = _check_alignment(bars, frequency=frequency, asset_class=asset_class)
 
     bars = bars.with_columns(year=pl.col("ts").dt.year())
-    written: list[Path] = []
+    written: list[str] = []
     replaced: list[str] = []
     try:
         with transaction.atomic():
@@ -284,7 +283,7 @@ def bars_import(
                 chunk = chunk.drop("year")
                 old = stored.get(int(year))
                 if old is not None:
-                    before = pl.read_parquet(absolute(old.path))
+                    before = store.scan_parquet([old.path]).collect()
                     overlap = chunk.join(before.select("ts"), on="ts", how="semi")
                     if len(overlap):
                         raise _reject(
@@ -294,11 +293,11 @@ def bars_import(
                         )
                     chunk = pl.concat([before, chunk]).sort("ts")
                 chunk = chunk.select(BAR_COLUMNS).cast(BAR_SCHEMA)  # type: ignore[arg-type]
-                staging = absolute(f"bars/{frequency}/{ticker}/.staging-{year}.parquet")
-                sha = write_parquet_atomic(chunk, staging)
+                data = store.parquet_bytes(chunk)
+                sha = hashlib.sha256(data).hexdigest()
                 relative = _partition_path(ticker, frequency, int(year), sha)
-                staging.replace(absolute(relative))
-                written.append(absolute(relative))
+                store.write_bytes(relative, data)
+                written.append(relative)
                 values = {
                     "first_ts": chunk.get_column("ts").min(),
                     "last_ts": chunk.get_column("ts").max(),
@@ -325,12 +324,11 @@ def bars_import(
                     changed = True
             if changed:
                 symbol.save()
-            transaction.on_commit(lambda: unlink_all(replaced))
+            transaction.on_commit(lambda: store.remove(replaced))
     except BaseException:
-        keep = {absolute(p.path) for p in BarPartition.objects.filter(symbol__ticker=ticker, frequency=frequency)}
-        for path in written:
-            if path not in keep:
-                path.unlink(missing_ok=True)
+        stored_paths = BarPartition.objects.filter(symbol__ticker=ticker, frequency=frequency).values_list("path")
+        keep = {path for (path,) in stored_paths}
+        store.remove([relative for relative in written if relative not in keep])
         raise
     return ImportReport(
         ticker=ticker,
@@ -380,7 +378,7 @@ def demo_data_load(*, symbols: int, sessions: int, seed: int, start: date, overl
         BarPartition.objects.filter(source="synthetic").delete()
         # Symbol rows stay (other apps may refer to them); only their bars are replaced.
         Symbol.objects.filter(ticker__in=tickers).update(frequencies=[])
-        transaction.on_commit(lambda: unlink_all(stale))
+        transaction.on_commit(lambda: store.remove(stale))
     for member in members:
         minutes = frames[member.ticker]
         common = {"name": member.name, "asset_class": member.asset_class, "exchange": "SYNTH", "source": "synthetic"}
@@ -408,16 +406,16 @@ def demo_data_load(*, symbols: int, sessions: int, seed: int, start: date, overl
     )
 
 
-def market_memory_build_dir(build_id: int) -> Path:
-    return absolute(f"market_memory/builds/{build_id}")
+def market_memory_build_dir(build_id: int) -> str:
+    return f"market_memory/builds/{build_id}"
 
 
-def market_memory_register(*, path: Path, sha256: str, manifest: dict[str, Any]) -> MarketMemoryArtifact:
-    """Record an artifact directory (idempotent: a byte-identical rebuild returns the existing row)."""
-    relative = str(path.relative_to(absolute("")))
+def market_memory_register(*, path: str, sha256: str, manifest: dict[str, Any]) -> MarketMemoryArtifact:
+    """Record an artifact directory, `path` relative to the data directory (idempotent: a byte-identical rebuild
+    returns the existing row). The row is the commit point: an artifact no row names is never served."""
     artifact, _ = MarketMemoryArtifact.objects.get_or_create(
         sha256=sha256,
-        defaults={"version": manifest["version"], "path": relative, "manifest": manifest, "built_at": now()},
+        defaults={"version": manifest["version"], "path": path, "manifest": manifest, "built_at": now()},
     )
     return artifact
 
@@ -450,7 +448,7 @@ def market_memory_build_run(
         existing = MarketMemoryArtifact.objects.filter(
             manifest__inputs__plan_sha256=memory.plan_sha256(plan), manifest__code_sha256=memory.code_sha256()
         ).first()
-        if existing is not None and (absolute(existing.path) / "manifest.json").exists():
+        if existing is not None and store.exists(f"{existing.path}/manifest.json"):
             return market_memory_activate(artifact=existing) if activate else existing
     build = MarketMemoryBuild.objects.create(params=plan.as_dict(), partials_total=len(plan.tickers), created_at=now())
     build_dir = market_memory_build_dir(build.pk)
@@ -487,7 +485,7 @@ def _finish_build(build_id: int, *, activate: bool) -> MarketMemoryArtifact:
     if activate:
         market_memory_activate(artifact=artifact)
     MarketMemoryBuild.objects.filter(pk=build_id).update(status="done", artifact=artifact)
-    shutil.rmtree(market_memory_build_dir(build_id), ignore_errors=True)
+    store.remove_tree(market_memory_build_dir(build_id))
     return artifact
 
 
@@ -514,7 +512,7 @@ def market_memory_partial_done(*, build_id: int) -> bool:
         build = MarketMemoryBuild.objects.select_for_update().get(pk=build_id)
         plan = memory.BuildPlan(**build.params)
         done = sum(
-            (memory.partial_dir(market_memory_build_dir(build_id), t) / "done.json").exists() for t in plan.tickers
+            store.exists(f"{memory.partial_dir(market_memory_build_dir(build_id), t)}/done.json") for t in plan.tickers
         )
         complete = done == build.partials_total and build.partials_done < build.partials_total
         MarketMemoryBuild.objects.filter(pk=build_id).update(partials_done=done)

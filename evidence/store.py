@@ -1,12 +1,24 @@
-"""File layout under settings.LEROY_DATA_DIR and the byte-level helpers every writer shares."""
+"""The storage layer under settings.LEROY_DATA_DIR: a local path or any fsspec URL (s3://, gs://, memory://, file://).
+
+Every caller names files by their path relative to the data directory and goes through these functions. Files that
+readers share are content-addressed, so a name is written once with its final bytes: locally through a temporary
+file and a rename, on an object store as one whole-object put (there is no rename there). The DB row that names a
+file is the commit point; a file no row names is never read.
+"""
 
 import hashlib
+import io
 import os
+import shutil
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 import polars as pl
 from django.conf import settings
+from fsspec import AbstractFileSystem
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 BAR_SCHEMA: dict[str, pl.DataType] = {
     "ts": pl.Datetime("us", "UTC"),
@@ -19,17 +31,138 @@ BAR_SCHEMA: dict[str, pl.DataType] = {
 BAR_COLUMNS = list(BAR_SCHEMA)
 
 
-def data_dir() -> Path:
-    return Path(settings.LEROY_DATA_DIR)
+@lru_cache(maxsize=8)
+def _filesystem(location: str) -> tuple[AbstractFileSystem, str]:
+    return url_to_fs(location)
 
 
-def absolute(relative: str) -> Path:
-    return data_dir() / relative
+def _fs() -> tuple[AbstractFileSystem, str]:
+    return _filesystem(str(settings.LEROY_DATA_DIR))
 
 
-def unlink_all(relative_paths: list[str]) -> None:
-    for relative in relative_paths:
-        absolute(relative).unlink(missing_ok=True)
+def local_root() -> Path | None:
+    """The data directory as a local path, or None when it lives on a remote filesystem."""
+    fs, root = _fs()
+    return Path(root) if isinstance(fs, LocalFileSystem) else None
+
+
+def _path(relative: str) -> str:
+    return f"{_fs()[1].rstrip('/')}/{relative}"
+
+
+def url(relative: str) -> str:
+    """Where a stored file lives, for operators: a local path, or the URL on the remote filesystem."""
+    root = local_root()
+    return str(root / relative) if root is not None else f"{str(settings.LEROY_DATA_DIR).rstrip('/')}/{relative}"
+
+
+def exists(relative: str) -> bool:
+    fs, _ = _fs()
+    return fs.exists(_path(relative))
+
+
+def read_bytes(relative: str) -> bytes:
+    fs, _ = _fs()
+    return fs.cat_file(_path(relative))
+
+
+def scan_parquet(relatives: list[str]) -> pl.LazyFrame:
+    """Stored Parquet files as one lazy frame (local files are scanned in place, remote ones fetched whole)."""
+    root = local_root()
+    if root is not None:
+        return pl.scan_parquet([root / relative for relative in relatives])
+    return pl.scan_parquet([read_bytes(relative) for relative in relatives])
+
+
+def parquet_bytes(frame: pl.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    # Statistics and compression are fixed so identical frames give identical bytes.
+    frame.write_parquet(buffer, compression="zstd", compression_level=3, statistics=True)
+    return buffer.getvalue()
+
+
+def write_file(path: Path, data: bytes) -> str:
+    """Write a local file atomically (temporary file in the same directory, fsync, rename); returns its SHA-256."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_bytes(relative: str, data: bytes) -> str:
+    """Store a file whole under its final name (a reader never sees part of it); returns its SHA-256."""
+    root = local_root()
+    if root is not None:
+        return write_file(root / relative, data)
+    fs, _ = _fs()
+    fs.pipe_file(_path(relative), data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_parquet(frame: pl.DataFrame, relative: str) -> str:
+    return write_bytes(relative, parquet_bytes(frame))
+
+
+def remove(relatives: list[str]) -> None:
+    """Delete stored files; a file already gone is not an error."""
+    fs, _ = _fs()
+    for relative in relatives:
+        if fs.exists(_path(relative)):
+            fs.rm_file(_path(relative))
+
+
+def remove_tree(relative: str) -> None:
+    fs, _ = _fs()
+    if fs.exists(_path(relative)):
+        fs.rm(_path(relative), recursive=True)
+
+
+def staging_dir(relative: str) -> Path:
+    """An empty local directory for files published together (see publish_dir): inside the data directory when it
+    is local, so publishing is one rename; else under LEROY_VAR_DIR."""
+    root = local_root()
+    staging = (root if root is not None else Path(settings.LEROY_VAR_DIR) / "staging") / relative
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def publish_dir(staging: Path, relative: str, *, marker: str) -> None:
+    """Move a staged directory to its content-addressed name, unless that name already holds it.
+
+    Locally the directory is renamed into place. Remotely each file is put whole and `marker` last, so a directory
+    whose marker exists is complete.
+    """
+    root = local_root()
+    if root is not None:
+        final = root / relative
+        if final.exists():
+            shutil.rmtree(staging)  # identical inputs already produced these files
+        else:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            staging.rename(final)
+        return
+    fs, _ = _fs()
+    if not fs.exists(_path(f"{relative}/{marker}")):
+        names = sorted(p.name for p in staging.iterdir() if p.name != marker)
+        for name in [*names, marker]:
+            fs.put_file(str(staging / name), _path(f"{relative}/{name}"))
+    shutil.rmtree(staging)
+
+
+def fetch_file(relative: str, path: Path) -> None:
+    """Copy a stored file to a local path."""
+    fs, _ = _fs()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fs.get_file(_path(relative), str(path))
 
 
 def file_sha256(path: Path) -> str:
@@ -38,23 +171,6 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> str:
-    """Write to a temporary file in the same directory, fsync, rename; returns the file's SHA-256."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
-    try:
-        # Statistics and compression are fixed so identical frames give identical bytes.
-        frame.write_parquet(tmp, compression="zstd", compression_level=3, statistics=True)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return file_sha256(path)
 
 
 def frame_sha256(frame: pl.DataFrame, header: str) -> str:

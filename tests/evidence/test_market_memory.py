@@ -17,7 +17,6 @@ from evidence.models import Corpus, MarketMemoryArtifact, Symbol
 from evidence.reader import ArtifactRefused, MemoryReader
 from evidence.selectors import memory_lookup, memory_reader
 from evidence.services import bars_import, market_memory_activate, market_memory_build_run, market_memory_build_start
-from evidence.store import absolute
 from tests.evidence.factories import minute_bars, utc
 
 D1, D2 = date(2026, 6, 29), date(2026, 6, 30)
@@ -158,9 +157,9 @@ def test_sell_side_evidence_is_the_negated_return(universe: list[tuple]) -> None
     assert (match.win_rate, match.profit_factor) == (0.25, round(50 / 150, 6))
 
 
-def test_artifact_hash_is_the_manifest_hash_and_rebuilds_are_identical(universe: list[tuple]) -> None:
+def test_artifact_hash_is_the_manifest_hash_and_rebuilds_are_identical(universe: list[tuple], data_dir: Path) -> None:
     first = build()
-    root = absolute(first.path)
+    root = data_dir / first.path
     manifest = json.loads((root / "manifest.json").read_bytes())
 
     assert hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest() == first.sha256
@@ -178,15 +177,15 @@ def test_artifact_hash_is_the_manifest_hash_and_rebuilds_are_identical(universe:
     assert MarketMemoryArtifact.objects.count() == 1
 
 
-def test_a_tampered_file_is_refused_on_load(universe: list[tuple]) -> None:
+def test_a_tampered_file_is_refused_on_load(universe: list[tuple], data_dir: Path) -> None:
     artifact = build()
-    serving = absolute(artifact.path) / "serve.sqlite3"
+    serving = data_dir / artifact.path / "serve.sqlite3"
     data = bytearray(serving.read_bytes())
     data[-1] ^= 0xFF
     serving.write_bytes(bytes(data))
 
     with pytest.raises(ArtifactRefused, match=r"serve\.sqlite3"):
-        MemoryReader(absolute(artifact.path), artifact.sha256)
+        MemoryReader(data_dir / artifact.path, artifact.sha256)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -228,14 +227,16 @@ def test_activation_swaps_atomically_under_concurrent_readers(universe: list[tup
     assert MarketMemoryArtifact.objects.filter(is_active=True).get().sha256 == second.sha256
 
 
-def test_status_command_prints_the_active_artifact(universe: list[tuple], capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_command_prints_the_active_artifact(
+    universe: list[tuple], capsys: pytest.CaptureFixture[str], data_dir: Path
+) -> None:
     from django.core.management import call_command
 
     artifact = build()
     call_command("market_memory_status")
 
     out = json.loads(capsys.readouterr().out)
-    assert out == {"version": artifact.version, "sha256": artifact.sha256, "path": str(absolute(artifact.path))}
+    assert out == {"version": artifact.version, "sha256": artifact.sha256, "path": str(data_dir / artifact.path)}
     assert Path(out["path"]).is_dir()
 
 

@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from evidence import store
 from evidence.models import MarketMemoryArtifact
-from evidence.store import absolute
 
 
 class Command(BaseCommand):
@@ -17,5 +17,5 @@ class Command(BaseCommand):
         if active is None:
             raise CommandError("no active Market Memory artifact; run build_market_memory")
         self.stdout.write(
-            json.dumps({"version": active.version, "sha256": active.sha256, "path": str(absolute(active.path))})
+            json.dumps({"version": active.version, "sha256": active.sha256, "path": store.url(active.path)})
         )
