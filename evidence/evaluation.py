@@ -22,7 +22,7 @@ from billing import services as billing
 from evidence import frames
 from evidence.features import HORIZONS
 from evidence.geometry import setup_geometry
-from evidence.models import Frame, MarketMemoryArtifact, Symbol
+from evidence.models import Frame, MarketMemoryArtifact
 from evidence.presentation import render
 from evidence.reader import Evidence, MemoryReader
 from evidence.schemas import (
@@ -68,12 +68,10 @@ ASSUMPTIONS = Assumptions(
 
 @dataclass(frozen=True)
 class Situation:
-    """Everything an evaluation reads, gathered once: the frame, the artifact, and what the clock says."""
+    """Everything an evaluation reads, gathered once: the current frame, the artifact, and what the clock says."""
 
     at: datetime
-    symbol: Symbol | None
-    frame: Frame | None
-    market_open: bool
+    current: frames.CurrentFrame
     reader: MemoryReader
     published_at: datetime | None
 
@@ -87,14 +85,10 @@ def fingerprint(args: EvaluateArgs) -> str:
 def _situation(ticker: str) -> Situation:
     at = now()
     reader = memory_reader()
-    symbol = Symbol.objects.filter(ticker=ticker).first()
-    frame = Frame.objects.filter(symbol=symbol).first() if symbol else None
     published = MarketMemoryArtifact.objects.filter(sha256=reader.sha256).values_list("activated_at", flat=True)
     return Situation(
         at=at,
-        symbol=symbol,
-        frame=frame,
-        market_open=frames.open_session(at) is not None,
+        current=frames.current_frame(ticker=ticker, at=at, reader=reader),
         reader=reader,
         published_at=published.first(),
     )
@@ -156,7 +150,7 @@ def _match(match: Evidence, source: str) -> MarketMemoryMatch:
     )
 
 
-def _memory_blocks(reader: MemoryReader, at: datetime) -> tuple[MarketMemoryCoverage, Lineage, dict[str, Any]]:
+def memory_blocks(reader: MemoryReader, at: datetime) -> tuple[MarketMemoryCoverage, Lineage, dict[str, Any]]:
     coverage = reader.coverage()
     historical, overlay = coverage["historical"], coverage["forward_overlay"]
     fresh = reader.freshness(at=at)
@@ -200,32 +194,25 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
     horizons = list(args.holding_horizons or HORIZONS)
     sides = ["buy", "sell"] if args.side == "both" else [args.side]
     geometry = setup_geometry(side=args.side, entry=args.entry_price, stop=args.stop_price, target=args.target_price)
-    reader, frame, at = situation.reader, situation.frame, situation.at
-    coverage, lineage, fresh = _memory_blocks(reader, at)
+    reader, at, current = situation.reader, situation.at, situation.current
+    frame = current.frame
+    coverage, lineage, fresh = memory_blocks(reader, at)
     registry_count = len(STRATEGIES)
     overlay_available = coverage.forward_overlay_freshness.status != "unavailable"
 
-    quote = Quote(bid=None, ask=None, last=None, spread_bps=None)  # the feed carries no quotes
-    current: CurrentMarketFrame
-    reason: str | None = None
-    if situation.symbol is None or (frame is None and ticker not in reader.manifest["plan"]["tickers"]):
-        status, frame_status = "unavailable", "unavailable"
-        reason = f"{ticker} is not in Leroy's current verified read model; no frame or history is available."
-        frame = None
-    elif not situation.market_open:
-        status, frame_status = "unavailable", "market_closed"
-        reason = "The regular session is closed; this is not a current setup evaluation."
-        frame = None
-    elif frame is None or frame.session != frames.open_session(at).session:  # type: ignore[union-attr]
-        status, frame_status = "unavailable", "unavailable"
-        reason = f"No verified frame for {ticker} has arrived in the current session yet."
-        frame = None
-    elif frames.frame_is_stale(frame, at):
-        status, frame_status = "stale_frame", "stale"
+    # One rule for which frame may be used, shared with the research tools (frames.current_frame).
+    reason = current.reason
+    if current.status in ("unavailable", "market_closed"):
+        status = "unavailable"
+    elif current.status == "stale":
+        status = "stale_frame"
     else:
-        status, frame_status = "no_comparable_sample", "available"
-    current = CurrentMarketFrame(
-        symbol=ticker, source_time=frame.source_time if frame else None, frame_status=frame_status, quote=quote
+        status = "no_comparable_sample"  # becomes "evaluated" below when a tier has the minimum sample
+    market_frame = CurrentMarketFrame(
+        symbol=ticker,
+        source_time=frame.source_time if frame else None,
+        frame_status=current.status,
+        quote=Quote(bid=None, ask=None, last=None, spread_bps=None),  # the feed carries no quotes
     )
 
     states: list[StrategyState] = []
@@ -233,9 +220,7 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
     rows: list[HistoricalEvidence] = []
     matches: list[MarketMemoryMatch] = []
     regime = _regime(frame) if frame is not None else None
-    if frame is not None and not (frame.ready and regime is not None):
-        reason = "The current frame has not completed its point-in-time warm-up, so no setup can be matched."
-    if frame is not None and frame.ready and regime is not None:
+    if frame is not None and regime is not None:
         side_confluence = []
         for side in sides:
             mask = _mask(frame, side) or 0
@@ -277,7 +262,7 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
             stop_price=args.stop_price,
             target_price=args.target_price,
         ),
-        current_market_frame=current,
+        current_market_frame=market_frame,
         strategy_states=states,
         strategy_coverage=StrategyCoverage(
             realtime_registered_count=registry_count,
@@ -327,9 +312,10 @@ def evaluate_current_setup(*, user: User, args: EvaluateArgs) -> EvaluationOut:
     ticker = args.symbol.upper()
     situation = _situation(ticker)
     request_fingerprint = fingerprint(args)
-    frame_key = situation.frame.source_time.isoformat() if situation.frame else "none"
+    frame = situation.current.frame
+    frame_key = frame.source_time.isoformat() if frame else "none"
     cache_key = f"leroy:eval:{user.pk}:{request_fingerprint}:{frame_key}:{situation.reader.sha256}"
-    cached = cache.get(cache_key) if situation.frame is not None else None
+    cached = cache.get(cache_key) if frame is not None else None
     result = EvaluationOut.model_validate(cached) if cached else build_evaluation(args, situation)
     units = 0 if result.market_memory is None else (2 if args.side == "both" else 1)  # no usable frame: free
     with transaction.atomic():

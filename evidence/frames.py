@@ -20,6 +20,8 @@ from backtests.providers import DownloadError, default_provider
 from evidence import calendar
 from evidence.features import FEATURES, WARMUP_SESSIONS, symbol_frame
 from evidence.models import Corpus, Frame, LiveBar, Symbol
+from evidence.reader import MemoryReader
+from evidence.schemas import FrameStatus
 from evidence.selectors import bars_read
 from evidence.services import ImportRejected, bars_import
 from evidence.store import BAR_COLUMNS, BAR_SCHEMA
@@ -249,3 +251,30 @@ def frame_is_stale(frame: Frame, at: datetime) -> bool:
     """A frame is stale when its bar closed longer ago than LEROY_FRAME_STALE_SECONDS."""
     age = at - (frame.source_time + MINUTE)
     return age.total_seconds() > settings.LEROY_FRAME_STALE_SECONDS
+
+
+@dataclass(frozen=True)
+class CurrentFrame:
+    """The frame of a symbol as evaluate_current_setup would use it, or why there is none."""
+
+    ticker: str
+    frame: Frame | None
+    status: FrameStatus
+    reason: str | None
+
+
+def current_frame(*, ticker: str, at: datetime, reader: MemoryReader) -> CurrentFrame:
+    """The frame requests may use, or why there is none: unknown symbol, closed market, no frame yet in this
+    session, or not warmed up. A stale frame is kept and flagged."""
+    symbol = Symbol.objects.filter(ticker=ticker).first()
+    frame = Frame.objects.filter(symbol=symbol).first() if symbol else None
+    window = open_session(at)
+    if symbol is None or (frame is None and ticker not in reader.manifest["plan"]["tickers"]):
+        return CurrentFrame(ticker, None, "unavailable", f"{ticker} is not in Leroy's current verified read model.")
+    if window is None:
+        return CurrentFrame(ticker, None, "market_closed", "The regular session is closed; there is no current frame.")
+    if frame is None or frame.session != window.session:
+        return CurrentFrame(ticker, None, "unavailable", f"No verified frame for {ticker} in the current session yet.")
+    if not frame.ready or frame.regime is None:
+        return CurrentFrame(ticker, None, "available", "The current frame has not completed its warm-up.")
+    return CurrentFrame(ticker, frame, "stale" if frame_is_stale(frame, at) else "available", None)

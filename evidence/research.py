@@ -20,10 +20,10 @@ from pydantic import BaseModel
 from accounts.models import User
 from billing import selectors as billing_selectors
 from billing import services as billing
-from evidence import frames
+from evidence import evaluation, frames
 from evidence.features import HORIZONS
 from evidence.memory import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
-from evidence.models import Corpus, Frame, MarketMemoryArtifact, Symbol
+from evidence.models import Corpus, Frame, MarketMemoryArtifact
 from evidence.reader import PCT, Evidence, MemoryReader
 from evidence.schemas import (
     TIER_NAMES,
@@ -40,7 +40,6 @@ from evidence.schemas import (
     ExitPolicyOut,
     FailureOut,
     FrameContext,
-    FrameStatus,
     KeyStats,
     Leader,
     LeadersArgs,
@@ -168,32 +167,6 @@ def _metered[T: BaseModel](
 
 
 @dataclass(frozen=True)
-class CurrentFrame:
-    """The frame of a symbol as evaluate_current_setup would use it, or why there is none."""
-
-    ticker: str
-    frame: Frame | None
-    status: FrameStatus
-    reason: str | None
-
-
-def current_frame(*, ticker: str, at: datetime, reader: MemoryReader) -> CurrentFrame:
-    """Unknown symbol, closed market, no frame in this session or not warmed up: no frame. Stale: kept, flagged."""
-    symbol = Symbol.objects.filter(ticker=ticker).first()
-    frame = Frame.objects.filter(symbol=symbol).first() if symbol else None
-    window = frames.open_session(at)
-    if symbol is None or (frame is None and ticker not in reader.manifest["plan"]["tickers"]):
-        return CurrentFrame(ticker, None, "unavailable", f"{ticker} is not in Leroy's current verified read model.")
-    if window is None:
-        return CurrentFrame(ticker, None, "market_closed", "The regular session is closed; there is no current frame.")
-    if frame is None or frame.session != window.session:
-        return CurrentFrame(ticker, None, "unavailable", f"No verified frame for {ticker} in the current session yet.")
-    if not frame.ready or frame.regime is None:
-        return CurrentFrame(ticker, None, "available", "The current frame has not completed its warm-up.")
-    return CurrentFrame(ticker, frame, "stale" if frames.frame_is_stale(frame, at) else "available", None)
-
-
-@dataclass(frozen=True)
 class Setup:
     """The current frame's setup for one side and horizon and its strongest served key (or none)."""
 
@@ -241,7 +214,7 @@ class Setup:
 
 def setup_resolve(*, symbol: str, side: str, horizon: int, reader: MemoryReader, at: datetime) -> Setup:
     ticker = symbol.upper()
-    current = current_frame(ticker=ticker, at=at, reader=reader)
+    current = frames.current_frame(ticker=ticker, at=at, reader=reader)
     frame = current.frame
     if frame is None:
         context = FrameContext(symbol=ticker, side=side, source_time=None, frame_status=current.status,  # type: ignore[arg-type]
@@ -615,7 +588,7 @@ def market_regime(*, args: RegimeArgs) -> RegimeOut:
     at, reader = now(), memory_reader()
     corpus = Corpus.objects.select_related("benchmark").first()
     benchmark = corpus.benchmark.ticker if corpus else reader.manifest["corpus"]["benchmark"]
-    current = current_frame(ticker=benchmark, at=at, reader=reader)
+    current = frames.current_frame(ticker=benchmark, at=at, reader=reader)
     last_session = None
     verified = reader.manifest["coverage"]["historical"].get("last_session")
     overlay = reader.manifest["coverage"]["forward_overlay"].get("last_session")
@@ -672,10 +645,9 @@ def execution_conditions(*, args: ExecutionArgs) -> ExecutionOut:
 
 def data_lineage() -> LineageOut:
     """The active artifact's identity, inputs, code, registry, calendar, coverage and file hashes. Free, public."""
-    from evidence.evaluation import _memory_blocks  # the coverage block is built once, for both tools
 
     reader = memory_reader()
-    coverage, _, _ = _memory_blocks(reader, now())
+    coverage, _, _ = evaluation.memory_blocks(reader, now())
     lineage = reader.lineage()
     published = MarketMemoryArtifact.objects.filter(sha256=reader.sha256).values_list("activated_at", flat=True)
     return LineageOut(

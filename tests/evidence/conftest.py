@@ -4,8 +4,6 @@ from pathlib import Path
 import pytest
 from django.test import override_settings
 
-from tests.evidence.world import fed_world, world, world_files  # noqa: F401  (shared fixtures)
-
 
 @pytest.fixture(autouse=True)
 def data_dir(tmp_path: Path) -> Iterator[Path]:
