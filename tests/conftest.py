@@ -15,7 +15,15 @@ MCP_URL = "http://127.0.0.1/api/mcp"
 pytest_plugins = ["tests.evidence.world"]
 
 
-def pytest_report_header() -> list[str]:
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The report header is hidden under -q, and which database ran the suite must always be visible.
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        for line in _environment_lines():
+            reporter.write_line(line)
+
+
+def _environment_lines() -> list[str]:
     db = settings.DATABASES["default"]
     where = f"{db['HOST']}:{db['PORT']}/{db['NAME']}" if settings.LEROY_TEST_DATABASE == "PostgreSQL" else db["NAME"]
     lines = [f"leroy database: {settings.LEROY_TEST_DATABASE} ({where})"]
