@@ -12,7 +12,7 @@ def market_memory_symbol_task(build_id: int, ticker: str) -> None:
     build = MarketMemoryBuild.objects.get(pk=build_id)
     if build.status != "running":
         return
-    # Partials are written to temporary files and renamed, so a retried task simply rewrites them.
+    # Partials are stored whole (never visible half-written), so a retried task simply rewrites them.
     memory.build_symbol_partial(memory.BuildPlan(**build.params), ticker, services.market_memory_build_dir(build_id))
     services.market_memory_partial_done(build_id=build_id)
 

@@ -51,6 +51,7 @@ def _generated_secret(path: Path) -> str:
 
 
 LEROY_VAR_DIR = Path(env_str("LEROY_VAR_DIR") or BASE_DIR / "var").resolve()
+# Bars, feature files and Market Memory artifacts: a local path or any fsspec URL (s3://…, gs://…; install its backend).
 LEROY_DATA_DIR = env_str("LEROY_DATA_DIR") or str(LEROY_VAR_DIR / "data")
 LEROY_PUBLIC_ORIGIN = env_str("LEROY_PUBLIC_ORIGIN", "http://127.0.0.1:8000").rstrip("/")
 LEROY_CORS_ORIGINS = [origin.rstrip("/") for origin in env_list("LEROY_CORS_ORIGINS")]
