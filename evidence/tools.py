@@ -58,20 +58,7 @@ async def evaluate_current_setup(call: ToolCall, args: EvaluateArgs) -> Evaluati
     identical request on the same frame is served from cache for 0; no usable frame costs nothing. Research only:
     nothing here places an order.
     """
-    assert call.principal is not None
-    user_id = call.principal.user_id
-
-    def run() -> EvaluationOut:
-        return evaluation.evaluate_current_setup(user=User.objects.get(pk=user_id), args=args)
-
-    try:
-        return await sync_to_async(run)()
-    except InvalidSetup as error:
-        raise ToolFailure("invalid_setup", str(error)) from None
-    except MemoryUnavailable:
-        raise ToolFailure("evidence_unavailable", EVIDENCE_UNAVAILABLE) from None
-    except BillingError as error:
-        raise ToolFailure(error.code, error.message, **error.details) from None
+    return await _run(call, lambda user: evaluation.evaluate_current_setup(user=_user(user), args=args))
 
 
 async def _run[T: BaseModel](call: ToolCall, work: Callable[[User | None], T]) -> T:
@@ -85,6 +72,8 @@ async def _run[T: BaseModel](call: ToolCall, work: Callable[[User | None], T]) -
         return await sync_to_async(run)()
     except MemoryUnavailable:
         raise ToolFailure("evidence_unavailable", EVIDENCE_UNAVAILABLE) from None
+    except InvalidSetup as error:
+        raise ToolFailure("invalid_setup", str(error)) from None
     except ResearchError as error:
         raise ToolFailure(error.code, error.message) from None
     except BillingError as error:
