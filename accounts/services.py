@@ -11,6 +11,7 @@ from django.db import transaction
 
 from accounts.models import SCOPE_READ, SCOPE_WRITE, ApiKey, User
 from leroy.clock import now
+from leroy.errors import DomainError
 
 KEY_PREFIX = "lr_live_"
 LOOKUP_LENGTH = 8
@@ -18,13 +19,8 @@ LOOKUP_LENGTH = 8
 LAST_USED_GRANULARITY = timedelta(seconds=60)
 
 
-class AccountError(Exception):
+class AccountError(DomainError):
     """A rule of the accounts domain was broken; `code` is machine-readable."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,14 @@ from django.conf import settings
 
 from evidence.models import Symbol
 from evidence.services import ImportRejected, bars_import
+from leroy.errors import DomainError
 
 RESAMPLE = {"5m": "5min", "15m": "15min", "1h": "1hour", "4h": "4hour", "1d": "1day"}
 PAIR = re.compile(r"^([A-Z0-9]{2,10})[/\-_ ]?(USD|EUR|GBP|JPY|CHF|AUD|CAD|NZD|USDT|USDC|BTC|ETH)$")
 
 
-class DownloadError(Exception):
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
+class DownloadError(DomainError):
+    """The provider could not deliver; nothing was stored."""
 
 
 class Provider(Protocol):

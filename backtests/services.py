@@ -32,20 +32,15 @@ from billing import services as billing
 from evidence.models import Symbol
 from evidence.selectors import bars_data_version, bars_read
 from leroy.clock import now
+from leroy.errors import DomainError
 
 MAX_GRID_POINTS = 400
 MAX_PRINTS_STORED = 8 * 1024
 DRY_RUN_SIMULATION = {"initial_cash": 100_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
 
 
-class BacktestError(Exception):
+class BacktestError(DomainError):
     """A request the backtests app refuses; nothing was created or charged. `code` is machine-readable."""
-
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
 
 
 def code_sha256(code: str) -> str:

@@ -105,15 +105,8 @@ def _tool(
 
 
 async def _run[Built: BaseModel](build: Callable[[], Built]) -> Built:
-    """Run a sync ORM/service block in a worker thread; a refusal of the app becomes an in-band tool error."""
-
-    def guarded() -> Built:
-        try:
-            return build()
-        except services.BacktestError as error:
-            raise ToolFailure(error.code, error.message, **error.details) from None
-
-    return await sync_to_async(guarded)()
+    """Run a sync ORM/service block in a worker thread (refusals surface in band through the MCP bridge)."""
+    return await sync_to_async(build)()
 
 
 def _user(call: ToolCall) -> User:
@@ -433,12 +426,9 @@ async def download_market_data(call: ToolCall, args: DownloadArgs) -> DownloadOu
     from backtests import providers
 
     def run() -> DownloadOut:
-        try:
-            outcome = providers.market_data_download(
-                symbol=args.symbol, frequency=args.frequency, asset_class=args.asset_class
-            )
-        except providers.DownloadError as error:
-            raise ToolFailure(error.code, error.message, **error.details) from None
+        outcome = providers.market_data_download(
+            symbol=args.symbol, frequency=args.frequency, asset_class=args.asset_class
+        )
         return DownloadOut.model_validate(outcome)
 
     return await _run(run)

@@ -26,6 +26,7 @@ from billing.models import (
     UsageEvent,
 )
 from leroy.clock import now
+from leroy.errors import DomainError
 
 # The plans every installation starts with (created after migrate/flush; editable in admin afterwards).
 BUILTIN_PLANS: tuple[dict[str, Any], ...] = (
@@ -59,14 +60,11 @@ ACCOUNT_KINDS: dict[str, tuple[str, ...]] = {
 }
 
 
-class BillingError(Exception):
+class BillingError(DomainError):
     """A billing rule refused the request; nothing was charged. `code` is machine-readable."""
 
     def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details or {}
+        super().__init__(code, message, **(details or {}))
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,7 @@ from django.http import HttpRequest
 from ninja import Router
 
 from accounts.models import User
-from billing.services import BillingError
 from evidence import evaluation, journal, research
-from evidence.geometry import InvalidSetup
-from evidence.research import ResearchError
 from evidence.schemas import (
     AnaloguesOut,
     BenchmarkOut,
@@ -37,23 +34,24 @@ from evidence.schemas import (
     SearchOut,
     SetupArgs,
 )
-from evidence.selectors import MemoryUnavailable
 from leroy.api import ERROR_STATUSES, ErrorOut, refuse_bearer
+from leroy.errors import DomainError
 
 router = Router(tags=["evidence"])
-STATUSES = {"not_found": 404, "unknown_symbol": 404, "idempotency_conflict": 409, "quota_exhausted": 402}
-NO_ARTIFACT = "No verified Market Memory artifact is active on this server yet; nothing was charged."
+STATUSES = {
+    "not_found": 404,
+    "unknown_symbol": 404,
+    "idempotency_conflict": 409,
+    "quota_exhausted": 402,
+    "evidence_unavailable": 503,
+}
 
 
 def _answer(work: Callable[[], Any]) -> Any:
     """Run one service call; a domain refusal becomes the status and `error.code` the MCP tool gives in band."""
     try:
         return work()
-    except MemoryUnavailable:
-        return 503, {"error": {"code": "evidence_unavailable", "message": NO_ARTIFACT}}
-    except InvalidSetup as error:
-        return 400, {"error": {"code": "invalid_setup", "message": str(error)}}
-    except (ResearchError, BillingError) as error:
+    except DomainError as error:
         return STATUSES.get(error.code, 400), {"error": {"code": error.code, "message": error.message}}
 
 

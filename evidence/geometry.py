@@ -1,12 +1,16 @@
 """Setup geometry: context-only arithmetic on the caller's own price levels, never an execution."""
 
 from evidence.schemas import RequestSide, SetupGeometry
+from leroy.errors import DomainError
 
 PRICE_DECIMALS = 6
 
 
-class InvalidSetup(ValueError):
+class InvalidSetup(DomainError):
     """The levels contradict the requested direction (e.g. a buy stop above the entry)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_setup", message)
 
 
 def setup_geometry(

@@ -67,6 +67,7 @@ from evidence.schemas import (
 from evidence.selectors import memory_reader
 from evidence.strategies import mask_names, names_mask
 from leroy.clock import now
+from leroy.errors import DomainError
 
 TRENDS = ("down_or_flat", "up")
 VOLATILITIES = ("low", "mid", "high")
@@ -78,13 +79,8 @@ RESERVOIR_SAMPLE = (
 )
 
 
-class ResearchError(Exception):
+class ResearchError(DomainError):
     """The request was refused before anything was read or charged; `code` is machine-readable."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 # --- shared pieces ---------------------------------------------------------------------------------------------

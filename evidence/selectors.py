@@ -17,6 +17,7 @@ from evidence.reader import Evidence, MemoryReader, artifact_dir
 from evidence.store import BAR_COLUMNS, BAR_SCHEMA, frame_sha256
 from evidence.strategies import SIDES, STRATEGIES, names_mask
 from leroy.clock import now
+from leroy.errors import DomainError
 
 
 def symbol_get(*, ticker: str) -> Symbol | None:
@@ -56,8 +57,11 @@ def bars_data_version(
     return frame_sha256(bars, f"leroy.bars.v1|{symbol.ticker}|{frequency}")
 
 
-class MemoryUnavailable(Exception):
+class MemoryUnavailable(DomainError):
     """No active, verified Market Memory artifact in this process."""
+
+    def __init__(self, message: str = "No verified Market Memory artifact is active; nothing was charged.") -> None:
+        super().__init__("evidence_unavailable", message)
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,7 @@ from asgiref.sync import sync_to_async
 from pydantic import BaseModel
 
 from accounts.models import User
-from billing.services import BillingError
 from evidence import evaluation, journal, research
-from evidence.geometry import InvalidSetup
-from evidence.research import ResearchError
 from evidence.schemas import (
     AnaloguesOut,
     BenchmarkOut,
@@ -34,10 +31,7 @@ from evidence.schemas import (
     SearchOut,
     SetupArgs,
 )
-from evidence.selectors import MemoryUnavailable
-from leroy.mcp.registry import ToolCall, ToolFailure, tool
-
-EVIDENCE_UNAVAILABLE = "No verified Market Memory artifact is active on this server yet; nothing was charged."
+from leroy.mcp.registry import ToolCall, tool
 
 
 @tool(
@@ -62,22 +56,13 @@ async def evaluate_current_setup(call: ToolCall, args: EvaluateArgs) -> Evaluati
 
 
 async def _run[T: BaseModel](call: ToolCall, work: Callable[[User | None], T]) -> T:
-    """Run a sync service for the caller (None when anonymous) and map domain refusals to in-band tool errors."""
+    """Run a sync service for the caller (None when anonymous); refusals surface in band through the MCP bridge."""
     user_id = call.principal.user_id if call.principal is not None else None
 
     def run() -> T:
         return work(User.objects.get(pk=user_id) if user_id is not None else None)
 
-    try:
-        return await sync_to_async(run)()
-    except MemoryUnavailable:
-        raise ToolFailure("evidence_unavailable", EVIDENCE_UNAVAILABLE) from None
-    except InvalidSetup as error:
-        raise ToolFailure("invalid_setup", str(error)) from None
-    except ResearchError as error:
-        raise ToolFailure(error.code, error.message) from None
-    except BillingError as error:
-        raise ToolFailure(error.code, error.message, **error.details) from None
+    return await sync_to_async(run)()
 
 
 def _user(user: User | None) -> User:

@@ -13,6 +13,8 @@ from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 from pydantic import BaseModel, ConfigDict
 
+from leroy.errors import DomainError
+
 Access = Literal["public", "subscriber"]
 Scope = Literal["mcp:read", "mcp:write"]
 Metering = Literal["free", "lookup", "credits"]
@@ -42,17 +44,8 @@ class ToolCall:
     report_progress: Callable[[float, float | None, str | None], Awaitable[None]]
 
 
-class ToolFailure(Exception):
-    """An in-band tool error: an `isError` result with a machine-readable `error.code`."""
-
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
-
-    def payload(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message, **self.details}}
+class ToolFailure(DomainError):
+    """An in-band tool error raised by a tool's own edge (any DomainError is reported the same way)."""
 
 
 Handler = Callable[[ToolCall, Any], Awaitable[BaseModel]]

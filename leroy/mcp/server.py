@@ -14,8 +14,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from starlette.types import ASGIApp
 
+from leroy.errors import DomainError
 from leroy.mcp import transport
-from leroy.mcp.registry import ToolCall, ToolFailure, ToolSpec, load_tools
+from leroy.mcp.registry import ToolCall, ToolSpec, load_tools
 
 INSTRUCTIONS = (
     "Leroy is a research-only evidence and backtesting service. Public tools need no credential; subscriber "
@@ -54,8 +55,8 @@ def _register(mcp: MCPServer, spec: ToolSpec) -> None:
         )
         try:
             output = await spec.handler(call_info, spec.args.model_validate(arguments))
-        except ToolFailure as failure:
-            return _result(failure.payload(), is_error=True)
+        except DomainError as refusal:  # every app's refusal, and ToolFailure, become one in-band error shape
+            return _result(refusal.payload(), is_error=True)
         return _result(output.model_dump(mode="json"), is_error=False)
 
     mcp.add_tool(

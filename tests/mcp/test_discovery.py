@@ -22,7 +22,11 @@ def test_discovery_documents_describe_the_endpoint_and_tools(client, name):
     assert card["rateLimits"] == {"per_credential_per_minute": 120, "anonymous_per_address_per_minute": 40}
     tools = {tool["name"]: tool for tool in card["tools"]}
     assert tools["probe_echo"] == {
-        "name": "probe_echo", "title": "Echo", "access": "public", "scope": "mcp:read", "metering": "free"
+        "name": "probe_echo",
+        "title": "Echo",
+        "access": "public",
+        "scope": "mcp:read",
+        "metering": "free",
     }
     assert tools["probe_write"]["scope"] == "mcp:write"
 
