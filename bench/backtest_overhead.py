@@ -24,24 +24,11 @@ django.setup()
 
 import backtrader as bt  # noqa: E402
 import pandas as pd  # noqa: E402
+from sma_cross import SMA_CROSS  # noqa: E402  (bench/ is the script's directory)
 
 from backtests import sandbox, statistics  # noqa: E402
 from backtests.dryrun import walk  # noqa: E402
 
-SMA_CROSS = """
-class SmaCross(bt.Strategy):
-    params = (("fast", 10), ("slow", 30))
-
-    def __init__(self):
-        self.cross = bt.ind.CrossOver(bt.ind.SMA(self.data.close, period=self.p.fast),
-                                      bt.ind.SMA(self.data.close, period=self.p.slow))
-
-    def next(self):
-        if not self.position and self.cross[0] > 0:
-            self.buy(size=100)
-        elif self.position and self.cross[0] < 0:
-            self.close()
-"""
 SIMULATION = {"initial_cash": 1_000_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
 
 

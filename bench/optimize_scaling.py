@@ -33,21 +33,8 @@ import django  # noqa: E402
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
+from sma_cross import SMA_CROSS  # noqa: E402  (bench/ is the script's directory)
 
-SMA_CROSS = """
-class SmaCross(bt.Strategy):
-    params = (("fast", 10), ("slow", 30))
-
-    def __init__(self):
-        self.cross = bt.ind.CrossOver(bt.ind.SMA(self.data.close, period=self.p.fast),
-                                      bt.ind.SMA(self.data.close, period=self.p.slow))
-
-    def next(self):
-        if not self.position and self.cross[0] > 0:
-            self.buy(size=100)
-        elif self.position and self.cross[0] < 0:
-            self.close()
-"""
 # The worker, with kombu's filesystem broker polled every 50 ms (its 1 s default would dominate 20 short tasks).
 WORKER = """
 import sys
