@@ -38,6 +38,10 @@ def _harden(response: HttpResponseBase) -> HttpResponseBase:
     return response
 
 
+def _shown_key(client_id: str, code_challenge: str | None) -> str:
+    return f"leroy.oauth.consent:{client_id}:{code_challenge or ''}"
+
+
 class McpAuthorizationView(AuthorizationView):
     """DOT's authorization endpoint, refusing before consent anything Leroy will not issue (S256, resource).
 
@@ -80,6 +84,10 @@ class McpAuthorizationView(AuthorizationView):
         context = super().get_context_data(**kwargs)
         application: Application | None = context.get("application")
         if application is not None:
+            # Remember what this page showed: the POST may grant only these scopes, whatever its hidden fields say.
+            self.request.session[_shown_key(application.client_id, context.get("code_challenge"))] = " ".join(
+                sorted(context["scopes"])
+            )
             host = urlsplit(context["redirect_uri"]).hostname or ""
             context.update(
                 redirect_host=host,
@@ -94,6 +102,11 @@ class McpAuthorizationView(AuthorizationView):
     def form_valid(self, form: ConsentForm) -> HttpResponseBase:
         if not Application.objects.filter(client_id=form.cleaned_data["client_id"]).exists():
             return self._error_page("invalid_client", "Unknown client.", 400)
+        shown = self.request.session.pop(
+            _shown_key(form.cleaned_data["client_id"], form.cleaned_data.get("code_challenge")), None
+        )
+        if shown is None or shown != " ".join(sorted(form.cleaned_data["scope"].split())):
+            return self._error_page("invalid_request", "The consent form does not match the page you were shown.", 400)
         # Every token reads; mcp:write only when the client asked for it and the user left it granted.
         requested = form.cleaned_data["scope"].split()
         write = SCOPE_WRITE in requested and form.cleaned_data["grant_write"]

@@ -262,3 +262,23 @@ def test_signup_never_continues_to_another_site(client: Client):
 
     assert response.status_code == 302
     assert response["Location"] == "/account/"
+
+
+def test_a_consent_post_cannot_grant_more_than_the_page_showed(browser: Client, flow):
+    response = consent(browser, flow(), scope="mcp:read mcp:write", grant_write="on")
+
+    assert response.status_code == 400
+    assert "Location" not in response
+    assert Grant.objects.count() == 0
+
+
+def test_a_consent_post_without_the_page_is_refused(browser: Client, flow):
+    shown = flow()
+    page = browser.get(shown.url)
+    form = hidden_inputs(page.content.decode()) | {"allow": "Authorize"}
+    browser.post(shown.url, form)  # the first POST uses up what the page showed
+
+    again = browser.post(shown.url, form)
+
+    assert again.status_code == 400
+    assert Grant.objects.count() == 1
