@@ -5,7 +5,8 @@ from django.http import HttpRequest
 from oauth2_provider import admin as oauth_admin
 from oauth2_provider.models import AccessToken, Grant, RefreshToken
 
-from accounts.models import ApiKey, User
+from accounts.models import ApiKey, RedeemedCode, User
+from leroy.admin import ReadOnlyAdmin
 
 
 @admin.register(User)
@@ -70,3 +71,10 @@ admin.site.unregister([AccessToken, RefreshToken, Grant])
 admin.site.register(AccessToken, OAuthAccessTokenAdmin)
 admin.site.register(RefreshToken, OAuthRefreshTokenAdmin)
 admin.site.register(Grant, OAuthGrantAdmin)
+
+
+@admin.register(RedeemedCode)
+class RedeemedCodeAdmin(ReadOnlyAdmin):
+    """Hashes of spent authorization codes, kept until expiry so a replay can revoke what the code issued."""
+
+    list_display = ["code_sha256", "token_family", "expires"]

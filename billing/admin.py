@@ -22,19 +22,7 @@ from billing.models import (
     UsageEvent,
 )
 from billing.services import BillingError
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written only by billing services: viewable, never added, changed or deleted here."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
+from leroy.admin import ReadOnlyAdmin
 
 
 @admin.register(Plan)

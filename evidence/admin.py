@@ -1,6 +1,16 @@
 from django.contrib import admin
 
-from evidence.models import BarPartition, Corpus, MarketMemoryArtifact, MarketMemoryBuild, Symbol
+from evidence.models import (
+    BarPartition,
+    Corpus,
+    Frame,
+    LiveBar,
+    MarketMemoryArtifact,
+    MarketMemoryBuild,
+    ResearchHypothesis,
+    Symbol,
+)
+from leroy.admin import ReadOnlyAdmin
 
 
 @admin.register(Symbol)
@@ -32,3 +42,23 @@ class MarketMemoryArtifactAdmin(admin.ModelAdmin):
     list_display = ["version", "sha256", "is_active", "built_at", "activated_at"]
     # Activation goes through services.market_memory_activate (atomic swap), never an edited flag.
     readonly_fields = [f.name for f in MarketMemoryArtifact._meta.fields]
+
+
+@admin.register(LiveBar)
+class LiveBarAdmin(ReadOnlyAdmin):
+    list_display = ["symbol", "ts", "close", "volume", "feed", "received_at"]
+    list_filter = ["feed"]
+    search_fields = ["symbol__ticker"]
+
+
+@admin.register(Frame)
+class FrameAdmin(ReadOnlyAdmin):
+    list_display = ["symbol", "source_time", "close", "ready", "regime", "computed_at"]
+    search_fields = ["symbol__ticker"]
+
+
+@admin.register(ResearchHypothesis)
+class ResearchHypothesisAdmin(ReadOnlyAdmin):
+    list_display = ["user", "symbol", "side", "horizon_minutes", "recorded_at", "reviewed_at"]
+    list_filter = ["side", "horizon_minutes"]
+    search_fields = ["user__email", "symbol"]
