@@ -2,6 +2,7 @@
 
 import os
 import socket
+import tempfile
 
 
 def _answers(port: int) -> bool:
@@ -22,6 +23,10 @@ from leroy.settings import *  # noqa: E402, F403
 from leroy.settings import DATABASES  # noqa: E402
 
 LEROY_TEST_DATABASE = "PostgreSQL" if DATABASES["default"]["ENGINE"].endswith("postgresql") else "SQLite"
+if LEROY_TEST_DATABASE == "SQLite":
+    # A file, as in production (WAL: readers never wait for a writer), not the shared-cache in-memory default,
+    # whose table locks would fail threads that read while another thread writes.
+    DATABASES["default"]["TEST"] = {"NAME": os.path.join(tempfile.gettempdir(), f"leroy-test-{os.getpid()}.sqlite3")}
 if LEROY_TEST_DATABASE == "PostgreSQL":
     # Transactional tests flush with TRUNCATE, which billing's append-only trigger allows only on such connections.
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c leroy.ledger_truncate=allowed"
