@@ -126,6 +126,9 @@ DATABASES = {
         env_str("DATABASE_URL") or f"sqlite:///{LEROY_VAR_DIR / 'leroy.sqlite3'}", conn_max_age=0
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A per-process psycopg pool: every MCP request would otherwise open and close its own connection.
+    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": env_int("LEROY_DB_POOL_MAX", 20)}}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the web process read while the worker writes; IMMEDIATE avoids lock upgrades mid-transaction.
     DATABASES["default"]["OPTIONS"] = {
