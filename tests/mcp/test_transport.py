@@ -329,3 +329,18 @@ def test_api_key_plaintext_is_never_stored(owner):
     assert row["prefix"] == issued.plaintext[8:16]
     assert len(row["key_hash"]) == 64
     assert User.objects.count() == 1
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", MODERN])
+async def test_batched_calls_are_refused_so_no_call_escapes_the_gates(mcp_http, version):
+    body = [modern_call("probe_whoami", {})]
+    headers = (
+        modern_headers("tools/call", "probe_whoami")
+        if version == MODERN
+        else {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": version}
+    )
+    async with mcp_http() as http:
+        response = await http.post("/api/mcp", json=body, headers=headers)
+
+    assert response.status_code == 400
+    assert "result" not in response.json()
