@@ -109,11 +109,6 @@ async def _run[Built: BaseModel](build: Callable[[], Built]) -> Built:
     return await sync_to_async(build)()
 
 
-def _user(call: ToolCall) -> User:
-    assert call.principal is not None  # subscriber tools are refused earlier without one
-    return User.objects.get(pk=call.principal.user_id)
-
-
 def _found[Found](found: Found | None, kind: str, key: str) -> Found:
     if found is None:
         raise ToolFailure("not_found", f"No {kind} {key} in this account.", id=key)
@@ -270,7 +265,7 @@ async def list_strategies(call: ToolCall, args: ListStrategiesArgs) -> Paged[Str
     """List your saved strategies (current versions, newest first) without source code; paginated by skip/limit."""
 
     def run() -> Paged[StrategySummary]:
-        rows = selectors.strategies_current(user=_user(call))
+        rows = selectors.strategies_current(user=call.user())
         return _page_of(Paged[StrategySummary], rows, _strategy_summary, args.skip, args.limit)
 
     return await _run(run)
@@ -281,7 +276,7 @@ async def get_strategy(call: ToolCall, args: IdArgs) -> StrategyOut:
     """One saved strategy version with its complete source code and its version history."""
 
     def run() -> StrategyOut:
-        strategy = _found(selectors.strategy_get(user=_user(call), strategy_id=args.id), "strategy", args.id)
+        strategy = _found(selectors.strategy_get(user=call.user(), strategy_id=args.id), "strategy", args.id)
         history = [_strategy_summary(v) for v in selectors.strategy_versions(strategy=strategy)]
         return StrategyOut(**_strategy_summary(strategy).model_dump(), code=strategy.code, versions=history)
 
@@ -297,7 +292,7 @@ async def create_strategy(call: ToolCall, args: CreateStrategyArgs) -> StrategyC
 
     def run() -> StrategyCreated:
         strategy = services.strategy_create(
-            user=_user(call), name=args.name, code=args.code, description=args.description, version=args.version
+            user=call.user(), name=args.name, code=args.code, description=args.description, version=args.version
         )
         return StrategyCreated(success=True, id=str(strategy.pk), strategy=_strategy_summary(strategy))
 
@@ -313,7 +308,7 @@ async def update_strategy(call: ToolCall, args: UpdateStrategyArgs) -> StrategyU
 
     def run() -> StrategyUpdated:
         strategy = services.strategy_update(
-            user=_user(call), strategy_id=args.id, name=args.name, description=args.description, code=args.code
+            user=call.user(), strategy_id=args.id, name=args.name, description=args.description, code=args.code
         )
         return StrategyUpdated(
             success=True, id=str(strategy.pk), previous_id=args.id, strategy=_strategy_summary(strategy)
@@ -331,7 +326,7 @@ async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
     statistics), prints, sandbox_layers}. A fixed environment check, not a historical report."""
 
     def run() -> DryRunOut:
-        outcome = services.dry_run(user=_user(call), code=args.code)
+        outcome = services.dry_run(user=call.user(), code=args.code)
         return DryRunOut.model_validate(
             {
                 "success": outcome.success,
@@ -445,7 +440,7 @@ async def run_backtest(call: ToolCall, args: RunBacktestArgs) -> BacktestSubmitt
     report moves PENDING -> EXECUTING -> COMPLETED | FAILED. Returns {report_id, status, usage}."""
 
     def run() -> BacktestSubmitted:
-        user = _user(call)
+        user = call.user()
         report = services.backtest_submit(
             user=user,
             strategy_id=str(selectors.parse_id(args.strategy_id) or args.strategy_id),
@@ -472,7 +467,7 @@ async def list_reports(call: ToolCall, args: ListReportsArgs) -> Paged[ReportSum
     """Backtest reports, newest first, optionally for one saved strategy id; with status and statistics."""
 
     def run() -> Paged[ReportSummary]:
-        rows = selectors.reports_of(user=_user(call), strategy_id=args.strategy_id)
+        rows = selectors.reports_of(user=call.user(), strategy_id=args.strategy_id)
         return _page_of(Paged[ReportSummary], rows, _report_summary, args.skip, args.limit)
 
     return await _run(run)
@@ -485,7 +480,7 @@ async def get_report(call: ToolCall, args: IdArgs) -> ReportOut:
     equity-curve chart data. Stored statistics are authoritative: reconstructed trades exclude commission."""
 
     def run() -> ReportOut:
-        report = _found(selectors.report_get(user=_user(call), report_id=args.id), "report", args.id)
+        report = _found(selectors.report_get(user=call.user(), report_id=args.id), "report", args.id)
         body = _report_fields(report)
         if report.status in TERMINAL:
             body.update(
@@ -512,7 +507,7 @@ async def list_report_trades(call: ToolCall, args: ReportTradesArgs) -> ReportTr
     P&L %, total); continue with skip += limit while has_next is true."""
 
     def run() -> ReportTradesOut:
-        report = _found(selectors.report_get(user=_user(call), report_id=args.id), "report", args.id)
+        report = _found(selectors.report_get(user=call.user(), report_id=args.id), "report", args.id)
         trades = report.trades[args.skip : args.skip + args.limit]
         return _page(ReportTradesOut, trades, len(report.trades), args.skip, args.limit, report_id=str(report.pk))
 
@@ -526,7 +521,7 @@ async def wait_for_reports(call: ToolCall, args: WaitForReportsArgs) -> ReportsW
     Returns {results: [{report_id, status}]}; reports still running at the time limit are listed with their status."""
 
     def statuses() -> dict[str, str]:
-        user = _user(call)
+        user = call.user()
         found = {
             report_id: _found(selectors.report_get(user=user, report_id=report_id), "report", report_id).status
             for report_id in args.report_ids
@@ -562,7 +557,7 @@ async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> Optimiz
     use_free_optimization is true); cancelled or failed points are refunded. Returns {success, optimization_id}."""
 
     def run() -> OptimizationSubmitted:
-        user = _user(call)
+        user = call.user()
         optimization = services.optimization_submit(
             user=user,
             strategy_id=args.strategy_id,
@@ -597,7 +592,7 @@ async def list_optimizations(call: ToolCall, args: ListOptimizationsArgs) -> Pag
     """Your optimizations, newest first: status, strategy, grids, metrics, period, iteration counts, credits."""
 
     def run() -> Paged[OptimizationSummary]:
-        rows = selectors.optimizations_of(user=_user(call))
+        rows = selectors.optimizations_of(user=call.user())
         return _page_of(Paged[OptimizationSummary], rows, _optimization_summary, args.skip, args.limit)
 
     return await _run(run)
@@ -609,7 +604,7 @@ async def get_optimization(call: ToolCall, args: IdArgs) -> OptimizationOut:
     chart data. It names no "best" run: use list_optimization_results to inspect runs."""
 
     def run() -> OptimizationOut:
-        found = selectors.optimization_get(user=_user(call), optimization_id=args.id)
+        found = selectors.optimization_get(user=call.user(), optimization_id=args.id)
         return _optimization_detail(_found(found, "optimization", args.id))
 
     return await _run(run)
@@ -623,7 +618,7 @@ async def get_latest_optimization_by_strategy(call: ToolCall, args: LatestOptimi
     """The most recent optimization of a saved strategy id, or {optimization: null} when there is none."""
 
     def run() -> LatestOptimizationOut:
-        optimization = selectors.optimization_latest(user=_user(call), strategy_id=args.strategy_id)
+        optimization = selectors.optimization_latest(user=call.user(), strategy_id=args.strategy_id)
         return LatestOptimizationOut(optimization=_optimization_detail(optimization) if optimization else None)
 
     return await _run(run)
@@ -636,7 +631,7 @@ async def wait_for_optimization(call: ToolCall, args: IdArgs) -> OptimizationWai
     Returns {status, completed_iterations, failed_iterations, total_iterations, error, timed_out}."""
 
     def read() -> Optimization:
-        optimization = selectors.optimization_get(user=_user(call), optimization_id=args.id)
+        optimization = selectors.optimization_get(user=call.user(), optimization_id=args.id)
         close_old_connections()
         return _found(optimization, "optimization", args.id)
 
@@ -668,7 +663,7 @@ async def list_optimization_results(call: ToolCall, args: OptimizationResultsArg
     ascending unless descending is true. Continue with skip += limit while has_next is true."""
 
     def run() -> OptimizationResultsOut:
-        found = selectors.optimization_get(user=_user(call), optimization_id=args.id)
+        found = selectors.optimization_get(user=call.user(), optimization_id=args.id)
         optimization = _found(found, "optimization", args.id)
         if args.sort_by is None:
             sort_by = optimization.target_metric
@@ -702,7 +697,7 @@ async def cancel_optimization(call: ToolCall, args: IdArgs) -> OptimizationCance
     credits are refunded; completed points stay charged. Returns the optimization and usage."""
 
     def run() -> OptimizationCancelled:
-        user = _user(call)
+        user = call.user()
         optimization = services.optimization_cancel(user=user, optimization_id=args.id)
         refunded = optimization.credits_reserved - optimization.credits_charged
         return OptimizationCancelled.model_validate(

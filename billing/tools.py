@@ -2,15 +2,9 @@
 
 from asgiref.sync import sync_to_async
 
-from accounts.models import User
 from billing import selectors
 from billing.schemas import CreditUsage, NoArgs, UsageReport
 from leroy.mcp.registry import ToolCall, tool
-
-
-def _user(call: ToolCall) -> User:
-    assert call.principal is not None  # subscriber tools never run without one
-    return User.objects.get(pk=call.principal.user_id)
 
 
 @tool(
@@ -24,7 +18,7 @@ def _user(call: ToolCall) -> User:
 )
 async def get_usage(call: ToolCall, args: NoArgs) -> UsageReport:
     """This UTC month's MCP lookups: included, used, remaining, overage and its amount. Calling it is free."""
-    report = await sync_to_async(lambda: selectors.usage_report(user=_user(call)))()
+    report = await sync_to_async(lambda: selectors.usage_report(user=call.user()))()
     return UsageReport.model_validate(report)
 
 
@@ -39,5 +33,5 @@ async def get_usage(call: ToolCall, args: NoArgs) -> UsageReport:
 )
 async def get_credit_usage(call: ToolCall, args: NoArgs) -> CreditUsage:
     """The account's monthly credit limit, credits consumed, reserved and remaining, and free optimizations left."""
-    usage = await sync_to_async(lambda: selectors.credit_usage(user=_user(call)))()
+    usage = await sync_to_async(lambda: selectors.credit_usage(user=call.user()))()
     return CreditUsage.model_validate(usage)

@@ -7,13 +7,16 @@ into an SDK tool; the transport uses the same specs to answer 401/403 before the
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 from pydantic import BaseModel, ConfigDict
 
 from leroy.errors import DomainError
+
+if TYPE_CHECKING:
+    from accounts.models import User
 
 Access = Literal["public", "subscriber"]
 Scope = Literal["mcp:read", "mcp:write"]
@@ -42,6 +45,15 @@ class ToolCall:
     principal: Principal | None
     protocol_version: str | None
     report_progress: Callable[[float, float | None, str | None], Awaitable[None]]
+
+    def user(self) -> "User":
+        """The calling account, read from the database (sync: call it inside sync_to_async).
+
+        Subscriber tools always have a principal: the bridge refuses anonymous calls before they run."""
+        from accounts.models import User
+
+        assert self.principal is not None
+        return User.objects.get(pk=self.principal.user_id)
 
 
 class ToolFailure(DomainError):
