@@ -54,6 +54,7 @@ def main() -> None:
         symbol, side, mask, regime = item
         reader.lookup(symbol=symbol, side=side, mask=mask, regime=regime)
 
+    # Built from the artifact's fixed key column names, never from input; values go through ? parameters.
     placeholders = " AND ".join(f"{c} = ?" for c in KEY_COLUMNS)
 
     def point_queries(item: tuple) -> None:
