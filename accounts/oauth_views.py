@@ -24,7 +24,7 @@ from accounts import oauth
 from accounts.forms import ConsentForm
 from accounts.models import SCOPE_READ, SCOPE_WRITE, User
 from accounts.services import AccountError
-from leroy.mcp.transport import rate_limit_retry_after
+from leroy.ratelimit import rate_limit_retry_after
 
 # The consent page loads nothing and may be framed by nobody. No form-action: browsers apply it to the
 # redirect back to the client after Authorize.

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from backtests.statistics import METRICS
 from billing.schemas import CreditUsage
 from evidence.models import FREQUENCIES
-from leroy.mcp.registry import ToolArgs
+from leroy.schemas import ToolArgs
 
 Metric = Literal[METRICS]  # type: ignore[valid-type]
 SortKey = Literal[("iteration", *METRICS)]  # type: ignore[valid-type]

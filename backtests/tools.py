@@ -73,7 +73,8 @@ from backtests.schemas import (
 from billing.schemas import CreditUsage
 from billing.selectors import credit_usage
 from evidence.models import Symbol
-from leroy.mcp.registry import Handler, Metering, ToolArgs, ToolCall, ToolFailure, tool
+from leroy.mcp.registry import Handler, Metering, ToolCall, ToolFailure, tool
+from leroy.schemas import ToolArgs
 
 DOCUMENTATION = Path(__file__).with_name("documentation.md")
 WAIT_SECONDS = 600.0

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from leroy.mcp.registry import ToolArgs
+from leroy.schemas import ToolArgs
 
 
 class NoArgs(ToolArgs):

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from leroy.mcp.registry import ToolArgs
+from leroy.schemas import ToolArgs
 
 Side = Literal["buy", "sell"]
 RequestSide = Literal["buy", "sell", "both"]

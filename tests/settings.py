@@ -30,7 +30,8 @@ if LEROY_TEST_DATABASE == "SQLite":
 if LEROY_TEST_DATABASE == "PostgreSQL":
     # Transactional tests flush with TRUNCATE, which billing's append-only trigger allows only on such connections.
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c leroy.ledger_truncate=allowed"
-LEROY_TEST_REDIS_URL = "redis://127.0.0.1:6379/15" if _answers(6379) else ""
+# A parallel checkout may pick its own Redis database with LEROY_TEST_REDIS_URL.
+LEROY_TEST_REDIS_URL = os.environ.get("LEROY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15") if _answers(6379) else ""
 
 LEROY_MCP_TOOL_MODULES = ["tests.mcp.tools", "tests.billing.tools"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

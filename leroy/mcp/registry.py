@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from leroy.errors import DomainError
+from leroy.schemas import ToolArgs
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -21,12 +22,6 @@ if TYPE_CHECKING:
 Access = Literal["public", "subscriber"]
 Scope = Literal["mcp:read", "mcp:write"]
 Metering = Literal["free", "lookup", "credits"]
-
-
-class ToolArgs(BaseModel):
-    """Base of every tool's arguments: unknown fields are refused, never ignored."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,11 @@ unauthenticated caller needs answered at the HTTP level is answered here, before
 
 import json
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.core.cache import cache
 from django.urls import reverse
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -22,8 +20,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from accounts import oauth
 from accounts import services as account_services
 from billing import selectors as billing_selectors
-from leroy.clock import now
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
+from leroy.ratelimit import rate_limit_retry_after
 
 logger = logging.getLogger(__name__)
 
@@ -107,18 +105,6 @@ def _authenticate(raw: str) -> AccessToken | None:
     return AccessToken(
         token=raw, client_id=f"apikey:{api_key.pk}", subject=str(api_key.user_id), scopes=api_key.scope_list
     )
-
-
-async def rate_limit_retry_after(identity: str, limit: int) -> int | None:
-    """Fixed one-minute windows in the shared cache; seconds to wait when over `limit`, else None."""
-    instant = now().timestamp()
-    window = math.floor(instant / 60)
-    key = f"leroy:rl:{identity}:{window}"
-    await cache.aadd(key, 0, timeout=120)
-    count = await cache.aincr(key)
-    if count > limit:
-        return max(1, math.ceil((window + 1) * 60 - instant))
-    return None
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -11,7 +11,8 @@ from accounts.models import User
 from billing import services
 from billing.schemas import LookupUsage
 from billing.services import BillingError
-from leroy.mcp.registry import ToolArgs, ToolCall, ToolFailure, tool
+from leroy.mcp.registry import ToolCall, ToolFailure, tool
+from leroy.schemas import ToolArgs
 
 
 class MeteredArgs(ToolArgs):

@@ -3,7 +3,8 @@
 from pydantic import BaseModel, Field
 
 from accounts.models import User
-from leroy.mcp.registry import ToolArgs, ToolCall, ToolFailure, tool
+from leroy.mcp.registry import ToolCall, ToolFailure, tool
+from leroy.schemas import ToolArgs
 
 
 class EchoArgs(ToolArgs):
