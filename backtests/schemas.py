@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from backtests.statistics import METRICS
 from billing.schemas import CreditUsage
-from evidence.models import FREQUENCIES
+from evidence.vocabulary import FREQUENCIES
 from leroy.schemas import ToolArgs
 
 Metric = Literal[METRICS]  # type: ignore[valid-type]

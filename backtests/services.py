@@ -29,8 +29,8 @@ from backtests.models import (
 )
 from backtests.policy import declared_parameters
 from billing import services as billing
+from evidence.marketdata.selectors import bars_data_version, bars_read
 from evidence.models import Symbol
-from evidence.selectors import bars_data_version, bars_read
 from leroy.clock import now
 from leroy.errors import DomainError
 

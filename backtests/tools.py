@@ -376,7 +376,7 @@ async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> 
     """The most recent OHLCV candles (up to `limit`, at most 10,000) of a stored frequency, with a CSV resource.
 
     start_date/end_date are inclusive ISO 8601 dates or date-times with an offset; a date-only end covers the day."""
-    from evidence.selectors import bars_read
+    from evidence.marketdata.selectors import bars_read
 
     def run() -> MarketDataSampleOut:
         symbol = _found(selectors.symbol_get(symbol_id=args.id), "symbol", args.id)
@@ -419,7 +419,7 @@ async def download_market_data(call: ToolCall, args: DownloadArgs) -> DownloadOu
     """Download full-history OHLCV for a stock, ETF, forex or metal pair, or crypto symbol through the
     configured provider and store it as a global symbol; existing global data is reused. Equities and ETFs
     are 1d only; intraday (5m, 15m, 1h, 4h) needs forex or crypto. Returns the symbol name and id."""
-    from backtests import providers
+    from evidence.marketdata import providers
 
     def run() -> DownloadOut:
         outcome = providers.market_data_download(

@@ -19,10 +19,10 @@ import django
 
 django.setup()
 
-from evidence import store  # noqa: E402
+from evidence.marketdata import store  # noqa: E402
+from evidence.marketdata.selectors import bars_read  # noqa: E402
+from evidence.memory.services import market_memory_build_run  # noqa: E402
 from evidence.models import Symbol  # noqa: E402
-from evidence.selectors import bars_read  # noqa: E402
-from evidence.services import market_memory_build_run  # noqa: E402
 
 
 def timed(work):  # type: ignore[no-untyped-def]

@@ -23,8 +23,9 @@ import django
 
 django.setup()
 
-from evidence.memory import KEY_COLUMNS, SIDES  # noqa: E402
-from evidence.selectors import MemoryUnavailable, memory_reader  # noqa: E402
+from evidence.memory.artifact import KEY_COLUMNS  # noqa: E402
+from evidence.memory.selectors import MemoryUnavailable, memory_reader  # noqa: E402
+from evidence.vocabulary import SIDES  # noqa: E402
 
 
 def percentile(samples: list[float], q: float) -> float:

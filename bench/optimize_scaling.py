@@ -55,7 +55,7 @@ def setup(bars: int):
     from accounts.services import user_create
     from backtests import services
     from backtests.dryrun import walk
-    from evidence.services import bars_import
+    from evidence.marketdata.importers import bars_import
 
     call_command("migrate", verbosity=0)
     user = user_create(email="bench@example.com", password="bench password 123")  # noqa: S106 - a throwaway bench account

@@ -11,7 +11,8 @@ from django.http import HttpRequest
 from ninja import Router
 
 from accounts.models import User
-from evidence import evaluation, journal, research
+from evidence.research import analysis as research
+from evidence.research import evaluation, journal
 from evidence.schemas import (
     AnaloguesOut,
     BenchmarkOut,

@@ -3,12 +3,7 @@
 from django.db import models
 from django.db.models.functions import Upper
 
-ASSET_CLASSES = ("equity", "etf", "index", "forex", "crypto")
-# Asset classes whose intraday bars must sit on XNYS regular-session minutes.
-XNYS_ASSET_CLASSES = ("equity", "etf", "index")
-FREQUENCIES = ("1m", "5m", "15m", "30m", "1h", "4h", "1d")
-FREQUENCY_MINUTES = {"1m": 1, "5m": 5, "15m": 15, "30m": 30, "1h": 60, "4h": 240, "1d": 1440}
-SOURCES = ("vendor", "synthetic")
+from evidence.vocabulary import ASSET_CLASSES, FREQUENCIES, HORIZONS, SIDES, SOURCES
 
 
 class Symbol(models.Model):
@@ -171,17 +166,13 @@ class Frame(models.Model):
         return f"{self.symbol_id}@{self.source_time.isoformat()}"
 
 
-HYPOTHESIS_SIDES = ("buy", "sell")
-HYPOTHESIS_HORIZONS = (5, 15, 30, 60)
-
-
 class ResearchHypothesis(models.Model):
     """A research note in a user's own journal; the review compares it with verified bars, never places an order."""
 
     user = models.ForeignKey("accounts.User", on_delete=models.CASCADE, related_name="research_hypotheses")
     symbol = models.CharField(max_length=20)
-    side = models.CharField(max_length=4, choices=[(s, s) for s in HYPOTHESIS_SIDES])
-    horizon_minutes = models.PositiveSmallIntegerField(choices=[(h, h) for h in HYPOTHESIS_HORIZONS])
+    side = models.CharField(max_length=4, choices=[(s, s) for s in SIDES])
+    horizon_minutes = models.PositiveSmallIntegerField(choices=[(h, h) for h in HORIZONS])
     note = models.TextField()
     recorded_at = models.DateTimeField()
     decision_time = models.DateTimeField(null=True)  # the last regular-session minute closed at recorded_at
@@ -197,9 +188,9 @@ class ResearchHypothesis(models.Model):
                 condition=models.Q(client_request_id__isnull=False),
                 name="evidence_hypothesis_request_unique",
             ),
-            models.CheckConstraint(condition=models.Q(side__in=HYPOTHESIS_SIDES), name="evidence_hypothesis_side"),
+            models.CheckConstraint(condition=models.Q(side__in=SIDES), name="evidence_hypothesis_side"),
             models.CheckConstraint(
-                condition=models.Q(horizon_minutes__in=HYPOTHESIS_HORIZONS), name="evidence_hypothesis_horizon"
+                condition=models.Q(horizon_minutes__in=HORIZONS), name="evidence_hypothesis_horizon"
             ),
         ]
 

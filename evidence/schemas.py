@@ -9,40 +9,26 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from evidence.vocabulary import (
+    Horizon,
+    RequestSide,
+    Side,
+    Ticker,
+    TierName,
+    TimeOfDay,
+    Trend,
+    Volatility,
+    normalize_ticker,
+)
 from leroy.schemas import ToolArgs
 
-Side = Literal["buy", "sell"]
-RequestSide = Literal["buy", "sell", "both"]
-Horizon = Literal[5, 15, 30, 60]
-HORIZONS: tuple[Horizon, ...] = (5, 15, 30, 60)
 Status = Literal["evaluated", "no_comparable_sample", "unavailable", "stale_frame"]
 FrameStatus = Literal["available", "stale", "market_closed", "unavailable"]
-TierName = Literal[
-    "exact_setup",
-    "cross_ticker_setup",
-    "signal_pattern",
-    "contextual_analogue",
-    "direction_only_baseline",
-    "no_comparable_evidence",
-]
-TIER_NAMES: dict[int, TierName] = {
-    5: "exact_setup",
-    4: "cross_ticker_setup",
-    3: "signal_pattern",
-    2: "contextual_analogue",
-    1: "direction_only_baseline",
-    0: "no_comparable_evidence",
-}
 Freshness = Literal["current", "behind", "unavailable", "unknown"]
 
 
 class EvaluateArgs(ToolArgs):
-    symbol: str = Field(
-        min_length=1,
-        max_length=10,
-        pattern=r"^[A-Za-z][A-Za-z0-9.\-]{0,9}$",
-        description="US equity ticker; normalised to uppercase",
-    )
+    symbol: Ticker = Field(description="US equity ticker; normalised to uppercase")
     side: RequestSide = Field(description="Direction to evaluate: buy, sell, or both (costs two lookups)")
     entry_price: float | None = Field(default=None, gt=0, description="Proposed entry price; context only")
     holding_horizons: list[Horizon] | None = Field(
@@ -106,9 +92,9 @@ class StrategyCoverage(BaseModel):
 
 class Regime(BaseModel):
     id: int
-    trend: Literal["down_or_flat", "up"]
-    volatility: Literal["low", "mid", "high"]
-    time_of_day: Literal["open", "mid", "close"]
+    trend: Trend
+    volatility: Volatility
+    time_of_day: TimeOfDay
 
 
 class SideConfluence(BaseModel):
@@ -256,12 +242,6 @@ def _request_id() -> Any:
     return Field(default=None, min_length=1, max_length=100, description="Caller idempotency key for safe retries")
 
 
-def _ticker() -> Any:
-    return Field(
-        min_length=1, max_length=10, pattern=r"^[A-Za-z][A-Za-z0-9.\-]{0,9}$", description="US equity ticker (any case)"
-    )
-
-
 class ArtifactRef(BaseModel):
     """The artifact every number of a result was read from."""
 
@@ -311,7 +291,7 @@ SetupStatus = Literal["matched", "no_comparable_sample", "unavailable"]
 
 
 class SetupArgs(ToolArgs):
-    symbol: str = _ticker()
+    symbol: Ticker = Field(description="US equity ticker (any case)")
     side: Side = Field(description="Direction: buy or sell")
     horizon_minutes: Horizon = Field(default=15, description="Forward horizon in minutes (5, 15, 30, 60)")
     client_request_id: str | None = _request_id()
@@ -361,6 +341,12 @@ class SearchArgs(ToolArgs):
     symbol: str | None = Field(
         default=None, min_length=1, max_length=10, description="Only exact-setup keys of this ticker"
     )
+
+    @field_validator("symbol")
+    @classmethod
+    def _normalized(cls, value: str | None) -> str | None:
+        return None if value is None else normalize_ticker(value)
+
     source: Literal["historical", "forward_overlay"] = Field(
         default="historical", description="Historical contract, or the forward overlay (served only when current)"
     )
@@ -505,8 +491,8 @@ class RegimeBucket(BaseModel):
 
 class SessionRegime(BaseModel):
     session: str
-    trend: Literal["down_or_flat", "up"]
-    volatility: Literal["low", "mid", "high"]
+    trend: Trend
+    volatility: Volatility
 
 
 class RegimeOut(BaseModel):
@@ -525,7 +511,7 @@ class RegimeOut(BaseModel):
 
 
 class ExecutionArgs(ToolArgs):
-    symbol: str = _ticker()
+    symbol: Ticker = Field(description="US equity ticker (any case)")
 
 
 class VolumeBucket(BaseModel):
@@ -589,7 +575,7 @@ class LineageOut(BaseModel):
 
 
 class RecordHypothesisArgs(ToolArgs):
-    symbol: str = _ticker()
+    symbol: Ticker = Field(description="US equity ticker (any case)")
     side: Side = Field(description="Direction of the hypothesis: buy or sell")
     horizon_minutes: Horizon = Field(description="Horizon after which the outcome is reviewed (5, 15, 30, 60)")
     note: str = Field(min_length=1, max_length=2000, description="The research note; never an order")

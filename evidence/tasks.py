@@ -3,7 +3,9 @@
 from celery import shared_task
 from django.conf import settings
 
-from evidence import frames, memory, services
+from evidence.live import frames
+from evidence.memory import artifact, services
+from evidence.memory import build as memory
 from evidence.models import MarketMemoryBuild
 
 
@@ -13,7 +15,7 @@ def market_memory_symbol_task(build_id: int, ticker: str) -> None:
     if build.status != "running":
         return
     # Partials are stored whole (never visible half-written), so a retried task simply rewrites them.
-    memory.build_symbol_partial(memory.BuildPlan(**build.params), ticker, services.market_memory_build_dir(build_id))
+    memory.build_symbol_partial(artifact.BuildPlan(**build.params), ticker, services.market_memory_build_dir(build_id))
     services.market_memory_partial_done(build_id=build_id)
 
 

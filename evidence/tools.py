@@ -6,7 +6,8 @@ from asgiref.sync import sync_to_async
 from pydantic import BaseModel
 
 from accounts.models import User
-from evidence import evaluation, journal, research
+from evidence.research import analysis as research
+from evidence.research import evaluation, journal
 from evidence.schemas import (
     AnaloguesOut,
     BenchmarkOut,

@@ -3,8 +3,8 @@ import pytest
 
 from backtests import sandbox
 from backtests.dryrun import walk
+from evidence.marketdata.importers import bars_import
 from evidence.models import Symbol
-from evidence.services import bars_import
 
 SMA_CROSS = """
 class SmaCross(bt.Strategy):

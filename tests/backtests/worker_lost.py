@@ -55,8 +55,8 @@ def main() -> None:
     from backtests.dryrun import walk
     from backtests.models import DryRunPass, Report
     from billing.selectors import credit_usage
+    from evidence.marketdata.importers import bars_import
     from evidence.models import Symbol
-    from evidence.services import bars_import
     from leroy.clock import now
 
     call_command("migrate", verbosity=0)

@@ -4,7 +4,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import polars as pl
 
-from evidence import calendar
+from evidence.marketdata import calendar
 
 
 def session_minutes(session: date) -> list[datetime]:

@@ -3,7 +3,7 @@ from django.test import Client
 
 from billing.models import UsageEvent
 from evidence.models import ResearchHypothesis
-from evidence.research import historical_analogues
+from evidence.research.analysis import historical_analogues
 from evidence.schemas import SetupArgs
 
 pytestmark = pytest.mark.django_db

@@ -7,9 +7,9 @@ import polars as pl
 import pytest
 from django.core.management import CommandError, call_command
 
+from evidence.marketdata.importers import ImportRejected, bars_import
+from evidence.marketdata.selectors import bars_data_version, bars_read
 from evidence.models import BarPartition, Symbol
-from evidence.selectors import bars_data_version, bars_read
-from evidence.services import ImportRejected, bars_import
 from tests.evidence.factories import minute_bars, utc
 
 pytestmark = pytest.mark.django_db

@@ -3,7 +3,7 @@ from datetime import date
 import pandas as pd
 import polars as pl
 
-from evidence import calendar
+from evidence.marketdata import calendar
 from tests.evidence.factories import utc
 
 

@@ -8,9 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
-from evidence import calendar, demo
+from evidence.marketdata import calendar, demo
+from evidence.memory.selectors import memory_lookup, memory_reader
 from evidence.models import BarPartition, Corpus, MarketMemoryArtifact
-from evidence.selectors import memory_lookup, memory_reader
 
 pytestmark = pytest.mark.django_db
 

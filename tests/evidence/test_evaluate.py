@@ -7,11 +7,11 @@ import time_machine
 from accounts import services as account_services
 from billing.models import UsageEvent
 from billing.services import BillingError
-from evidence.evaluation import evaluate_current_setup
-from evidence.geometry import InvalidSetup
-from evidence.reader import MemoryReader
+from evidence.memory.reader import MemoryReader
+from evidence.memory.selectors import memory_reader
+from evidence.research.evaluation import evaluate_current_setup
+from evidence.research.geometry import InvalidSetup
 from evidence.schemas import EvaluateArgs
-from evidence.selectors import memory_reader
 
 pytestmark = pytest.mark.django_db
 

@@ -3,7 +3,7 @@ import time_machine
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from evidence import frames
+from evidence.live import frames
 from tests.conftest import MCP_URL
 from tests.mcp.test_transport import modern_call, modern_headers
 

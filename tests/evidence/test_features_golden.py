@@ -7,8 +7,8 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from evidence import demo
-from evidence.features import symbol_frame
+from evidence.marketdata import demo
+from evidence.memory.features import symbol_frame
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,12 @@ import polars as pl
 import pytest
 import time_machine
 
-from evidence import calendar, frames
+from evidence.live import frames
+from evidence.marketdata import calendar
+from evidence.marketdata.importers import ImportRejected
+from evidence.marketdata.selectors import bars_read
+from evidence.memory.selectors import frame_inspect
 from evidence.models import Corpus, Frame, LiveBar, Symbol
-from evidence.selectors import bars_read, frame_inspect
-from evidence.services import ImportRejected
 
 pytestmark = pytest.mark.django_db
 
@@ -183,7 +185,7 @@ def test_provider_feed_ingests_closed_minutes_and_skips_a_failing_symbol(world, 
 
 
 def test_closed_provider_sessions_are_compacted_into_the_verified_store(world):
-    from evidence.services import bars_import
+    from evidence.marketdata.importers import bars_import
 
     window = frames.open_session(world.replay)
     history = tape(world, "ALFA", None, window.open - MINUTE)

@@ -1,6 +1,6 @@
 import pytest
 
-from evidence.geometry import InvalidSetup, setup_geometry
+from evidence.research.geometry import InvalidSetup, setup_geometry
 
 
 def test_buy_geometry_from_the_contract_example():

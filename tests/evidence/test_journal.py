@@ -5,11 +5,11 @@ import pytest
 import time_machine
 
 from accounts import services as account_services
-from evidence import journal
+from evidence.marketdata.selectors import bars_read
 from evidence.models import ResearchHypothesis, Symbol
-from evidence.research import ResearchError
+from evidence.research import journal
+from evidence.research.analysis import ResearchError
 from evidence.schemas import RecordHypothesisArgs
-from evidence.selectors import bars_read
 
 pytestmark = pytest.mark.django_db
 

@@ -2,8 +2,9 @@ from datetime import date, timedelta
 
 import polars as pl
 
-from evidence import calendar
-from evidence.features import HORIZONS, regime_sessions, symbol_frame
+from evidence.marketdata import calendar
+from evidence.memory.features import regime_sessions, symbol_frame
+from evidence.vocabulary import HORIZONS
 from tests.evidence.factories import minute_bars, utc
 
 EARLY_CLOSE = date(2025, 11, 28)  # Black Friday: XNYS closes at 13:00 ET

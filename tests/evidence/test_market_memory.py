@@ -11,12 +11,14 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from evidence import memory
-from evidence.features import FEATURES, HORIZONS
+from evidence.marketdata.importers import bars_import
+from evidence.memory import build as memory
+from evidence.memory.features import FEATURES
+from evidence.memory.reader import ArtifactRefused, MemoryReader
+from evidence.memory.selectors import memory_lookup, memory_reader
+from evidence.memory.services import market_memory_activate, market_memory_build_run, market_memory_build_start
 from evidence.models import Corpus, MarketMemoryArtifact, Symbol
-from evidence.reader import ArtifactRefused, MemoryReader
-from evidence.selectors import memory_lookup, memory_reader
-from evidence.services import bars_import, market_memory_activate, market_memory_build_run, market_memory_build_start
+from evidence.vocabulary import HORIZONS
 from tests.evidence.factories import minute_bars, utc
 
 D1, D2 = date(2026, 6, 29), date(2026, 6, 30)

@@ -7,8 +7,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from evidence import demo, features, strategies
-from evidence.features import HORIZONS, symbol_frame
+from evidence.marketdata import demo
+from evidence.memory import strategies
+from evidence.memory.features import symbol_frame
+from evidence.vocabulary import HORIZONS, WARMUP_SESSIONS
 
 Pipeline = Callable[[pl.DataFrame, pl.DataFrame], pl.DataFrame]
 LABEL_COLUMNS = {f"{kind}_{h}": h for h in HORIZONS for kind in ("lbl", "hi", "lo")}
@@ -25,7 +27,7 @@ def leaky(bars: pl.DataFrame, bench: pl.DataFrame) -> pl.DataFrame:
 
 @pytest.fixture(scope="module")
 def universe() -> dict[str, pl.DataFrame]:
-    return demo.generate(symbols=1, sessions=features.WARMUP_SESSIONS + 3, seed=11, start=date(2024, 1, 2))
+    return demo.generate(symbols=1, sessions=WARMUP_SESSIONS + 3, seed=11, start=date(2024, 1, 2))
 
 
 def perturbed(bars: pl.DataFrame, cut: object, rng: np.random.Generator) -> pl.DataFrame:

@@ -6,21 +6,14 @@ import time_machine
 from accounts import services as account_services
 from billing.models import UsageEvent
 from billing.services import BillingError
-from evidence import research
-from evidence.memory import BPS, SYMBOL_BASELINE
+from evidence.memory.artifact import BPS, SYMBOL_BASELINE
+from evidence.memory.reader import PCT, MemoryReader
+from evidence.memory.selectors import memory_reader
+from evidence.memory.strategies import mask_names, names_mask
 from evidence.models import Frame
-from evidence.reader import PCT, MemoryReader
-from evidence.research import ResearchError
-from evidence.schemas import (
-    ExecutionArgs,
-    ExitPolicyArgs,
-    LeadersArgs,
-    RegimeArgs,
-    SearchArgs,
-    SetupArgs,
-)
-from evidence.selectors import memory_reader
-from evidence.strategies import mask_names, names_mask
+from evidence.research import analysis as research
+from evidence.research.analysis import ResearchError
+from evidence.schemas import ExecutionArgs, ExitPolicyArgs, LeadersArgs, RegimeArgs, SearchArgs, SetupArgs
 
 pytestmark = pytest.mark.django_db
 

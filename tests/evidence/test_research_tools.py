@@ -5,7 +5,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from billing.models import UsageEvent
-from evidence import frames
+from evidence.live import frames
 from evidence.models import ResearchHypothesis
 from tests.conftest import MCP_URL
 from tests.mcp.test_transport import modern_call, modern_headers, sse_or_json

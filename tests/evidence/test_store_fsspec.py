@@ -14,11 +14,14 @@ from django.core.management import call_command
 from django.test import override_settings
 from fsspec.implementations.memory import MemoryFileSystem
 
-from evidence import memory, selectors
+from evidence.marketdata.importers import ImportRejected, bars_import
+from evidence.marketdata.selectors import bars_read
+from evidence.memory import build as memory
+from evidence.memory import selectors
+from evidence.memory.reader import ArtifactRefused
+from evidence.memory.selectors import frame_inspect, memory_lookup, memory_reader
+from evidence.memory.services import market_memory_build_run
 from evidence.models import BarPartition, Corpus, MarketMemoryArtifact, Symbol
-from evidence.reader import ArtifactRefused
-from evidence.selectors import bars_read, frame_inspect, memory_lookup, memory_reader
-from evidence.services import ImportRejected, bars_import, market_memory_build_run
 from tests.evidence.factories import minute_bars, utc
 from tests.evidence.test_market_memory import D1, D2, ROWS, hand_frame
 

@@ -17,8 +17,9 @@ import time_machine
 from django.core.management import call_command
 from django.test import override_settings
 
-from evidence import frames, selectors
-from evidence.selectors import memory_reader
+from evidence.live import frames
+from evidence.memory import selectors
+from evidence.memory.selectors import memory_reader
 
 ROOT = Path(__file__).resolve().parents[2]
 MIN_SESSIONS = 3

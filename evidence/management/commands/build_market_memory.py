@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from evidence.memory import BuildError
-from evidence.services import market_memory_build_run, market_memory_build_start
+from evidence.memory.build import BuildError
+from evidence.memory.services import market_memory_build_run, market_memory_build_start
 
 
 class Command(BaseCommand):

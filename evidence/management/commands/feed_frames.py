@@ -6,7 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from evidence import frames
+from evidence.live import frames
 
 
 class Command(BaseCommand):

@@ -7,8 +7,8 @@ from typing import Any
 import polars as pl
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from evidence.models import ASSET_CLASSES, FREQUENCIES
-from evidence.services import ImportRejected, bars_import
+from evidence.marketdata.importers import ImportRejected, bars_import
+from evidence.vocabulary import ASSET_CLASSES, FREQUENCIES
 
 # Column names used by common vendors (Yahoo, Polygon, Alpaca, Finam/MetaStock, Stooq, IB exports), lowercased
 # and stripped of angle brackets.

@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from evidence.selectors import MemoryUnavailable, frame_inspect
+from evidence.memory.selectors import MemoryUnavailable, frame_inspect
+from evidence.vocabulary import normalize_ticker
 
 
 class Command(BaseCommand):
@@ -23,7 +24,7 @@ class Command(BaseCommand):
             raise CommandError(f"not an ISO timestamp: {options['timestamp']!r}") from exc
         ts = ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
         try:
-            frame = frame_inspect(ticker=options["symbol"].strip().upper(), ts=ts)
+            frame = frame_inspect(ticker=normalize_ticker(options["symbol"]), ts=ts)
         except (MemoryUnavailable, LookupError) as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(json.dumps(frame, sort_keys=True))

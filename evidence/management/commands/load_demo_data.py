@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from evidence import demo
-from evidence.services import ImportRejected, demo_data_load
+from evidence.marketdata import demo
+from evidence.marketdata.importers import ImportRejected, demo_data_load
 
 
 class Command(BaseCommand):

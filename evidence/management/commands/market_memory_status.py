@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from evidence import store
+from evidence.marketdata import store
 from evidence.models import MarketMemoryArtifact
 
 

@@ -19,14 +19,14 @@ from django.db import transaction
 from accounts.models import User
 from billing import selectors as billing_selectors
 from billing import services as billing
-from evidence import frames
-from evidence.features import HORIZONS
-from evidence.geometry import setup_geometry
+from evidence.live import frames
+from evidence.memory.reader import Evidence, MemoryReader
+from evidence.memory.selectors import memory_reader
+from evidence.memory.strategies import STRATEGIES
 from evidence.models import Frame, MarketMemoryArtifact
-from evidence.presentation import render
-from evidence.reader import Evidence, MemoryReader
+from evidence.research.geometry import setup_geometry
+from evidence.research.presentation import render
 from evidence.schemas import (
-    TIER_NAMES,
     ActiveConfluence,
     Assumptions,
     CurrentMarketFrame,
@@ -50,15 +50,11 @@ from evidence.schemas import (
     StrategyCoverage,
     StrategyState,
 )
-from evidence.selectors import memory_reader
-from evidence.strategies import STRATEGIES
+from evidence.vocabulary import HORIZONS, TIER_NAMES, TIMES_OF_DAY, TRENDS, VOLATILITIES
 from leroy.clock import now
 
 TOOL = "evaluate_current_setup"
 CACHE_SECONDS = 15 * 60
-TRENDS = ("down_or_flat", "up")
-VOLATILITIES = ("low", "mid", "high")
-TIMES_OF_DAY = ("open", "mid", "close")
 ASSUMPTIONS = Assumptions(
     matching="Only exact supported setup matches are returned; no silent broadening.",
     costs="Not included unless explicitly stated in the historical result.",
@@ -78,7 +74,6 @@ class Situation:
 
 def fingerprint(args: EvaluateArgs) -> str:
     body = args.model_dump(mode="json", exclude={"client_request_id"})
-    body["symbol"] = body["symbol"].upper()
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -99,9 +94,9 @@ def _regime(frame: Frame) -> Regime | None:
         return None
     return Regime(
         id=frame.regime,
-        trend=TRENDS[frame.trend],  # type: ignore[arg-type]
-        volatility=VOLATILITIES[frame.volatility],  # type: ignore[arg-type]
-        time_of_day=TIMES_OF_DAY[frame.tod],  # type: ignore[arg-type]
+        trend=TRENDS[frame.trend],
+        volatility=VOLATILITIES[frame.volatility],
+        time_of_day=TIMES_OF_DAY[frame.tod],
     )
 
 
@@ -190,7 +185,7 @@ def memory_blocks(reader: MemoryReader, at: datetime) -> tuple[MarketMemoryCover
 
 def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
     """The evaluation of `args` against `situation` (no charge: see `evaluate_current_setup`)."""
-    ticker = args.symbol.upper()
+    ticker = args.symbol
     horizons = list(args.holding_horizons or HORIZONS)
     sides = ["buy", "sell"] if args.side == "both" else [args.side]
     geometry = setup_geometry(side=args.side, entry=args.entry_price, stop=args.stop_price, target=args.target_price)
@@ -309,7 +304,7 @@ def _with_usage(result: EvaluationOut, usage: dict[str, Any]) -> EvaluationOut:
 def evaluate_current_setup(*, user: User, args: EvaluateArgs) -> EvaluationOut:
     """Evaluate and meter: 1 lookup per side consulted (`both` = 2), 0 for a cached answer to the same request on
     the same frame, 0 when no frame was usable. A retried `client_request_id` returns the original answer."""
-    ticker = args.symbol.upper()
+    ticker = args.symbol
     situation = _situation(ticker)
     request_fingerprint = fingerprint(args)
     frame = situation.current.frame

@@ -1,34 +1,28 @@
-"""Writes for evidence: bar imports (validated, then written atomically) and Market Memory activation."""
+"""Writes of market data: bar imports (validated, then written atomically) and the synthetic demo universe."""
 
 import hashlib
-import re
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
 import polars as pl
 from django.db import transaction
-from django.db.models import Q
 
-from evidence import calendar, demo, memory, store
-from evidence.models import (
+from evidence.marketdata import calendar, demo, store
+from evidence.marketdata.store import BAR_COLUMNS, BAR_SCHEMA
+from evidence.models import BarPartition, Corpus, Symbol
+from evidence.vocabulary import (
     ASSET_CLASSES,
     FREQUENCIES,
     FREQUENCY_MINUTES,
     SOURCES,
+    TICKER_RE,
+    WARMUP_SESSIONS,
     XNYS_ASSET_CLASSES,
-    BarPartition,
-    Corpus,
-    MarketMemoryArtifact,
-    MarketMemoryBuild,
-    Symbol,
+    normalize_ticker,
 )
-from evidence.store import BAR_COLUMNS, BAR_SCHEMA
 from leroy.clock import now
 
-TICKER_RE = re.compile(r"^[A-Z0-9][A-Z0-9.\-^=/]{0,19}$")
 MAX_LISTED = 20  # examples listed per problem in a rejection or gap report
 
 
@@ -248,7 +242,7 @@ def bars_import(
 
     New bars may extend a symbol's history but never overwrite stored ones: overlapping timestamps are rejected.
     """
-    ticker = ticker.strip().upper()
+    ticker = normalize_ticker(ticker)
     if not TICKER_RE.match(ticker):
         raise _reject(f"invalid ticker {ticker!r}", ticker=ticker)
     if frequency not in FREQUENCIES:
@@ -355,10 +349,10 @@ class DemoReport:
 
 def demo_data_load(*, symbols: int, sessions: int, seed: int, start: date, overlay_sessions: int) -> DemoReport:
     """Replace the synthetic demo universe and its corpus row. Refuses to touch tickers holding vendor bars."""
-    if sessions < demo.WARMUP_SESSIONS + overlay_sessions + 1:
+    if sessions < WARMUP_SESSIONS + overlay_sessions + 1:
         raise ImportRejected(
-            f"--sessions must exceed the {demo.WARMUP_SESSIONS}-session warm-up plus the overlay sessions",
-            {"sessions": sessions, "warmup": demo.WARMUP_SESSIONS, "overlay_sessions": overlay_sessions},
+            f"--sessions must exceed the {WARMUP_SESSIONS}-session warm-up plus the overlay sessions",
+            {"sessions": sessions, "warmup": WARMUP_SESSIONS, "overlay_sessions": overlay_sessions},
         )
     members = demo.universe(symbols)
     tickers = [member.ticker for member in members]
@@ -404,126 +398,3 @@ def demo_data_load(*, symbols: int, sessions: int, seed: int, start: date, overl
         minute_rows=sum(len(frame) for frame in frames.values()),
         replay_minute=last["session_open"] + timedelta(minutes=60),
     )
-
-
-def market_memory_build_dir(build_id: int) -> str:
-    return f"market_memory/builds/{build_id}"
-
-
-def market_memory_register(*, path: str, sha256: str, manifest: dict[str, Any]) -> MarketMemoryArtifact:
-    """Record an artifact directory, `path` relative to the data directory (idempotent: a byte-identical rebuild
-    returns the existing row). The row is the commit point: an artifact no row names is never served."""
-    artifact, _ = MarketMemoryArtifact.objects.get_or_create(
-        sha256=sha256,
-        defaults={"version": manifest["version"], "path": path, "manifest": manifest, "built_at": now()},
-    )
-    return artifact
-
-
-@transaction.atomic
-def market_memory_activate(*, artifact: MarketMemoryArtifact) -> MarketMemoryArtifact:
-    """Make one artifact the active one; readers swap to it on their next check (see selectors.memory_reader)."""
-    locked = list(MarketMemoryArtifact.objects.select_for_update().filter(Q(is_active=True) | Q(pk=artifact.pk)))
-    if artifact.pk not in {a.pk for a in locked}:
-        raise MarketMemoryArtifact.DoesNotExist(f"artifact {artifact.pk} does not exist")
-    MarketMemoryArtifact.objects.filter(is_active=True).exclude(pk=artifact.pk).update(is_active=False)
-    MarketMemoryArtifact.objects.filter(pk=artifact.pk).update(is_active=True, activated_at=now())
-    artifact.refresh_from_db()
-    return artifact
-
-
-def market_memory_build_run(
-    *,
-    through: date | None = None,
-    activate: bool = True,
-    force: bool = False,
-    progress: Callable[[dict[str, Any]], None] | None = None,
-) -> MarketMemoryArtifact:
-    """Build in this process: the same map and reduce the Celery chord runs, one symbol after another.
-
-    Unless forced, an artifact already built from the same plan by the same code is reused (and activated).
-    """
-    plan = memory.build_plan(through=through)
-    if not force:
-        existing = MarketMemoryArtifact.objects.filter(
-            manifest__inputs__plan_sha256=memory.plan_sha256(plan), manifest__code_sha256=memory.code_sha256()
-        ).first()
-        if existing is not None and store.exists(f"{existing.path}/manifest.json"):
-            return market_memory_activate(artifact=existing) if activate else existing
-    build = MarketMemoryBuild.objects.create(params=plan.as_dict(), partials_total=len(plan.tickers), created_at=now())
-    build_dir = market_memory_build_dir(build.pk)
-    started = time.monotonic()
-    rows = 0
-    try:
-        for done, ticker in enumerate(plan.tickers, start=1):
-            rows += memory.build_symbol_partial(plan, ticker, build_dir)["rows"]
-            elapsed = time.monotonic() - started
-            if progress is not None:
-                progress(
-                    {
-                        "symbol": ticker,
-                        "symbols_done": done,
-                        "symbols_total": len(plan.tickers),
-                        "rows": rows,
-                        "elapsed_s": round(elapsed, 1),
-                        "eta_s": round(elapsed / done * (len(plan.tickers) - done), 1),
-                    }
-                )
-        MarketMemoryBuild.objects.filter(pk=build.pk).update(partials_done=len(plan.tickers))
-        artifact = _finish_build(build.pk, activate=activate)
-    except BaseException as exc:
-        MarketMemoryBuild.objects.filter(pk=build.pk).update(status="failed", error=str(exc)[:2000])
-        raise
-    return artifact
-
-
-def _finish_build(build_id: int, *, activate: bool) -> MarketMemoryArtifact:
-    build = MarketMemoryBuild.objects.get(pk=build_id)
-    plan = memory.BuildPlan(**build.params)
-    path, sha, manifest = memory.reduce_partials(plan, market_memory_build_dir(build_id))
-    artifact = market_memory_register(path=path, sha256=sha, manifest=manifest)
-    if activate:
-        market_memory_activate(artifact=artifact)
-    MarketMemoryBuild.objects.filter(pk=build_id).update(status="done", artifact=artifact)
-    store.remove_tree(market_memory_build_dir(build_id))
-    return artifact
-
-
-def market_memory_build_start(*, through: date | None = None) -> MarketMemoryBuild:
-    """Queue the production build: one Celery task per symbol partition; the last one to finish queues the reduce."""
-    from evidence import tasks
-
-    plan = memory.build_plan(through=through)
-    with transaction.atomic():
-        build = MarketMemoryBuild.objects.create(
-            params=plan.as_dict(), partials_total=len(plan.tickers), created_at=now()
-        )
-        transaction.on_commit(
-            lambda: [tasks.market_memory_symbol_task.delay(build.pk, ticker) for ticker in plan.tickers]
-        )
-    return build
-
-
-def market_memory_partial_done(*, build_id: int) -> bool:
-    """Count finished partials under the build's row lock; True exactly once, for the call that completes the set."""
-    from evidence import tasks
-
-    with transaction.atomic():
-        build = MarketMemoryBuild.objects.select_for_update().get(pk=build_id)
-        plan = memory.BuildPlan(**build.params)
-        done = sum(
-            store.exists(f"{memory.partial_dir(market_memory_build_dir(build_id), t)}/done.json") for t in plan.tickers
-        )
-        complete = done == build.partials_total and build.partials_done < build.partials_total
-        MarketMemoryBuild.objects.filter(pk=build_id).update(partials_done=done)
-        if complete:
-            transaction.on_commit(lambda: tasks.market_memory_reduce_task.delay(build_id))
-    return complete
-
-
-def market_memory_reduce(*, build_id: int, activate: bool = True) -> MarketMemoryArtifact:
-    try:
-        return _finish_build(build_id, activate=activate)
-    except BaseException as exc:
-        MarketMemoryBuild.objects.filter(pk=build_id).update(status="failed", error=str(exc)[:2000])
-        raise

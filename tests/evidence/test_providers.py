@@ -5,7 +5,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from backtests import providers
+from evidence.marketdata import providers
 from evidence.models import BarPartition, Symbol
 
 pytestmark = pytest.mark.django_db

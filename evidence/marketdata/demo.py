@@ -11,8 +11,8 @@ from datetime import date, timedelta
 import numpy as np
 import polars as pl
 
-from evidence import calendar
-from evidence.store import BAR_SCHEMA
+from evidence.marketdata import calendar
+from evidence.marketdata.store import BAR_SCHEMA
 
 BENCHMARK = "SYNX"
 # Obviously invented tickers: demo evidence must never pass for a real listing.
@@ -49,7 +49,6 @@ DEFAULT_SESSIONS = 180
 DEFAULT_SYMBOLS = 20
 DEFAULT_SEED = 7
 DEFAULT_OVERLAY_SESSIONS = 10
-WARMUP_SESSIONS = 60  # the longest daily lookback (regime thresholds), see evidence.features
 MARKET_STREAM = 1_000_000  # seed slot of the market factor, apart from every symbol index
 
 

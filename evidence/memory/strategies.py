@@ -11,6 +11,8 @@ from typing import Any
 
 import polars as pl
 
+from evidence.vocabulary import SIDES
+
 REGISTRY_VERSION = "registry.v1"
 
 Condition = Callable[[], pl.Expr]
@@ -128,7 +130,6 @@ STRATEGIES: tuple[Strategy, ...] = (
           _both(lambda: (f("obv_slope") > 0) & (f("sma20_gap") > 0),
                 lambda: (f("obv_slope") < 0) & (f("sma20_gap") < 0)), window=20),
 )  # fmt: skip
-SIDES = ("buy", "sell")
 
 
 def registry_lineage() -> dict[str, Any]:

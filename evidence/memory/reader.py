@@ -17,12 +17,18 @@ from typing import Any
 
 from django.conf import settings
 
-from evidence import calendar, memory, store
-from evidence.features import HORIZONS
-from evidence.memory import BAND_MAX, EXCURSION_LEVELS_BPS, REGIME_TABLE, SYMBOL_BASELINE, TIER_NAMES
+from evidence.marketdata import calendar, store
+from evidence.memory.artifact import (
+    BAND_MAX,
+    BPS,
+    EXCURSION_LEVELS_BPS,
+    EXECUTION_BUCKET_MINUTES,
+    REGIME_TABLE,
+    SYMBOL_BASELINE,
+)
+from evidence.vocabulary import HORIZONS, SIDES, TIER_NAMES
 
 PCT = 1_000_000  # label units (1e-8) per percent
-BPS = memory.BPS
 TABLE_NAMES = {**TIER_NAMES, SYMBOL_BASELINE: "symbol_baseline", REGIME_TABLE: "regime_bucket"}
 
 
@@ -166,7 +172,7 @@ class MemoryReader:
         period: int = 0,
     ) -> dict[int, Evidence | None]:
         """Per horizon, the strongest tier whose key has at least the minimum distinct sessions; never pooled."""
-        s = memory.SIDES.index(side)
+        s = SIDES.index(side)
         band = min(mask.bit_count(), BAND_MAX)
         keys = []
         for h in horizons:
@@ -199,7 +205,7 @@ class MemoryReader:
         band: int = -1, period: int = 0,
     ) -> Evidence | None:  # fmt: skip
         """The statistics of one stored key as served (no minimum applied here: callers decide what may be shown)."""
-        key = (period, tier, memory.SIDES.index(side), horizon, symbol, mask, regime, band)
+        key = (period, tier, SIDES.index(side), horizon, symbol, mask, regime, band)
         row = self._fetch([key]).get(key)
         return None if row is None else _derive(row, side=side, baseline=None, min_sessions=self.min_sessions)
 
@@ -215,7 +221,7 @@ class MemoryReader:
             f"SELECT * FROM stats WHERE period=? AND side=? AND horizon=? AND tier IN ({marks}) "  # noqa: S608
             "AND n_sessions>=? AND (? = 0 OR (mask >= 0 AND (mask & ?) = ?))"
         )
-        params: list[Any] = [period, memory.SIDES.index(side), horizon, *tiers, floor, required_mask, required_mask,
+        params: list[Any] = [period, SIDES.index(side), horizon, *tiers, floor, required_mask, required_mask,
                              required_mask]  # fmt: skip
         if symbol is not None:
             sql += " AND symbol=?"
@@ -236,13 +242,13 @@ class MemoryReader:
         return self._rows(
             "SELECT * FROM reservoir WHERE period=? AND tier=? AND side=? AND symbol=? AND mask=? AND regime=? "
             "AND band=? ORDER BY rank",
-            (period, tier, memory.SIDES.index(side), symbol, mask, regime, band),
+            (period, tier, SIDES.index(side), symbol, mask, regime, band),
         )
 
     def regime_table(self, *, side: str, horizon: int, period: int = 0) -> list[dict[str, Any]]:
         rows = self._rows(
             "SELECT * FROM stats WHERE period=? AND tier=? AND side=? AND horizon=? ORDER BY regime",
-            (period, REGIME_TABLE, memory.SIDES.index(side), horizon),
+            (period, REGIME_TABLE, SIDES.index(side), horizon),
         )
         return [
             {"regime": row["regime"], **vars(_derive(row, side=side, baseline=None, min_sessions=0))} for row in rows
@@ -258,7 +264,7 @@ class MemoryReader:
             "symbol": symbol,
             "volume_by_half_hour": [
                 {
-                    "minutes_from_open": row["bucket"] * memory.EXECUTION_BUCKET_MINUTES,
+                    "minutes_from_open": row["bucket"] * EXECUTION_BUCKET_MINUTES,
                     "bars": row["n_bars"],
                     "sessions": row["n_sessions"],
                     "mean_volume_per_bar": round(row["sum_volume"] / row["n_bars"], 2) if row["n_bars"] else None,

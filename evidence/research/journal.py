@@ -13,12 +13,13 @@ import polars as pl
 from django.db import IntegrityError, transaction
 
 from accounts.models import User
-from evidence import calendar, frames
-from evidence.features import dense_minutes
+from evidence.live import frames
+from evidence.marketdata import calendar
+from evidence.marketdata.selectors import bars_read, symbol_get
+from evidence.memory.features import dense_minutes
 from evidence.models import Corpus, ResearchHypothesis
-from evidence.research import ResearchError
+from evidence.research.analysis import ResearchError
 from evidence.schemas import HypothesisOut, RecordHypothesisArgs, ResearchBoundary, ReviewOut
-from evidence.selectors import bars_read, symbol_get
 from leroy.clock import now
 
 MINUTE = timedelta(minutes=1)
@@ -50,7 +51,7 @@ def hypothesis_record(*, user: User, args: RecordHypothesisArgs) -> HypothesisOu
     """Write a note to `user`'s own journal. A retried `client_request_id` returns the note it created."""
     symbol = symbol_get(ticker=args.symbol)
     if symbol is None:
-        raise ResearchError("unknown_symbol", f"{args.symbol.upper()} is not in Leroy's verified read model.")
+        raise ResearchError("unknown_symbol", f"{args.symbol} is not in Leroy's verified read model.")
     values = {"symbol": symbol.ticker, "side": args.side, "horizon_minutes": args.horizon_minutes, "note": args.note}
     if args.client_request_id is not None:
         existing = ResearchHypothesis.objects.filter(user=user, client_request_id=args.client_request_id).first()

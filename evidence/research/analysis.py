@@ -20,13 +20,14 @@ from pydantic import BaseModel
 from accounts.models import User
 from billing import selectors as billing_selectors
 from billing import services as billing
-from evidence import evaluation, frames
-from evidence.features import HORIZONS
-from evidence.memory import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
+from evidence.live import frames
+from evidence.memory.artifact import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
+from evidence.memory.reader import PCT, Evidence, MemoryReader
+from evidence.memory.selectors import memory_reader
+from evidence.memory.strategies import mask_names, names_mask
 from evidence.models import Corpus, Frame, MarketMemoryArtifact
-from evidence.reader import PCT, Evidence, MemoryReader
+from evidence.research import evaluation
 from evidence.schemas import (
-    TIER_NAMES,
     Analogue,
     AnalogueOutcome,
     AnaloguesOut,
@@ -64,14 +65,10 @@ from evidence.schemas import (
     Unavailable,
     VolumeBucket,
 )
-from evidence.selectors import memory_reader
-from evidence.strategies import mask_names, names_mask
+from evidence.vocabulary import HORIZONS, TIER_NAMES, TIMES_OF_DAY, TRENDS, VOLATILITIES, regime_parts
 from leroy.clock import now
 from leroy.errors import DomainError
 
-TRENDS = ("down_or_flat", "up")
-VOLATILITIES = ("low", "mid", "high")
-TIMES_OF_DAY = ("open", "mid", "close")
 NO_SAMPLE = "No validated comparable sample with the minimum distinct sessions exists for this setup and horizon."
 RESERVOIR_SAMPLE = (
     f"The matched key's stored reservoir: a fixed pseudo-random sample of at most {RESERVOIR_SIZE} of its rows "
@@ -87,13 +84,9 @@ class ResearchError(DomainError):
 
 
 def regime_of(regime_id: int) -> Regime:
-    """Decode a regime id (trend*9 + volatility*3 + time_of_day, see features.REGIME_DEFINITION)."""
-    return Regime(
-        id=regime_id,
-        trend=TRENDS[regime_id // 9],  # type: ignore[arg-type]
-        volatility=VOLATILITIES[regime_id // 3 % 3],  # type: ignore[arg-type]
-        time_of_day=TIMES_OF_DAY[regime_id % 3],  # type: ignore[arg-type]
-    )
+    """Decode a regime id (trend*9 + volatility*3 + time_of_day, see vocabulary.REGIME_DEFINITION)."""
+    trend, volatility, time_of_day = regime_parts(regime_id)
+    return Regime(id=regime_id, trend=trend, volatility=volatility, time_of_day=time_of_day)
 
 
 def _provenance(reader: MemoryReader) -> ArtifactRef:
@@ -132,8 +125,6 @@ def _mean(values: list[int]) -> float | None:
 
 def _fingerprint(tool: str, args: BaseModel) -> str:
     body = {"tool": tool, **args.model_dump(mode="json", exclude={"client_request_id"})}
-    if isinstance(body.get("symbol"), str):
-        body["symbol"] = body["symbol"].upper()
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -209,7 +200,7 @@ class Setup:
 
 
 def setup_resolve(*, symbol: str, side: str, horizon: int, reader: MemoryReader, at: datetime) -> Setup:
-    ticker = symbol.upper()
+    ticker = symbol
     current = frames.current_frame(ticker=ticker, at=at, reader=reader)
     frame = current.frame
     if frame is None:
@@ -347,7 +338,7 @@ def market_memory_search(*, user: User, args: SearchArgs) -> SearchOut:
             found = reader.search(
                 side=args.side, horizon=args.horizon_minutes, tiers=tiers,
                 min_sessions=args.min_sample_sessions or 0, required_mask=required,
-                symbol=args.symbol.upper() if args.symbol else None, limit=args.limit,
+                symbol=args.symbol, limit=args.limit,
                 period=int(args.source == "forward_overlay"),
             )  # fmt: skip
             hits = [
@@ -591,8 +582,8 @@ def market_regime(*, args: RegimeArgs) -> RegimeOut:
     latest = max(filter(None, (verified, overlay)), default=None)
     row = reader.regime_of_session(datetime.fromisoformat(latest).date()) if latest else None
     if row is not None:
-        last_session = SessionRegime(session=row["session"], trend=TRENDS[row["trend"]],  # type: ignore[arg-type]
-                                     volatility=VOLATILITIES[row["volatility"]])  # type: ignore[arg-type]  # fmt: skip
+        last_session = SessionRegime(session=row["session"], trend=TRENDS[row["trend"]],
+                                     volatility=VOLATILITIES[row["volatility"]])  # fmt: skip
     table = reader.regime_table(side=args.side, horizon=args.horizon_minutes)
     shown = [r for r in table if r["distinct_sessions"] >= reader.min_sessions]
     buckets = [
@@ -624,7 +615,7 @@ NO_QUOTES = "The bar data carries no quotes, so no spread can be reported."
 def execution_conditions(*, args: ExecutionArgs) -> ExecutionOut:
     """Historical volume by half hour of the session for a symbol; spread, fill and impact are never inferred."""
     reader = memory_reader()
-    ticker = args.symbol.upper()
+    ticker = args.symbol
     table = reader.execution_conditions(symbol=ticker)["volume_by_half_hour"]
     return ExecutionOut(
         symbol=ticker,

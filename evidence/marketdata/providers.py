@@ -1,4 +1,4 @@
-"""Market-data download providers feeding the one bar store (`evidence.services.bars_import`).
+"""Market-data download providers feeding the one bar store (`evidence.marketdata.importers.bars_import`).
 
 The HTTP provider speaks Tiingo's REST API (daily equity prices, FX and crypto with `resampleFreq`); its base
 URL and token come from settings, so tests point it at a local fake server. Files are imported with
@@ -13,8 +13,9 @@ import httpx2
 import polars as pl
 from django.conf import settings
 
+from evidence.marketdata.importers import ImportRejected, bars_import
 from evidence.models import Symbol
-from evidence.services import ImportRejected, bars_import
+from evidence.vocabulary import normalize_ticker
 from leroy.errors import DomainError
 
 RESAMPLE = {"5m": "5min", "15m": "15min", "1h": "1hour", "4h": "4hour", "1d": "1day"}
@@ -113,7 +114,7 @@ def default_provider() -> TiingoProvider:
 
 def normalize(symbol: str, asset_class: str) -> tuple[str, str]:
     """(stored ticker, display name): pairs are stored compact (XAUUSD) and named with a slash (XAU/USD)."""
-    text = symbol.strip().upper()
+    text = normalize_ticker(symbol)
     if asset_class in ("forex", "crypto"):
         match = PAIR.match(text.replace(" ", ""))
         if match is None:

@@ -10,21 +10,11 @@ from typing import Any
 
 import polars as pl
 
-from evidence import calendar
+from evidence.marketdata import calendar
+from evidence.vocabulary import HORIZONS, WARMUP_SESSIONS
 
 FEATURE_VERSION = "features.v1"
-HORIZONS = (5, 15, 30, 60)
 LABEL_SCALE = 100_000_000  # labels are int64 in 1e-8 units
-WARMUP_SESSIONS = 60
-TOD_BUCKETS = ("open", "mid", "close")  # first 30 minutes, the middle, the last 30 minutes before the close
-REGIME_DEFINITION = {
-    "trend": "benchmark close(d-1) vs its 20-session SMA through d-1: 0 below or equal, 1 above",
-    "volatility": (
-        "benchmark 20-session realized vol through d-1 vs terciles of its trailing 40 values: 0 low, 1 mid, 2 high"
-    ),
-    "time_of_day": "0 first 30 minutes, 1 middle, 2 last 30 minutes of the regular session",
-    "id": "trend*9 + volatility*3 + time_of_day",
-}
 
 FEATURES = (
     "r1", "r5", "r15", "r30", "r60",

@@ -8,7 +8,6 @@ counts are computed inside a symbol partition and summed across symbols, which i
 import hashlib
 import json
 import sqlite3
-from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -16,70 +15,37 @@ from typing import Any
 import polars as pl
 from django.conf import settings
 
-from evidence import calendar, features, store, strategies
-from evidence.features import HORIZONS
+from evidence.marketdata import calendar, store
+from evidence.memory import features, strategies
+from evidence.memory.artifact import (
+    BAND_MAX,
+    BPS,
+    EXCURSION_LEVELS_BPS,
+    EXECUTION_BUCKET_MINUTES,
+    KEY_COLUMNS,
+    KEY_SCHEMA,
+    PERIODS,
+    REGIME_TABLE,
+    RESERVOIR_KEY_SCHEMA,
+    RESERVOIR_SIZE,
+    SCHEMA_VERSION,
+    SENTINEL,
+    STAT_COLUMNS,
+    SYMBOL_BASELINE,
+    TIER_KEYS,
+    BuildPlan,
+    canonical_json,
+    feature_store_path,
+    partial_dir,
+    plan_sha256,
+)
 from evidence.models import BarPartition, Corpus, Symbol
+from evidence.vocabulary import HORIZONS, REGIME_DEFINITION, SIDES, TIER_NAMES
 from leroy.clock import now
-
-SCHEMA_VERSION = 1
-TIER_NAMES = {
-    5: "exact_setup",
-    4: "cross_ticker_setup",
-    3: "signal_pattern",
-    2: "contextual_analogue",
-    1: "direction_only_baseline",
-    0: "no_comparable_evidence",
-}
-SYMBOL_BASELINE = 6  # per-symbol direction baseline: the lift reference for tier 5, never displayed as a match
-REGIME_TABLE = 7  # per regime bucket, for regime tools
-TIER_KEYS: dict[int, tuple[str, ...]] = {
-    5: ("symbol", "mask", "regime"),
-    4: ("mask", "regime"),
-    3: ("mask",),
-    2: ("regime", "band"),
-    1: (),
-    SYMBOL_BASELINE: ("symbol",),
-    REGIME_TABLE: ("regime",),
-}
-KEY_COLUMNS = ("period", "tier", "side", "horizon", "symbol", "mask", "regime", "band")
-SENTINEL: dict[str, Any] = {"symbol": "", "mask": -1, "regime": -1, "band": -1}
-KEY_SCHEMA: dict[str, Any] = {
-    "period": pl.Int8, "tier": pl.Int8, "side": pl.Int8, "horizon": pl.Int16,
-    "symbol": pl.String, "mask": pl.Int64, "regime": pl.Int8, "band": pl.Int8,
-}  # fmt: skip
-RESERVOIR_KEY_SCHEMA = {name: dtype for name, dtype in KEY_SCHEMA.items() if name != "horizon"}
-PERIODS = {0: "historical", 1: "forward_overlay"}
-SIDES = strategies.SIDES
-BAND_MAX = 4  # active-signal count band: 0, 1, 2, 3, 4+
-EXCURSION_LEVELS_BPS = (10, 25, 50, 100, 200)
-BPS = 10_000  # one basis point in label units (1e-8)
-RESERVOIR_SIZE = 5
-EXECUTION_BUCKET_MINUTES = 30
-STAT_COLUMNS = (
-    "n", "n_sessions", "sum_r", "n_win", "sum_pos", "sum_neg", "sum_fav", "sum_adv",
-    *[f"n_fav_{level}" for level in EXCURSION_LEVELS_BPS], *[f"n_adv_{level}" for level in EXCURSION_LEVELS_BPS],
-)  # fmt: skip
 
 
 class BuildError(Exception):
     pass
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    """Everything a build depends on; two builds with equal plans and equal code produce the same artifact."""
-
-    source: str
-    benchmark: str
-    through: str  # last session included (ISO date)
-    historical_through: str  # later sessions are the forward overlay
-    tickers: list[str]
-    overlay_tickers: list[str]
-    inputs: dict[str, list[str]]  # ticker -> SHA-256 of its 1m partitions, in year order
-    min_sessions: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def build_plan(*, through: date | None = None) -> BuildPlan:
@@ -123,7 +89,9 @@ def _last_completed_session() -> date:
 
 def symbol_evidence_frame(ticker: str, plan: BuildPlan) -> pl.DataFrame:
     """One symbol's point-in-time frame (features, states, regime, labels) through the plan's last session."""
-    from evidence.selectors import bars_read  # selectors read artifacts built here, so this edge is imported late
+    from evidence.marketdata.selectors import (
+        bars_read,  # selectors read artifacts built here, so this edge is imported late
+    )
 
     through = date.fromisoformat(plan.through)
     bars = bars_read(symbol=Symbol.objects.get(ticker=ticker), frequency="1m")
@@ -229,16 +197,6 @@ def _reservoir(candidates: pl.DataFrame, tier: int) -> pl.DataFrame:
     return _with_key(chosen, tier, RESERVOIR_KEY_SCHEMA)
 
 
-def partial_dir(build_dir: str, ticker: str) -> str:
-    return f"{build_dir}/partials/{ticker}"
-
-
-def feature_store_path(ticker: str, plan: BuildPlan) -> str:
-    """The stored feature file for a symbol's exact inputs (its bars, the benchmark's, the last session)."""
-    inputs = canonical_json([plan.inputs[ticker], plan.inputs[plan.benchmark], plan.through])
-    return f"features/{features.FEATURE_VERSION}/{ticker}/{hashlib.sha256(inputs).hexdigest()[:16]}.parquet"
-
-
 def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[str, int]:
     """Map step for one symbol: the feature store file, then stats, reservoir candidates, returns (for medians),
     coverage and execution partials."""
@@ -283,23 +241,18 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
     return {"rows": len(frame), "ready_rows": len(rows)}
 
 
-def canonical_json(value: Any) -> bytes:
-    """Sorted keys, no whitespace, ASCII only, integers and strings only: equal to its RFC 8785 form."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-
-
-def plan_sha256(plan: BuildPlan) -> str:
-    return hashlib.sha256(canonical_json(plan.as_dict())).hexdigest()
-
-
-CODE_MODULES = ("calendar.py", "features.py", "strategies.py", "memory.py", "store.py")
+EVIDENCE_DIR = Path(__file__).resolve().parent.parent
+CODE_MODULES = (
+    "vocabulary.py", "marketdata/calendar.py", "marketdata/store.py", "memory/features.py", "memory/strategies.py",
+    "memory/artifact.py", "memory/build.py",
+)  # fmt: skip
 
 
 def code_sha256() -> str:
     """SHA-256 of the modules that shape an artifact: unrelated commits do not change a rebuild's identity."""
     digest = hashlib.sha256()
     for name in CODE_MODULES:
-        digest.update(name.encode() + b"\0" + (Path(__file__).parent / name).read_bytes())
+        digest.update(name.encode() + b"\0" + (EVIDENCE_DIR / name).read_bytes())
     return digest.hexdigest()
 
 
@@ -401,7 +354,7 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
     coverage = read("coverage.parquet").sort("period", "symbol")
     execution = read("execution.parquet").sort("symbol", "bucket")
     through = date.fromisoformat(plan.through)
-    from evidence.selectors import bars_read
+    from evidence.marketdata.selectors import bars_read
 
     benchmark_bars = bars_read(symbol=Symbol.objects.get(ticker=plan.benchmark), frequency="1m")
     regimes = (
@@ -450,7 +403,7 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
         "code_sha256": identity["code"],
         "features": features.describe(),
         "registry": strategies.registry_lineage(),
-        "regime": features.REGIME_DEFINITION,
+        "regime": REGIME_DEFINITION,
         "calendar": calendar.calendar_lineage(),
         "tiers": {str(tier): name for tier, name in TIER_NAMES.items()},
         "min_sessions": plan.min_sessions,

@@ -16,16 +16,17 @@ import polars as pl
 from django.conf import settings
 from django.db import transaction
 
-from backtests.providers import DownloadError, default_provider
-from evidence import calendar
-from evidence.features import FEATURES, WARMUP_SESSIONS, symbol_frame
+from evidence.marketdata import calendar
+from evidence.marketdata.importers import ImportRejected, bars_import
+from evidence.marketdata.providers import DownloadError, default_provider
+from evidence.marketdata.selectors import bars_read
+from evidence.marketdata.store import BAR_COLUMNS, BAR_SCHEMA
+from evidence.memory.features import FEATURES, symbol_frame
+from evidence.memory.reader import MemoryReader
+from evidence.memory.strategies import with_states
 from evidence.models import Corpus, Frame, LiveBar, Symbol
-from evidence.reader import MemoryReader
 from evidence.schemas import FrameStatus
-from evidence.selectors import bars_read
-from evidence.services import ImportRejected, bars_import
-from evidence.store import BAR_COLUMNS, BAR_SCHEMA
-from evidence.strategies import with_states
+from evidence.vocabulary import WARMUP_SESSIONS, normalize_ticker
 from leroy.clock import now
 
 MINUTE = timedelta(minutes=1)
@@ -72,7 +73,7 @@ def live_bars_ingest(*, ticker: str, bars: pl.DataFrame, feed: str, at: datetime
     of order, duplicates or bars at or before the last one received, and inconsistent OHLC or negative volume.
     """
     at = at or now()
-    symbol = Symbol.objects.filter(ticker=ticker.strip().upper()).first()
+    symbol = Symbol.objects.filter(ticker=normalize_ticker(ticker)).first()
     if symbol is None:
         raise ImportRejected(f"unknown symbol {ticker!r}")
     window = open_session(at)

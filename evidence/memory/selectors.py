@@ -9,52 +9,15 @@ from typing import Any
 import polars as pl
 from django.conf import settings
 
-from evidence import store
-from evidence.features import FEATURES, HORIZONS
-from evidence.memory import BuildPlan, feature_store_path
-from evidence.models import FREQUENCIES, BarPartition, MarketMemoryArtifact, Symbol
-from evidence.reader import Evidence, MemoryReader, artifact_dir
-from evidence.store import BAR_COLUMNS, BAR_SCHEMA, frame_sha256
-from evidence.strategies import SIDES, STRATEGIES, names_mask
+from evidence.marketdata import store
+from evidence.memory.artifact import BuildPlan, feature_store_path
+from evidence.memory.features import FEATURES
+from evidence.memory.reader import Evidence, MemoryReader, artifact_dir
+from evidence.memory.strategies import STRATEGIES, names_mask
+from evidence.models import MarketMemoryArtifact
+from evidence.vocabulary import HORIZONS, SIDES, normalize_ticker
 from leroy.clock import now
 from leroy.errors import DomainError
-
-
-def symbol_get(*, ticker: str) -> Symbol | None:
-    return Symbol.objects.filter(ticker=ticker.strip().upper()).first()
-
-
-def bars_read(
-    *, symbol: Symbol, frequency: str, start: datetime | None = None, end: datetime | None = None
-) -> pl.DataFrame:
-    """Stored bars with start <= ts <= end (both optional, aware), sorted by ts; an empty frame if none."""
-    if frequency not in FREQUENCIES:
-        raise ValueError(f"unsupported frequency {frequency!r}; supported: {', '.join(FREQUENCIES)}")
-    for bound in (start, end):
-        if bound is not None and bound.tzinfo is None:
-            raise ValueError("start and end must be time-zone-aware")
-    partitions = BarPartition.objects.filter(symbol=symbol, frequency=frequency).order_by("year")
-    if start is not None:
-        partitions = partitions.filter(last_ts__gte=start)
-    if end is not None:
-        partitions = partitions.filter(first_ts__lte=end)
-    paths = [p.path for p in partitions]
-    if not paths:
-        return pl.DataFrame(schema=BAR_SCHEMA)
-    frame = store.scan_parquet(paths).select(BAR_COLUMNS)
-    if start is not None:
-        frame = frame.filter(pl.col("ts") >= start)
-    if end is not None:
-        frame = frame.filter(pl.col("ts") <= end)
-    return frame.sort("ts").collect().cast(BAR_SCHEMA)  # type: ignore[arg-type]
-
-
-def bars_data_version(
-    *, symbol: Symbol, frequency: str, start: datetime | None = None, end: datetime | None = None
-) -> str:
-    """SHA-256 hex over exactly the bars bars_read returns for the same arguments."""
-    bars = bars_read(symbol=symbol, frequency=frequency, start=start, end=end)
-    return frame_sha256(bars, f"leroy.bars.v1|{symbol.ticker}|{frequency}")
 
 
 class MemoryUnavailable(DomainError):
@@ -126,7 +89,7 @@ def memory_lookup(
                 reader.version, reader.sha256, period, dict.fromkeys(horizons), f"forward overlay is {fresh['status']}"
             )
     matches = reader.lookup(
-        symbol=symbol.upper(), side=side, mask=mask, regime=regime, horizons=horizons, period=int(overlay)
+        symbol=normalize_ticker(symbol), side=side, mask=mask, regime=regime, horizons=horizons, period=int(overlay)
     )
     return MemoryAnswer(reader.version, reader.sha256, period, matches)
 

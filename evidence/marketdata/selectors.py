@@ -1,0 +1,47 @@
+"""Reads of market data: symbols and stored bars. Market data is public reference data, so these take no account."""
+
+from datetime import datetime
+
+import polars as pl
+
+from evidence.marketdata import store
+from evidence.marketdata.store import BAR_COLUMNS, BAR_SCHEMA, frame_sha256
+from evidence.models import BarPartition, Symbol
+from evidence.vocabulary import FREQUENCIES, normalize_ticker
+
+
+def symbol_get(*, ticker: str) -> Symbol | None:
+    return Symbol.objects.filter(ticker=normalize_ticker(ticker)).first()
+
+
+def bars_read(
+    *, symbol: Symbol, frequency: str, start: datetime | None = None, end: datetime | None = None
+) -> pl.DataFrame:
+    """Stored bars with start <= ts <= end (both optional, aware), sorted by ts; an empty frame if none."""
+    if frequency not in FREQUENCIES:
+        raise ValueError(f"unsupported frequency {frequency!r}; supported: {', '.join(FREQUENCIES)}")
+    for bound in (start, end):
+        if bound is not None and bound.tzinfo is None:
+            raise ValueError("start and end must be time-zone-aware")
+    partitions = BarPartition.objects.filter(symbol=symbol, frequency=frequency).order_by("year")
+    if start is not None:
+        partitions = partitions.filter(last_ts__gte=start)
+    if end is not None:
+        partitions = partitions.filter(first_ts__lte=end)
+    paths = [p.path for p in partitions]
+    if not paths:
+        return pl.DataFrame(schema=BAR_SCHEMA)
+    frame = store.scan_parquet(paths).select(BAR_COLUMNS)
+    if start is not None:
+        frame = frame.filter(pl.col("ts") >= start)
+    if end is not None:
+        frame = frame.filter(pl.col("ts") <= end)
+    return frame.sort("ts").collect().cast(BAR_SCHEMA)  # type: ignore[arg-type]
+
+
+def bars_data_version(
+    *, symbol: Symbol, frequency: str, start: datetime | None = None, end: datetime | None = None
+) -> str:
+    """SHA-256 hex over exactly the bars bars_read returns for the same arguments."""
+    bars = bars_read(symbol=symbol, frequency=frequency, start=start, end=end)
+    return frame_sha256(bars, f"leroy.bars.v1|{symbol.ticker}|{frequency}")
