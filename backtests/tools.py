@@ -95,13 +95,14 @@ def _tool(
     write: bool = False,
     metering: Metering = "free",
     idempotent: bool | None = None,
+    rest: bool | None = None,
 ) -> Callable[[Handler], Handler]:
     """Every contract tool needs a subscriber; a write needs `mcp:write` and is not read-only (nor, by default,
-    idempotent)."""
+    idempotent). Read tools get a REST twin unless `rest=False`."""
     return tool(
         name=name, title=title, args=args, output=output, access="subscriber",
         scope="mcp:write" if write else "mcp:read", metering=metering,
-        read_only=not write, idempotent=not write if idempotent is None else idempotent,
+        read_only=not write, idempotent=not write if idempotent is None else idempotent, rest=rest,
     )  # fmt: skip
 
 
@@ -319,7 +320,7 @@ async def update_strategy(call: ToolCall, args: UpdateStrategyArgs) -> StrategyU
     return await _run(run)
 
 
-@_tool("run_dry_run_backtest", "Dry-run strategy code", DryRunArgs, DryRunOut)
+@_tool("run_dry_run_backtest", "Dry-run strategy code", DryRunArgs, DryRunOut, rest=False)  # runs agent code: MCP only
 async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
     """Execute complete strategy source on Leroy's fixed small data set (two daily symbols) without saving it.
 

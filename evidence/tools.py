@@ -1,11 +1,11 @@
-"""Evidence MCP tools: thin edges over evidence.evaluation and the Market Memory selectors."""
+"""Evidence MCP tools: thin edges over evidence.research; lookup-metered answers are charged here, at the edge."""
 
 from collections.abc import Callable
 
 from asgiref.sync import sync_to_async
 from pydantic import BaseModel
 
-from accounts.models import User
+from billing.metering import metered_answer
 from evidence.research import analysis as research
 from evidence.research import evaluation, journal
 from evidence.schemas import (
@@ -33,6 +33,7 @@ from evidence.schemas import (
     SetupArgs,
 )
 from leroy.mcp.registry import ToolCall, tool
+from leroy.schemas import Answer
 
 
 @tool(
@@ -53,22 +54,32 @@ async def evaluate_current_setup(call: ToolCall, args: EvaluateArgs) -> Evaluati
     identical request on the same frame is served from cache for 0; no usable frame costs nothing. Research only:
     nothing here places an order.
     """
-    return await _run(call, lambda user: evaluation.evaluate_current_setup(user=_user(user), args=args))
+
+    def evaluate() -> EvaluationOut:
+        situation = evaluation.situation(args.symbol)
+        return metered_answer(
+            user=call.user(),
+            tool=call.tool,
+            args=args,
+            output=EvaluationOut,
+            compute=lambda: evaluation.evaluation_answer(args, situation),
+            cache_scope=evaluation.cache_scope(situation),
+            finish=evaluation.finish,
+        )
+
+    return await _run(evaluate)
 
 
-async def _run[T: BaseModel](call: ToolCall, work: Callable[[User | None], T]) -> T:
-    """Run a sync service for the caller (None when anonymous); refusals surface in band through the MCP bridge."""
-    user_id = call.principal.user_id if call.principal is not None else None
-
-    def run() -> T:
-        return work(User.objects.get(pk=user_id) if user_id is not None else None)
-
-    return await sync_to_async(run)()
+async def _run[T: BaseModel](work: Callable[[], T]) -> T:
+    """Run sync core work off the event loop; refusals surface in band through the MCP bridge."""
+    return await sync_to_async(work)()
 
 
-def _user(user: User | None) -> User:
-    assert user is not None  # subscriber tools: the bridge refused anonymous callers already
-    return user
+async def _metered[T: BaseModel](call: ToolCall, args: BaseModel, output: type[T], compute: Callable[[], Answer]) -> T:
+    """A lookup-metered research answer: the core computes it, billing.metering charges it for the caller."""
+    return await _run(
+        lambda: metered_answer(user=call.user(), tool=call.tool, args=args, output=output, compute=compute)
+    )
 
 
 @tool(name="get_current_confluence_leaders", title="Current confluence leaders", args=LeadersArgs,
@@ -79,7 +90,7 @@ async def get_current_confluence_leaders(call: ToolCall, args: LeadersArgs) -> L
     One current-snapshot lookup whether it returns one or five leaders (nothing when the snapshot is empty).
     Descriptive research, not a recommendation or an order list; follow with evaluate_current_setup for evidence.
     """
-    return await _run(call, lambda user: research.confluence_leaders(user=_user(user), args=args))
+    return await _metered(call, args, LeadersOut, lambda: research.confluence_leaders(args=args))
 
 
 @tool(name="search_market_memory", title="Search Market Memory", args=SearchArgs, output=SearchOut,
@@ -88,7 +99,7 @@ async def search_market_memory(call: ToolCall, args: SearchArgs) -> SearchOut:
     """Served Market Memory keys for a side and horizon, filtered by tier, minimum sample, required active
     signals and symbol, most distinct sessions first. Keys below the minimum sample do not exist here; the forward
     overlay is served only when current. Costs 1 lookup."""
-    return await _run(call, lambda user: research.market_memory_search(user=_user(user), args=args))
+    return await _metered(call, args, SearchOut, lambda: research.market_memory_search(args=args))
 
 
 @tool(name="compare_historical_analogues", title="Compare historical analogues", args=SetupArgs,
@@ -97,7 +108,7 @@ async def compare_historical_analogues(call: ToolCall, args: SetupArgs) -> Analo
     """The stored rows of the Market Memory key matched by the symbol's current frame (strongest tier with the
     minimum sample), nearest first, with their outcomes at every horizon (null where a label crossed the close).
     Costs 1 lookup; no usable frame costs nothing."""
-    return await _run(call, lambda user: research.historical_analogues(user=_user(user), args=args))
+    return await _metered(call, args, AnaloguesOut, lambda: research.historical_analogues(args=args))
 
 
 @tool(name="get_market_regime", title="Market regime", args=RegimeArgs, output=RegimeOut,
@@ -105,7 +116,7 @@ async def compare_historical_analogues(call: ToolCall, args: SetupArgs) -> Analo
 async def get_market_regime(call: ToolCall, args: RegimeArgs) -> RegimeOut:
     """The current market regime (trend, volatility, time of day) from the benchmark's verified frame, the last
     verified session's buckets, and per-regime historical statistics for a side and horizon. Free."""
-    return await _run(call, lambda user: research.market_regime(args=args))
+    return await _run(lambda: research.market_regime(args=args))
 
 
 @tool(name="explain_setup_failure", title="Explain setup failure", args=SetupArgs, output=FailureOut,
@@ -113,7 +124,7 @@ async def get_market_regime(call: ToolCall, args: RegimeArgs) -> RegimeOut:
 async def explain_setup_failure(call: ToolCall, args: SetupArgs) -> FailureOut:
     """How the losing rows of the current frame's matched setup differed from its winners: excursions, time of
     day and regime, from the artifact's stored rows only (the sample is stated). Costs 1 lookup."""
-    return await _run(call, lambda user: research.setup_failure(user=_user(user), args=args))
+    return await _metered(call, args, FailureOut, lambda: research.setup_failure(args=args))
 
 
 @tool(name="compare_against_benchmark", title="Compare against benchmark", args=SetupArgs, output=BenchmarkOut,
@@ -121,7 +132,7 @@ async def explain_setup_failure(call: ToolCall, args: SetupArgs) -> FailureOut:
 async def compare_against_benchmark(call: ToolCall, args: SetupArgs) -> BenchmarkOut:
     """The current frame's matched setup next to the benchmark's direction baseline for the same side, horizon
     and historical sessions, both from the artifact. Costs 1 lookup."""
-    return await _run(call, lambda user: research.benchmark_comparison(user=_user(user), args=args))
+    return await _metered(call, args, BenchmarkOut, lambda: research.benchmark_comparison(args=args))
 
 
 @tool(name="simulate_exit_policy", title="Simulate exit policy", args=ExitPolicyArgs, output=ExitPolicyOut,
@@ -129,7 +140,7 @@ async def compare_against_benchmark(call: ToolCall, args: SetupArgs) -> Benchmar
 async def simulate_exit_policy(call: ToolCall, args: ExitPolicyArgs) -> ExitPolicyOut:
     """Replay a stop / target / time exit over the matched setup's stored excursions. Rows that touched both
     levels are reported as unresolved: the artifact does not store which came first. Costs 1 lookup."""
-    return await _run(call, lambda user: research.exit_policy_simulation(user=_user(user), args=args))
+    return await _metered(call, args, ExitPolicyOut, lambda: research.exit_policy_simulation(args=args))
 
 
 @tool(name="estimate_execution_conditions", title="Execution conditions", args=ExecutionArgs,
@@ -137,7 +148,7 @@ async def simulate_exit_policy(call: ToolCall, args: ExitPolicyArgs) -> ExitPoli
 async def estimate_execution_conditions(call: ToolCall, args: ExecutionArgs) -> ExecutionOut:
     """Historical volume by half hour of the session for a symbol. Spread is not_available (the data has no
     quotes) and no fill or market impact is ever inferred. Free."""
-    return await _run(call, lambda user: research.execution_conditions(args=args))
+    return await _run(lambda: research.execution_conditions(args=args))
 
 
 @tool(name="get_data_lineage", title="Data lineage", args=LineageArgs, output=LineageOut, access="public",
@@ -145,20 +156,22 @@ async def estimate_execution_conditions(call: ToolCall, args: ExecutionArgs) -> 
 async def get_data_lineage(call: ToolCall, args: LineageArgs) -> LineageOut:
     """The active Market Memory artifact: version, SHA-256, inputs and code hashes, strategy registry, calendar,
     coverage (historical and forward overlay) and every file's hash. Free and public."""
-    return await _run(call, lambda user: research.data_lineage())
+    return await _run(research.data_lineage)
 
 
 @tool(name="record_research_hypothesis", title="Record research hypothesis", args=RecordHypothesisArgs,
-      output=HypothesisOut, access="subscriber", scope="mcp:write", metering="free", read_only=False)  # fmt: skip
+      output=HypothesisOut, access="subscriber", scope="mcp:write", metering="free", read_only=False,
+      rest=True)  # fmt: skip
 async def record_research_hypothesis(call: ToolCall, args: RecordHypothesisArgs) -> HypothesisOut:
     """Write a research note to your own journal, anchored at the last closed minute of the open session. It
     cannot trade or change any permission. Idempotent by client_request_id."""
-    return await _run(call, lambda user: journal.hypothesis_record(user=_user(user), args=args))
+    return await _run(lambda: journal.hypothesis_record(user=call.user(), args=args))
 
 
 @tool(name="review_hypothesis_outcome", title="Review hypothesis outcome", args=ReviewHypothesisArgs,
-      output=ReviewOut, access="subscriber", scope="mcp:write", metering="free", read_only=False)  # fmt: skip
+      output=ReviewOut, access="subscriber", scope="mcp:write", metering="free", read_only=False,
+      rest=True)  # fmt: skip
 async def review_hypothesis_outcome(call: ToolCall, args: ReviewHypothesisArgs) -> ReviewOut:
     """Review one of your hypotheses against verified bars after its decision minute: the realized outcome where
     verified data covers the horizon, else not_mature (session not yet verified) or not_available."""
-    return await _run(call, lambda user: journal.hypothesis_review(user=_user(user), hypothesis_id=args.hypothesis_id))
+    return await _run(lambda: journal.hypothesis_review(user=call.user(), hypothesis_id=args.hypothesis_id))

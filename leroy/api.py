@@ -1,24 +1,40 @@
-"""The typed REST API (`/api/v1/`): one NinjaAPI, a router per app, the same schemas and services as the MCP tools.
+"""The typed REST API (`/api/v1/`), generated from the MCP tool registry: one spec, two edges.
+
+Every tool whose spec says `rest` (every read tool, and the journal) gets a route `/api/v1/<app>/<tool name>` that
+takes the tool's Args model (a JSON body; a GET when the tool has no arguments), answers its output model, and runs
+the tool's own handler, so the answer, the metering and the refusals are the MCP tool's.
 
 Only the Django session of a signed-in account authenticates here, with CSRF on unsafe methods. API keys and OAuth
 access tokens are accepted at /api/mcp alone: a request presenting any Authorization header is refused, even when it
-also carries a session.
+also carries a session. Public tools need no session.
 """
 
 from typing import Any
 
-from django.http import HttpRequest
-from ninja import NinjaAPI
-from ninja.errors import HttpError
+import pydantic_core
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI, Router, Status
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.renderers import BaseRenderer
 from ninja.security import SessionAuth
 from pydantic import BaseModel
 
+from leroy.errors import DomainError
+from leroy.mcp.registry import ToolSpec, direct_call, load_tools
+
 BEARER_REFUSED = "API keys and OAuth tokens are accepted only at /api/mcp; sign in to use the REST API."
+
+
+class Problem(BaseModel):
+    field: str
+    problem: str
 
 
 class ErrorDetail(BaseModel):
     code: str
     message: str
+    problems: list[Problem] | None = None  # one per invalid argument (invalid_arguments only)
 
 
 class ErrorOut(BaseModel):
@@ -27,7 +43,25 @@ class ErrorOut(BaseModel):
     error: ErrorDetail
 
 
-ERROR_STATUSES = frozenset({400, 402, 404, 409, 503})
+# Every status a generated route can answer besides 200: refusals (400/402/404/409/503), no session (401), a missing
+# CSRF token (403, Django's own page), invalid arguments (422).
+ERROR_STATUSES = frozenset({400, 401, 402, 404, 409, 422, 503})
+STATUS_OF_CODE = {
+    "idempotency_conflict": 409,
+    "quota_exhausted": 402,
+    "insufficient_credits": 402,
+    "evidence_unavailable": 503,
+    "provider_unavailable": 503,
+    "unknown_symbol": 404,
+    "symbol_unknown": 404,
+}
+
+
+def status_of(code: str) -> int:
+    """The HTTP status of a domain refusal code."""
+    if code == "not_found" or code.endswith("_not_found"):
+        return 404
+    return STATUS_OF_CODE.get(code, 400)
 
 
 def refuse_bearer(request: HttpRequest) -> None:
@@ -44,11 +78,89 @@ class AccountSession(SessionAuth):
         return super().authenticate(request, key)
 
 
+class PydanticJSON(BaseRenderer):
+    """JSON exactly as the MCP tools write it (pydantic's encoder: microseconds kept, `Z` for UTC)."""
+
+    media_type = "application/json"
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
+        return pydantic_core.to_json(data)
+
+
 api = NinjaAPI(
+    renderer=PydanticJSON(),
     title="Leroy",
     version="1",
     description="Research-only evidence and backtesting: the REST mirror of Leroy's MCP tools.",
     auth=AccountSession(),
     urls_namespace="api-v1",
 )
-api.add_router("/evidence/", "evidence.api.router")
+
+
+@api.exception_handler(NinjaValidationError)
+def _invalid_arguments(request: HttpRequest, error: NinjaValidationError) -> HttpResponse:
+    problems = [
+        Problem(field=".".join(str(part) for part in item["loc"][2:]) or "body", problem=item["msg"])
+        for item in error.errors
+    ]
+    body = ErrorOut(
+        error=ErrorDetail(code="invalid_arguments", message="The arguments are invalid.", problems=problems)
+    )
+    return api.create_response(request, body.model_dump(mode="json"), status=422)
+
+
+@api.exception_handler(AuthenticationError)
+def _not_signed_in(request: HttpRequest, error: AuthenticationError) -> HttpResponse:
+    body = ErrorOut(error=ErrorDetail(code="not_signed_in", message="Sign in to use the REST API."))
+    return api.create_response(request, body.model_dump(mode="json"), status=401)
+
+
+def _view(spec: ToolSpec) -> Any:
+    """A ninja operation that runs the tool's handler for the signed-in account (or anonymously, when public)."""
+
+    async def answer(request: HttpRequest, args: BaseModel) -> Any:
+        if spec.access == "public":
+            refuse_bearer(request)
+        user_id = None if spec.access == "public" else request.auth.pk  # type: ignore[attr-defined]
+        call = direct_call(tool=spec.name, user_id=user_id, client_id="session")
+        try:
+            return await spec.handler(call, args)
+        except DomainError as refusal:
+            return Status(status_of(refusal.code), ErrorOut.model_validate(refusal.payload()))
+
+    if spec.args.model_fields:
+
+        async def with_body(request: HttpRequest, args: BaseModel) -> Any:
+            return await answer(request, args)
+
+        with_body.__annotations__["args"] = spec.args
+        return with_body
+
+    async def without_body(request: HttpRequest) -> Any:
+        return await answer(request, spec.args())
+
+    return without_body
+
+
+def _mount() -> None:
+    routers: dict[str, Router] = {}
+    for spec in sorted(load_tools().values(), key=lambda s: s.name):
+        if not spec.rest:
+            continue
+        app = spec.handler.__module__.split(".")[0]
+        router = routers.setdefault(app, Router(tags=[app]))
+        router.add_api_operation(
+            f"/{spec.name}",
+            ["POST"] if spec.args.model_fields else ["GET"],
+            _view(spec),
+            auth=None if spec.access == "public" else AccountSession(),
+            response={200: spec.output, ERROR_STATUSES: ErrorOut},
+            operation_id=spec.name,
+            summary=spec.title,
+            description=spec.description,
+        )
+    for app, router in routers.items():
+        api.add_router(f"/{app}/", router)
+
+
+_mount()

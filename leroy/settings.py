@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "oauth2_provider",
+    "ninja",  # its bundled Swagger UI and ReDoc assets, so /api/v1/docs works offline (no CDN)
     "leroy",
     "accounts",
     "billing",

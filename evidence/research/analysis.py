@@ -6,20 +6,11 @@ Setup tools (analogues, failure, benchmark, exit policy) resolve the current fra
 result's provenance; what the artifact cannot say stays null with a reason.
 """
 
-import hashlib
-import json
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
-from pydantic import BaseModel
-
-from accounts.models import User
-from billing import selectors as billing_selectors
-from billing import services as billing
 from evidence.live import frames
 from evidence.memory.artifact import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
 from evidence.memory.reader import PCT, Evidence, MemoryReader
@@ -30,23 +21,17 @@ from evidence.research import evaluation
 from evidence.schemas import (
     Analogue,
     AnalogueOutcome,
-    AnaloguesOut,
     ArtifactFile,
     ArtifactRef,
-    BenchmarkOut,
     ExecutionArgs,
     ExecutionOut,
     ExitCounts,
     ExitPolicyArgs,
-    ExitPolicyOut,
-    FailureOut,
     FrameContext,
     KeyStats,
     Leader,
     LeadersArgs,
-    LeadersOut,
     LineageOut,
-    LookupUsage,
     MatchedSetup,
     MatchStrength,
     OutcomeGroup,
@@ -58,7 +43,6 @@ from evidence.schemas import (
     ResearchBoundary,
     SearchArgs,
     SearchHit,
-    SearchOut,
     SessionRegime,
     SetupArgs,
     SetupKey,
@@ -68,6 +52,7 @@ from evidence.schemas import (
 from evidence.vocabulary import HORIZONS, TIER_NAMES, TIMES_OF_DAY, TRENDS, VOLATILITIES, regime_parts
 from leroy.clock import now
 from leroy.errors import DomainError
+from leroy.schemas import Answer
 
 NO_SAMPLE = "No validated comparable sample with the minimum distinct sessions exists for this setup and horizon."
 RESERVOIR_SAMPLE = (
@@ -121,36 +106,6 @@ def _pct(units: int | None) -> float | None:
 
 def _mean(values: list[int]) -> float | None:
     return round(sum(values) / len(values) / PCT, 10) if values else None
-
-
-def _fingerprint(tool: str, args: BaseModel) -> str:
-    body = {"tool": tool, **args.model_dump(mode="json", exclude={"client_request_id"})}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _metered[T: BaseModel](
-    *, user: User, tool: str, args: BaseModel, output: type[T], build: Callable[[], tuple[dict[str, Any], int]]
-) -> T:
-    """Build the answer, then charge its lookups (0: no usable frame or snapshot) in one transaction with the stored
-    response; a retried `client_request_id` returns the original answer and charges nothing."""
-    fields, units = build()
-    client_request_id = getattr(args, "client_request_id", None)
-    with transaction.atomic():
-        if units == 0:
-            usage = {**billing_selectors.lookup_usage(user=user), "lookup_cost": 0, "cache": "miss"}
-            return output.model_validate({**fields, "usage": usage})
-        charge = billing.lookup_charge(
-            user=user,
-            tool=tool,
-            units=units,
-            request_fingerprint=_fingerprint(tool, args),
-            client_request_id=client_request_id,
-        )
-        if charge.replayed and charge.stored_response is not None:
-            return output.model_validate(charge.stored_response)
-        result = output.model_validate({**fields, "usage": LookupUsage.model_validate(charge.usage)})
-        billing.lookup_store_response(charge=charge, response=result.model_dump(mode="json"))
-    return result
 
 
 @dataclass(frozen=True)
@@ -239,67 +194,64 @@ def _units(setup: Setup) -> int:
 # --- leaders ---------------------------------------------------------------------------------------------------
 
 
-def confluence_leaders(*, user: User, args: LeadersArgs) -> LeadersOut:
+def confluence_leaders(*, args: LeadersArgs) -> Answer:
     """Fresh, warmed-up frames of the open session ranked by active signals for one side; one lookup per snapshot
     (whatever `limit` is), nothing when the snapshot is empty."""
 
-    def build() -> tuple[dict[str, Any], int]:
-        at, reader = now(), memory_reader()
-        window = frames.open_session(at)
-        opposite = "sell" if args.side == "buy" else "buy"
-        candidates = (
-            list(
-                Frame.objects.filter(session=window.session, symbol__asset_class__in=("equity", "etf"))
-                .select_related("symbol")
-                .order_by("symbol__ticker")
-            )
-            if window
-            else []
+    at, reader = now(), memory_reader()
+    window = frames.open_session(at)
+    opposite = "sell" if args.side == "buy" else "buy"
+    candidates = (
+        list(
+            Frame.objects.filter(session=window.session, symbol__asset_class__in=("equity", "etf"))
+            .select_related("symbol")
+            .order_by("symbol__ticker")
         )
-        stale = [f for f in candidates if frames.frame_is_stale(f, at)]
-        fresh = [f for f in candidates if f not in stale]
-        ready = [f for f in fresh if f.ready and f.regime is not None and getattr(f, f"{args.side}_mask") is not None]
+        if window
+        else []
+    )
+    stale = [f for f in candidates if frames.frame_is_stale(f, at)]
+    fresh = [f for f in candidates if f not in stale]
+    ready = [f for f in fresh if f.ready and f.regime is not None and getattr(f, f"{args.side}_mask") is not None]
 
-        def count(frame: Frame, side: str) -> int:
-            return int(getattr(frame, f"{side}_mask") or 0).bit_count()
+    def count(frame: Frame, side: str) -> int:
+        return int(getattr(frame, f"{side}_mask") or 0).bit_count()
 
-        ranked = sorted(ready, key=lambda f: (-count(f, args.side), count(f, opposite), f.symbol.ticker))
-        leaders = [
-            Leader(
-                rank=rank,
-                symbol=f.symbol.ticker,
-                source_time=f.source_time,
-                active_signal_count=count(f, args.side),
-                active_signals=mask_names(getattr(f, f"{args.side}_mask")),
-                opposing_signal_count=count(f, opposite),
-                regime=regime_of(f.regime),  # type: ignore[arg-type]
-            )
-            for rank, f in enumerate(ranked[: args.limit], start=1)
-        ]
-        reason = None
-        if window is None:
-            reason = "The regular session is closed; there is no current snapshot."
-        elif not leaders:
-            reason = "No fresh, warmed-up frame is available in the current session."
-        fields = {
-            "side": args.side,
-            "snapshot_at": at,
-            "market_open": window is not None,
-            "frames_considered": len(candidates),
-            "frames_excluded_stale": len(stale),
-            "frames_excluded_not_ready": len(fresh) - len(ready),
-            "ranking": (
-                f"Most active {args.side} signals first; ties: fewer opposing signals, then ticker. Descriptive "
-                "research, not a recommendation or an order list."
-            ),
-            "leaders": leaders,
-            "reason": reason,
-            "provenance": _provenance(reader),
-            "research_boundary": ResearchBoundary(),
-        }
-        return fields, 1 if leaders else 0
-
-    return _metered(user=user, tool="get_current_confluence_leaders", args=args, output=LeadersOut, build=build)
+    ranked = sorted(ready, key=lambda f: (-count(f, args.side), count(f, opposite), f.symbol.ticker))
+    leaders = [
+        Leader(
+            rank=rank,
+            symbol=f.symbol.ticker,
+            source_time=f.source_time,
+            active_signal_count=count(f, args.side),
+            active_signals=mask_names(getattr(f, f"{args.side}_mask")),
+            opposing_signal_count=count(f, opposite),
+            regime=regime_of(f.regime),  # type: ignore[arg-type]
+        )
+        for rank, f in enumerate(ranked[: args.limit], start=1)
+    ]
+    reason = None
+    if window is None:
+        reason = "The regular session is closed; there is no current snapshot."
+    elif not leaders:
+        reason = "No fresh, warmed-up frame is available in the current session."
+    fields = {
+        "side": args.side,
+        "snapshot_at": at,
+        "market_open": window is not None,
+        "frames_considered": len(candidates),
+        "frames_excluded_stale": len(stale),
+        "frames_excluded_not_ready": len(fresh) - len(ready),
+        "ranking": (
+            f"Most active {args.side} signals first; ties: fewer opposing signals, then ticker. Descriptive "
+            "research, not a recommendation or an order list."
+        ),
+        "leaders": leaders,
+        "reason": reason,
+        "provenance": _provenance(reader),
+        "research_boundary": ResearchBoundary(),
+    }
+    return Answer(fields, lookups=1 if leaders else 0)
 
 
 # --- search ----------------------------------------------------------------------------------------------------
@@ -314,51 +266,48 @@ def _freshness(reader: MemoryReader, at: datetime) -> OverlayFreshness:
     )
 
 
-def market_memory_search(*, user: User, args: SearchArgs) -> SearchOut:
+def market_memory_search(*, args: SearchArgs) -> Answer:
     """Served keys filtered by side, horizon, tier, minimum sample, required signals and symbol; one lookup."""
     try:
         required = names_mask(args.signals)
     except ValueError as error:
         raise ResearchError("invalid_request", str(error)) from None
 
-    def build() -> tuple[dict[str, Any], int]:
-        at, reader = now(), memory_reader()
-        freshness = _freshness(reader, at)
-        tiers: tuple[int, ...] = (args.tier,) if args.tier else (5, 4, 3, 2, 1)
-        if required:
-            tiers = tuple(t for t in tiers if "mask" in TIER_KEYS[t])  # other tiers do not key on signals
-        if args.symbol is not None:
-            tiers = tuple(t for t in tiers if "symbol" in TIER_KEYS[t])  # only exact setups key on a symbol
-        withheld = None
-        if args.source == "forward_overlay" and freshness.status != "current":
-            lag = f" ({freshness.lag_sessions} completed sessions behind)" if freshness.lag_sessions else ""
-            withheld = f"The forward overlay is {freshness.status}{lag}; its keys are withheld, not shown as current."
-        hits = []
-        if withheld is None and tiers:
-            found = reader.search(
-                side=args.side, horizon=args.horizon_minutes, tiers=tiers,
-                min_sessions=args.min_sample_sessions or 0, required_mask=required,
-                symbol=args.symbol, limit=args.limit,
-                period=int(args.source == "forward_overlay"),
-            )  # fmt: skip
-            hits = [
-                SearchHit(key=_key(k["tier"], k["symbol"], k["mask"], k["regime"], k["band"]), stats=_stats(e))
-                for k, e in found
-            ]
-        fields = {
-            "side": args.side,
-            "horizon_minutes": args.horizon_minutes,
-            "source": args.source,
-            "effective_min_sample_sessions": max(args.min_sample_sessions or 0, reader.min_sessions),
-            "results": hits,
-            "withheld_reason": withheld,
-            "forward_overlay_freshness": freshness,
-            "provenance": _provenance(reader),
-            "research_boundary": ResearchBoundary(),
-        }
-        return fields, 1
-
-    return _metered(user=user, tool="search_market_memory", args=args, output=SearchOut, build=build)
+    at, reader = now(), memory_reader()
+    freshness = _freshness(reader, at)
+    tiers: tuple[int, ...] = (args.tier,) if args.tier else (5, 4, 3, 2, 1)
+    if required:
+        tiers = tuple(t for t in tiers if "mask" in TIER_KEYS[t])  # other tiers do not key on signals
+    if args.symbol is not None:
+        tiers = tuple(t for t in tiers if "symbol" in TIER_KEYS[t])  # only exact setups key on a symbol
+    withheld = None
+    if args.source == "forward_overlay" and freshness.status != "current":
+        lag = f" ({freshness.lag_sessions} completed sessions behind)" if freshness.lag_sessions else ""
+        withheld = f"The forward overlay is {freshness.status}{lag}; its keys are withheld, not shown as current."
+    hits = []
+    if withheld is None and tiers:
+        found = reader.search(
+            side=args.side, horizon=args.horizon_minutes, tiers=tiers,
+            min_sessions=args.min_sample_sessions or 0, required_mask=required,
+            symbol=args.symbol, limit=args.limit,
+            period=int(args.source == "forward_overlay"),
+        )  # fmt: skip
+        hits = [
+            SearchHit(key=_key(k["tier"], k["symbol"], k["mask"], k["regime"], k["band"]), stats=_stats(e))
+            for k, e in found
+        ]
+    fields = {
+        "side": args.side,
+        "horizon_minutes": args.horizon_minutes,
+        "source": args.source,
+        "effective_min_sample_sessions": max(args.min_sample_sessions or 0, reader.min_sessions),
+        "results": hits,
+        "withheld_reason": withheld,
+        "forward_overlay_freshness": freshness,
+        "provenance": _provenance(reader),
+        "research_boundary": ResearchBoundary(),
+    }
+    return Answer(fields, lookups=1)
 
 
 # --- analogues, failure, benchmark, exit policy -----------------------------------------------------------------
@@ -380,43 +329,40 @@ def _row_time(row: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(row["ts"].replace("Z", "+00:00"))
 
 
-def historical_analogues(*, user: User, args: SetupArgs) -> AnaloguesOut:
+def historical_analogues(*, args: SetupArgs) -> Answer:
     """The matched key's stored rows, nearest to the current frame first, with their outcomes; one lookup."""
 
-    def build() -> tuple[dict[str, Any], int]:
-        at, reader = now(), memory_reader()
-        setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
-        analogues: list[Analogue] = []
-        if setup.match is not None:
-            rows = _matched_rows(setup, reader)
-            mask, regime = setup.mask or 0, setup.regime
+    at, reader = now(), memory_reader()
+    setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
+    analogues: list[Analogue] = []
+    if setup.match is not None:
+        rows = _matched_rows(setup, reader)
+        mask, regime = setup.mask or 0, setup.regime
 
-            def distance(row: dict[str, Any]) -> tuple[int, int, int]:
-                return ((row["row_mask"] ^ mask).bit_count(), int(row["row_regime"] != regime), row["rank"])
+        def distance(row: dict[str, Any]) -> tuple[int, int, int]:
+            return ((row["row_mask"] ^ mask).bit_count(), int(row["row_regime"] != regime), row["rank"])
 
-            analogues = [
-                Analogue(
-                    rank=rank,
-                    symbol=row["row_symbol"],
-                    source_time=_row_time(row),
-                    session=row["session"],
-                    active_signals=mask_names(row["row_mask"]),
-                    regime=regime_of(row["row_regime"]),
-                    signal_distance=(row["row_mask"] ^ mask).bit_count(),
-                    same_regime=row["row_regime"] == regime,
-                    outcomes=_outcomes(row),
-                )
-                for rank, row in enumerate(sorted(rows, key=distance), start=1)
-            ]
-        fields = {
-            **_setup_fields(setup, reader),
-            "ordering": "Fewest differing active signals first, then same regime, then the stored reservoir order.",
-            "sample": RESERVOIR_SAMPLE,
-            "analogues": analogues,
-        }
-        return fields, _units(setup)
-
-    return _metered(user=user, tool="compare_historical_analogues", args=args, output=AnaloguesOut, build=build)
+        analogues = [
+            Analogue(
+                rank=rank,
+                symbol=row["row_symbol"],
+                source_time=_row_time(row),
+                session=row["session"],
+                active_signals=mask_names(row["row_mask"]),
+                regime=regime_of(row["row_regime"]),
+                signal_distance=(row["row_mask"] ^ mask).bit_count(),
+                same_regime=row["row_regime"] == regime,
+                outcomes=_outcomes(row),
+            )
+            for rank, row in enumerate(sorted(rows, key=distance), start=1)
+        ]
+    fields = {
+        **_setup_fields(setup, reader),
+        "ordering": "Fewest differing active signals first, then same regime, then the stored reservoir order.",
+        "sample": RESERVOIR_SAMPLE,
+        "analogues": analogues,
+    }
+    return Answer(fields, lookups=_units(setup))
 
 
 def _group(rows: list[dict[str, Any]], horizon: int) -> OutcomeGroup | None:
@@ -438,71 +384,65 @@ def _gap(losers: OutcomeGroup | None, winners: OutcomeGroup | None, field: str) 
     return None if low is None or high is None else round(low - high, 10)
 
 
-def setup_failure(*, user: User, args: SetupArgs) -> FailureOut:
+def setup_failure(*, args: SetupArgs) -> Answer:
     """How the matched key's losing rows (return <= 0) differed from its winners; one lookup."""
 
-    def build() -> tuple[dict[str, Any], int]:
-        at, reader = now(), memory_reader()
-        setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
-        h = args.horizon_minutes
-        winners = losers = None
-        unlabelled = 0
-        if setup.match is not None:
-            rows = _matched_rows(setup, reader)
-            labelled = [r for r in rows if r[f"r_{h}"] is not None]
-            unlabelled = len(rows) - len(labelled)
-            winners = _group([r for r in labelled if r[f"r_{h}"] > 0], h)
-            losers = _group([r for r in labelled if r[f"r_{h}"] <= 0], h)
-        fields = {
-            **_setup_fields(setup, reader),
-            "sample": RESERVOIR_SAMPLE + " Losers are rows whose return is zero or negative.",
-            "rows_without_label": unlabelled,
-            "winners": winners,
-            "losers": losers,
-            "favourable_excursion_gap_pct": _gap(losers, winners, "mean_favourable_excursion_pct"),
-            "adverse_excursion_gap_pct": _gap(losers, winners, "mean_adverse_excursion_pct"),
-        }
-        return fields, _units(setup)
-
-    return _metered(user=user, tool="explain_setup_failure", args=args, output=FailureOut, build=build)
+    at, reader = now(), memory_reader()
+    setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
+    h = args.horizon_minutes
+    winners = losers = None
+    unlabelled = 0
+    if setup.match is not None:
+        rows = _matched_rows(setup, reader)
+        labelled = [r for r in rows if r[f"r_{h}"] is not None]
+        unlabelled = len(rows) - len(labelled)
+        winners = _group([r for r in labelled if r[f"r_{h}"] > 0], h)
+        losers = _group([r for r in labelled if r[f"r_{h}"] <= 0], h)
+    fields = {
+        **_setup_fields(setup, reader),
+        "sample": RESERVOIR_SAMPLE + " Losers are rows whose return is zero or negative.",
+        "rows_without_label": unlabelled,
+        "winners": winners,
+        "losers": losers,
+        "favourable_excursion_gap_pct": _gap(losers, winners, "mean_favourable_excursion_pct"),
+        "adverse_excursion_gap_pct": _gap(losers, winners, "mean_adverse_excursion_pct"),
+    }
+    return Answer(fields, lookups=_units(setup))
 
 
-def benchmark_comparison(*, user: User, args: SetupArgs) -> BenchmarkOut:
+def benchmark_comparison(*, args: SetupArgs) -> Answer:
     """The matched key's statistics next to the benchmark's own direction baseline for the same side, horizon and
     historical sessions; one lookup. A benchmark baseline below the minimum sample is not shown."""
 
-    def build() -> tuple[dict[str, Any], int]:
-        at, reader = now(), memory_reader()
-        setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
-        benchmark_symbol = reader.manifest["corpus"]["benchmark"]
-        benchmark = benchmark_reason = None
-        if setup.usable:
-            found = reader.key_evidence(tier=SYMBOL_BASELINE, side=args.side, horizon=args.horizon_minutes,
-                                        symbol=benchmark_symbol)  # fmt: skip
-            if found is not None and found.distinct_sessions >= reader.min_sessions:
-                benchmark = _stats(found)
-            else:
-                benchmark_reason = "The benchmark has no baseline with the minimum distinct sessions at this horizon."
-        difference = win_difference = None
-        if setup.match is not None and benchmark is not None:
-            difference = round((setup.match.average_return_pct - benchmark.average_return_pct) * 100, 4)
-            win_difference = round(setup.match.win_rate - benchmark.win_rate, 6)
-        fields = {
-            **_setup_fields(setup, reader),
-            "benchmark_symbol": benchmark_symbol,
-            "benchmark": benchmark,
-            "benchmark_reason": benchmark_reason,
-            "window_basis": (
-                "Both figures use the same forward horizon and side orientation over the artifact's historical "
-                "period; the benchmark figure is its own direction baseline over all its ready minutes (sample "
-                "stated), not paired minute by minute with the setup's rows: the artifact stores no such pairing."
-            ),
-            "return_difference_bps": difference,
-            "win_rate_difference": win_difference,
-        }
-        return fields, _units(setup)
-
-    return _metered(user=user, tool="compare_against_benchmark", args=args, output=BenchmarkOut, build=build)
+    at, reader = now(), memory_reader()
+    setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
+    benchmark_symbol = reader.manifest["corpus"]["benchmark"]
+    benchmark = benchmark_reason = None
+    if setup.usable:
+        found = reader.key_evidence(tier=SYMBOL_BASELINE, side=args.side, horizon=args.horizon_minutes,
+                                    symbol=benchmark_symbol)  # fmt: skip
+        if found is not None and found.distinct_sessions >= reader.min_sessions:
+            benchmark = _stats(found)
+        else:
+            benchmark_reason = "The benchmark has no baseline with the minimum distinct sessions at this horizon."
+    difference = win_difference = None
+    if setup.match is not None and benchmark is not None:
+        difference = round((setup.match.average_return_pct - benchmark.average_return_pct) * 100, 4)
+        win_difference = round(setup.match.win_rate - benchmark.win_rate, 6)
+    fields = {
+        **_setup_fields(setup, reader),
+        "benchmark_symbol": benchmark_symbol,
+        "benchmark": benchmark,
+        "benchmark_reason": benchmark_reason,
+        "window_basis": (
+            "Both figures use the same forward horizon and side orientation over the artifact's historical "
+            "period; the benchmark figure is its own direction baseline over all its ready minutes (sample "
+            "stated), not paired minute by minute with the setup's rows: the artifact stores no such pairing."
+        ),
+        "return_difference_bps": difference,
+        "win_rate_difference": win_difference,
+    }
+    return Answer(fields, lookups=_units(setup))
 
 
 def _exit_outcome(row: dict[str, Any], h: int, stop: int, target: int) -> tuple[str, int | None]:
@@ -518,52 +458,49 @@ def _exit_outcome(row: dict[str, Any], h: int, stop: int, target: int) -> tuple[
     return "time_exit", row[f"r_{h}"]
 
 
-def exit_policy_simulation(*, user: User, args: ExitPolicyArgs) -> ExitPolicyOut:
+def exit_policy_simulation(*, args: ExitPolicyArgs) -> Answer:
     """Stop, target and time exits replayed over the matched key's stored excursions; one lookup."""
 
-    def build() -> tuple[dict[str, Any], int]:
-        at, reader = now(), memory_reader()
-        setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
-        h = args.horizon_minutes
-        counts = mean = target_share = stop_share = None
-        used = unlabelled = 0
-        if setup.match is not None:
-            rows = _matched_rows(setup, reader)
-            labelled = [r for r in rows if r[f"r_{h}"] is not None and r[f"fav_{h}"] is not None]
-            used, unlabelled = len(labelled), len(rows) - len(labelled)
-            outcomes = [_exit_outcome(r, h, args.stop_bps, args.target_bps) for r in labelled]
-            tally = Counter(kind for kind, _ in outcomes)
-            counts = ExitCounts(target_first=tally["target_first"], stop_first=tally["stop_first"],
-                                time_exit=tally["time_exit"], unresolved=tally["unresolved"])  # fmt: skip
-            mean = _mean([value for _, value in outcomes if value is not None])
-            target_share = setup.match.favourable_reached.get(str(args.target_bps))
-            stop_share = setup.match.adverse_reached.get(str(args.stop_bps))
-        fields = {
-            **_setup_fields(setup, reader),
-            "stop_bps": args.stop_bps,
-            "target_bps": args.target_bps,
-            "time_exit_minutes": h,
-            "sample": RESERVOIR_SAMPLE,
-            "rows_used": used,
-            "rows_without_label": unlabelled,
-            "outcomes": counts,
-            "mean_resolved_return_pct": mean,
-            "key_target_reached_share": target_share,
-            "key_stop_reached_share": stop_share,
-            "cannot_resolve": (
-                "Rows whose window touched both the stop and the target are unresolved: the artifact stores each "
-                "window's highest high and lowest low, not their order, so Leroy does not guess which came first. "
-                f"Whole-key touch shares exist only for the stored levels {list(EXCURSION_LEVELS_BPS)} bps."
-            ),
-            "assumptions": [
-                "Entry at the close of the decision minute; exits at the stop or target level exactly, or at the "
-                "close after the horizon.",
-                "No costs, slippage, gaps through a level, spread or fills are modelled.",
-            ],
-        }
-        return fields, _units(setup)
-
-    return _metered(user=user, tool="simulate_exit_policy", args=args, output=ExitPolicyOut, build=build)
+    at, reader = now(), memory_reader()
+    setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
+    h = args.horizon_minutes
+    counts = mean = target_share = stop_share = None
+    used = unlabelled = 0
+    if setup.match is not None:
+        rows = _matched_rows(setup, reader)
+        labelled = [r for r in rows if r[f"r_{h}"] is not None and r[f"fav_{h}"] is not None]
+        used, unlabelled = len(labelled), len(rows) - len(labelled)
+        outcomes = [_exit_outcome(r, h, args.stop_bps, args.target_bps) for r in labelled]
+        tally = Counter(kind for kind, _ in outcomes)
+        counts = ExitCounts(target_first=tally["target_first"], stop_first=tally["stop_first"],
+                            time_exit=tally["time_exit"], unresolved=tally["unresolved"])  # fmt: skip
+        mean = _mean([value for _, value in outcomes if value is not None])
+        target_share = setup.match.favourable_reached.get(str(args.target_bps))
+        stop_share = setup.match.adverse_reached.get(str(args.stop_bps))
+    fields = {
+        **_setup_fields(setup, reader),
+        "stop_bps": args.stop_bps,
+        "target_bps": args.target_bps,
+        "time_exit_minutes": h,
+        "sample": RESERVOIR_SAMPLE,
+        "rows_used": used,
+        "rows_without_label": unlabelled,
+        "outcomes": counts,
+        "mean_resolved_return_pct": mean,
+        "key_target_reached_share": target_share,
+        "key_stop_reached_share": stop_share,
+        "cannot_resolve": (
+            "Rows whose window touched both the stop and the target are unresolved: the artifact stores each "
+            "window's highest high and lowest low, not their order, so Leroy does not guess which came first. "
+            f"Whole-key touch shares exist only for the stored levels {list(EXCURSION_LEVELS_BPS)} bps."
+        ),
+        "assumptions": [
+            "Entry at the close of the decision minute; exits at the stop or target level exactly, or at the "
+            "close after the horizon.",
+            "No costs, slippage, gaps through a level, spread or fills are modelled.",
+        ],
+    }
+    return Answer(fields, lookups=_units(setup))
 
 
 # --- free tools: regime, execution conditions, lineage ----------------------------------------------------------

@@ -6,19 +6,11 @@ minimum sample for some requested side and horizon) and `no_comparable_sample`. 
 a match and nothing is estimated: a missing comparison stays null.
 """
 
-import hashlib
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.core.cache import cache
-from django.db import transaction
-
-from accounts.models import User
-from billing import selectors as billing_selectors
-from billing import services as billing
 from evidence.live import frames
 from evidence.memory.reader import Evidence, MemoryReader
 from evidence.memory.selectors import memory_reader
@@ -52,9 +44,8 @@ from evidence.schemas import (
 )
 from evidence.vocabulary import HORIZONS, TIER_NAMES, TIMES_OF_DAY, TRENDS, VOLATILITIES
 from leroy.clock import now
+from leroy.schemas import Answer
 
-TOOL = "evaluate_current_setup"
-CACHE_SECONDS = 15 * 60
 ASSUMPTIONS = Assumptions(
     matching="Only exact supported setup matches are returned; no silent broadening.",
     costs="Not included unless explicitly stated in the historical result.",
@@ -72,12 +63,7 @@ class Situation:
     published_at: datetime | None
 
 
-def fingerprint(args: EvaluateArgs) -> str:
-    body = args.model_dump(mode="json", exclude={"client_request_id"})
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _situation(ticker: str) -> Situation:
+def situation(ticker: str) -> Situation:
     at = now()
     reader = memory_reader()
     published = MarketMemoryArtifact.objects.filter(sha256=reader.sha256).values_list("activated_at", flat=True)
@@ -184,7 +170,7 @@ def memory_blocks(reader: MemoryReader, at: datetime) -> tuple[MarketMemoryCover
 
 
 def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
-    """The evaluation of `args` against `situation` (no charge: see `evaluate_current_setup`)."""
+    """The evaluation of `args` against `situation`; its usage and presentation are filled in by the metering edge."""
     ticker = args.symbol
     horizons = list(args.holding_horizons or HORIZONS)
     sides = ["buy", "sell"] if args.side == "both" else [args.side]
@@ -290,47 +276,26 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
             lookups_remaining=0,
             overage_lookups=0,
             overage_amount_usd=0,
-        ),  # replaced by the charge below
-        presentation=Presentation(format="markdown", state=status, text=""),  # type: ignore[arg-type]
+        ),  # metering replaces it with the charge
+        presentation=Presentation(format="markdown", state=status, text=""),  # type: ignore[arg-type]  # see finish()
     )
     return result
 
 
-def _with_usage(result: EvaluationOut, usage: dict[str, Any]) -> EvaluationOut:
-    result = result.model_copy(update={"usage": LookupUsage.model_validate(usage)})
-    return result.model_copy(update={"presentation": render(result)})
-
-
-def evaluate_current_setup(*, user: User, args: EvaluateArgs) -> EvaluationOut:
-    """Evaluate and meter: 1 lookup per side consulted (`both` = 2), 0 for a cached answer to the same request on
-    the same frame, 0 when no frame was usable. A retried `client_request_id` returns the original answer."""
-    ticker = args.symbol
-    situation = _situation(ticker)
-    request_fingerprint = fingerprint(args)
+def cache_scope(situation: Situation) -> str | None:
+    """Identical requests on the same frame of the same artifact get the same answer (a cache hit costs 0)."""
     frame = situation.current.frame
-    frame_key = frame.source_time.isoformat() if frame else "none"
-    cache_key = f"leroy:eval:{user.pk}:{request_fingerprint}:{frame_key}:{situation.reader.sha256}"
-    cached = cache.get(cache_key) if frame is not None else None
-    result = EvaluationOut.model_validate(cached) if cached else build_evaluation(args, situation)
-    units = 0 if result.market_memory is None else (2 if args.side == "both" else 1)  # no usable frame: free
-    with transaction.atomic():
-        if units == 0:
-            usage = {**billing_selectors.lookup_usage(user=user), "lookup_cost": 0, "cache": "miss"}
-            return _with_usage(result, usage)
-        charge = billing.lookup_charge(
-            user=user,
-            tool=TOOL,
-            units=units,
-            request_fingerprint=request_fingerprint,
-            client_request_id=args.client_request_id,
-            cache_hit=cached is not None,
-        )
-        if charge.replayed and charge.stored_response is not None:
-            return EvaluationOut.model_validate(charge.stored_response)
-        if cached is not None:
-            result = result.model_copy(update={"evaluation_id": f"eval_{uuid.uuid4().hex}"})
-        result = _with_usage(result, charge.usage)
-        billing.lookup_store_response(charge=charge, response=result.model_dump(mode="json"))
-    if cached is None:
-        cache.set(cache_key, result.model_dump(mode="json"), CACHE_SECONDS)
-    return result
+    return None if frame is None else f"{frame.source_time.isoformat()}:{situation.reader.sha256}"
+
+
+def evaluation_answer(args: EvaluateArgs, situation: Situation) -> Answer:
+    """The evaluation and its lookups: 1 per side consulted (`both` = 2), 0 when no frame was usable."""
+    result = build_evaluation(args, situation)
+    lookups = 0 if result.market_memory is None else (2 if args.side == "both" else 1)
+    return Answer(result.model_dump(mode="json", exclude={"usage"}), lookups=lookups)
+
+
+def finish(result: EvaluationOut) -> EvaluationOut:
+    """Every answer served, fresh or from cache, gets its own id, and its presentation states its usage."""
+    result = result.model_copy(update={"evaluation_id": f"eval_{uuid.uuid4().hex}"})
+    return result.model_copy(update={"presentation": render(result)})

@@ -37,6 +37,7 @@ class Principal:
 class ToolCall:
     """What a handler knows about the call besides its arguments."""
 
+    tool: str  # the registered tool's name
     principal: Principal | None
     protocol_version: str | None
     report_progress: Callable[[float, float | None, str | None], Awaitable[None]]
@@ -49,6 +50,21 @@ class ToolCall:
 
         assert self.principal is not None
         return User.objects.get(pk=self.principal.user_id)
+
+
+async def _no_progress(progress: float, total: float | None, message: str | None) -> None:
+    return None
+
+
+def direct_call(*, tool: str, user_id: int | None, client_id: str) -> ToolCall:
+    """A call that does not come through the MCP transport (the REST mirror, tests): the signed-in account itself
+    with every scope (None: anonymous, for public tools), and nowhere to report progress to."""
+    principal = (
+        None
+        if user_id is None
+        else Principal(user_id=user_id, client_id=client_id, scopes=frozenset({"mcp:read", "mcp:write"}))
+    )
+    return ToolCall(tool=tool, principal=principal, protocol_version=None, report_progress=_no_progress)
 
 
 class ToolFailure(DomainError):
@@ -71,6 +87,7 @@ class ToolSpec:
     metering: Metering
     read_only: bool = True
     idempotent: bool = True
+    rest: bool = True  # the REST mirror (leroy.api) has a route for it
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -88,8 +105,11 @@ def tool(
     metering: Metering,
     read_only: bool = True,
     idempotent: bool = True,
+    rest: bool | None = None,
 ) -> Callable[[Handler], Handler]:
-    """Register `handler` as MCP tool `name`; its docstring is the tool's description."""
+    """Register `handler` as MCP tool `name`; its docstring is the tool's description.
+
+    `rest` (default: `read_only`) gives the tool its twin in the REST mirror."""
     if access == "public" and scope != "mcp:read":
         raise ValueError(f"public tool {name} cannot require {scope}")
 
@@ -108,6 +128,7 @@ def tool(
             metering=metering,
             read_only=read_only,
             idempotent=idempotent,
+            rest=read_only if rest is None else rest,
         )
         return handler
 

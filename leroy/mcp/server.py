@@ -8,10 +8,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import ConfigDict, ValidationError
 from starlette.types import ASGIApp
 
 from leroy.errors import DomainError
@@ -36,8 +38,28 @@ def _result(payload: dict[str, Any], *, is_error: bool, meta: dict[str, Any] | N
     )
 
 
-def _register(mcp: MCPServer, spec: ToolSpec) -> None:
-    async def call(ctx: Context, **arguments: Any) -> Annotated[CallToolResult, spec.output]:
+class _RawArguments(ArgModelBase):
+    """The SDK's argument model for every Leroy tool: it hands the caller's arguments through untouched, so they
+    are validated exactly once, by the tool's own Args model (extra="forbid"), in `_sdk_tool`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return {"arguments": dict(self.model_extra or {})}
+
+
+def invalid_arguments(error: ValidationError) -> DomainError:
+    """One in-band refusal for arguments that do not fit the contract: a problem per field, in its own name."""
+    problems = [
+        {"field": ".".join(str(part) for part in item["loc"]) or "arguments", "problem": item["msg"]}
+        for item in error.errors(include_url=False)
+    ]
+    summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
+    return DomainError("invalid_arguments", f"Invalid arguments: {summary}", problems=problems)
+
+
+def _sdk_tool(spec: ToolSpec) -> Tool:
+    async def call(ctx: Context, arguments: dict[str, Any]) -> Annotated[CallToolResult, spec.output]:
         principal = transport.principal_of(get_access_token())
         # The transport already refused these over HTTP; this guards in-process callers too.
         if spec.access == "subscriber" and principal is None:
@@ -51,15 +73,19 @@ def _register(mcp: MCPServer, spec: ToolSpec) -> None:
             await ctx.report_progress(progress, total, message)
 
         call_info = ToolCall(
-            principal=principal, protocol_version=ctx.protocol_version, report_progress=report_progress
+            tool=spec.name, principal=principal, protocol_version=ctx.protocol_version, report_progress=report_progress
         )
         try:
-            output = await spec.handler(call_info, spec.args.model_validate(arguments))
+            args = spec.args.model_validate(arguments)
+        except ValidationError as error:  # nothing ran, nothing was charged
+            return _result(invalid_arguments(error).payload(), is_error=True)
+        try:
+            output = await spec.handler(call_info, args)
         except DomainError as refusal:  # every app's refusal, and ToolFailure, become one in-band error shape
             return _result(refusal.payload(), is_error=True)
         return _result(output.model_dump(mode="json"), is_error=False)
 
-    mcp.add_tool(
+    sdk_tool = Tool.from_function(
         call,
         name=spec.name,
         title=spec.title,
@@ -73,25 +99,23 @@ def _register(mcp: MCPServer, spec: ToolSpec) -> None:
         ),
         meta={"leroy/access": spec.access, "leroy/scope": spec.scope, "leroy/metering": spec.metering},
     )
-    # The SDK derives arguments from the signature; Leroy's contract is the pydantic Args model (extra="forbid"),
-    # so the registered tool validates against that model and publishes its schema.
-    registered = mcp._tool_manager.get_tool(spec.name)
-    assert registered is not None
-    registered.fn_metadata.arg_model = type(f"{spec.args.__name__}Arguments", (spec.args, ArgModelBase), {})
-    registered.parameters = spec.args.model_json_schema(by_alias=True)
+    # The SDK documents these fields as read live: the published schema is the Args model's, and the arguments
+    # reach `call` unvalidated (see _RawArguments).
+    sdk_tool.fn_metadata.arg_model = _RawArguments
+    sdk_tool.parameters = spec.args.model_json_schema(by_alias=True)
+    return sdk_tool
 
 
 def build_server() -> MCPServer:
     mcp = MCPServer(
         "leroy",
+        tools=[_sdk_tool(spec) for spec in load_tools().values()],
         title="Leroy",
         version=version("leroy"),
         instructions=INSTRUCTIONS,
         website_url=settings.LEROY_PUBLIC_ORIGIN,
         subscriptions=False,  # the per-process bus cannot fan out across workers; the tool list is static
     )
-    for spec in load_tools().values():
-        _register(mcp, spec)
     if settings.MCP_CONFORMANCE_FIXTURES:
         from leroy.mcp import conformance
 

@@ -7,7 +7,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from billing import selectors, services
-from billing.models import Plan
+from billing.models import Plan, UsageEvent
 from tests.conftest import MCP_URL
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
@@ -76,3 +76,13 @@ async def test_a_free_account_at_its_limit_gets_quota_exhausted(mcp_http, owner,
     assert error["period_resets_at"].endswith("T00:00:00Z")
     assert error["used_lookups"] == 2
     assert (await sync_to_async(selectors.lookup_usage)(user=owner))["used_lookups"] == 2
+
+
+async def test_invalid_arguments_are_refused_by_field_and_charge_nothing(mcp_http, owner, api_key):
+    async with connect(mcp_http, api_key) as client:
+        result = await client.call_tool("probe_metered", {"side": "up", "fail": False})
+
+    assert result.is_error is True
+    error = result.structured_content["error"]
+    assert (error["code"], [p["field"] for p in error["problems"]]) == ("invalid_arguments", ["side"])
+    assert await sync_to_async(UsageEvent.objects.exists)() is False

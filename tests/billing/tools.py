@@ -1,18 +1,15 @@
-"""A metered probe tool (test settings only): the pattern every metered tool follows with billing."""
+"""A metered probe tool (test settings only), metered the way every lookup tool is (billing.metering)."""
 
-import hashlib
-from typing import Any, Literal
+import uuid
+from typing import Literal
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
 from pydantic import BaseModel, Field
 
-from accounts.models import User
-from billing import services
+from billing.metering import metered_answer
 from billing.schemas import LookupUsage
-from billing.services import BillingError
 from leroy.mcp.registry import ToolCall, ToolFailure, tool
-from leroy.schemas import ToolArgs
+from leroy.schemas import Answer, ToolArgs
 
 
 class MeteredArgs(ToolArgs):
@@ -37,30 +34,22 @@ class MeteredOut(BaseModel):
 )
 async def probe_metered(call: ToolCall, args: MeteredArgs) -> MeteredOut:
     """Charge like a real lookup and answer (subscriber)."""
-    assert call.principal is not None
-    user_id = call.principal.user_id
-    fingerprint = hashlib.sha256(args.model_dump_json(exclude={"client_request_id"}).encode()).hexdigest()
 
-    def run() -> dict[str, Any] | None:
-        user = User.objects.get(pk=user_id)
-        with transaction.atomic():  # the charge and the tool's work commit or roll back together
-            charge = services.lookup_charge(
-                user=user,
-                tool="probe_metered",
-                units=2 if args.side == "both" else 1,
-                request_fingerprint=fingerprint,
-                client_request_id=args.client_request_id,
-            )
-            if charge.replayed:
-                return charge.stored_response
-            if args.fail:
-                raise ToolFailure("probe_failed", "The probe's work failed after the charge.")
-            answer = {"evaluation_id": f"eval_{charge.usage_event_id}", "usage": charge.usage}
-            services.lookup_store_response(charge=charge, response=answer)
-            return answer
+    def fail_after_the_charge(result: MeteredOut) -> MeteredOut:
+        if args.fail:
+            raise ToolFailure("probe_failed", "The probe's work failed after the charge.")
+        return result
 
-    try:
-        answer = await sync_to_async(run)()
-    except BillingError as refused:
-        raise ToolFailure(refused.code, refused.message, **refused.details) from None
-    return MeteredOut.model_validate(answer)
+    def run() -> MeteredOut:
+        return metered_answer(
+            user=call.user(),
+            tool=call.tool,
+            args=args,
+            output=MeteredOut,
+            compute=lambda: Answer(
+                {"evaluation_id": f"eval_{uuid.uuid4().hex}"}, lookups=2 if args.side == "both" else 1
+            ),
+            finish=fail_after_the_charge,
+        )
+
+    return await sync_to_async(run)()

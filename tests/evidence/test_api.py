@@ -3,8 +3,8 @@ from django.test import Client
 
 from billing.models import UsageEvent
 from evidence.models import ResearchHypothesis
-from evidence.research.analysis import historical_analogues
 from evidence.schemas import SetupArgs
+from tests.calls import call_tool
 
 pytestmark = pytest.mark.django_db
 
@@ -31,33 +31,37 @@ def test_openapi_document_lists_every_evidence_route():
     paths = response.json()["paths"]
     assert {
         f"{BASE}/{p}"
-        for p in ("evaluate", "leaders", "search", "analogues", "failure", "benchmark", "exit-policy", "regime",
-                  "execution-conditions", "lineage", "journal", "journal/{hypothesis_id}/review")
+        for p in ("evaluate_current_setup", "get_current_confluence_leaders", "search_market_memory",
+                  "compare_historical_analogues", "explain_setup_failure", "compare_against_benchmark",
+                  "simulate_exit_policy", "get_market_regime", "estimate_execution_conditions", "get_data_lineage",
+                  "record_research_hypothesis", "review_hypothesis_outcome")
     } <= set(paths)  # fmt: skip
     assert "SetupArgs" in response.json()["components"]["schemas"]
+    statuses = set(paths[f"{BASE}/compare_historical_analogues"]["post"]["responses"])
+    assert statuses == {"200", "400", "401", "402", "404", "409", "422", "503"}
 
 
 def test_signed_in_account_gets_the_same_answer_as_the_mcp_tool_service(fed_world, browser, owner):
-    response = post(browser, "/analogues", {"symbol": "ALFA", "side": "buy"}, X_CSRFToken=TOKEN)
+    response = post(browser, "/compare_historical_analogues", {"symbol": "ALFA", "side": "buy"}, X_CSRFToken=TOKEN)
 
     assert response.status_code == 200
     body = response.json()
-    direct = historical_analogues(user=owner, args=SetupArgs(symbol="ALFA", side="buy"))
+    direct = call_tool(owner, "compare_historical_analogues", SetupArgs(symbol="ALFA", side="buy"))
     assert body["analogues"] == direct.model_dump(mode="json")["analogues"]
     assert body["provenance"]["artifact_sha256"] == fed_world.sha256
     assert (body["usage"]["lookup_cost"], direct.usage.used_lookups) == (1, 2)
 
 
 def test_a_write_without_the_csrf_token_is_refused_and_charges_nothing(fed_world, browser):
-    response = post(browser, "/analogues", {"symbol": "ALFA", "side": "buy"})
+    response = post(browser, "/compare_historical_analogues", {"symbol": "ALFA", "side": "buy"})
 
     assert response.status_code == 403
     assert UsageEvent.objects.exists() is False
 
 
-@pytest.mark.parametrize("path", ["/analogues", "/leaders"])
+@pytest.mark.parametrize("path", ["/compare_historical_analogues", "/get_current_confluence_leaders"])
 def test_api_keys_are_refused_on_the_rest_api_even_beside_a_session(fed_world, browser, api_key, path):
-    body = {"symbol": "ALFA", "side": "buy"} if path == "/analogues" else {"side": "buy"}
+    body = {"symbol": "ALFA", "side": "buy"} if path == "/compare_historical_analogues" else {"side": "buy"}
     keyed = post(Client(), path, body, Authorization=f"Bearer {api_key}")
     both = post(browser, path, body, Authorization=f"Bearer {api_key}", X_CSRFToken=TOKEN)
 
@@ -66,8 +70,8 @@ def test_api_keys_are_refused_on_the_rest_api_even_beside_a_session(fed_world, b
 
 
 def test_lineage_is_public_but_refuses_a_presented_key(fed_world, api_key):
-    anonymous = Client().get(f"{BASE}/lineage")
-    keyed = Client().get(f"{BASE}/lineage", headers={"Authorization": f"Bearer {api_key}"})
+    anonymous = Client().get(f"{BASE}/get_data_lineage")
+    keyed = Client().get(f"{BASE}/get_data_lineage", headers={"Authorization": f"Bearer {api_key}"})
 
     assert anonymous.status_code == 200
     assert anonymous.json()["artifact_sha256"] == fed_world.sha256
@@ -75,8 +79,8 @@ def test_lineage_is_public_but_refuses_a_presented_key(fed_world, api_key):
 
 
 def test_subscriber_reads_need_a_session(fed_world, browser):
-    anonymous = post(Client(), "/regime", {"side": "sell", "horizon_minutes": 30})
-    signed_in = post(browser, "/regime", {"side": "sell", "horizon_minutes": 30}, X_CSRFToken=TOKEN)
+    anonymous = post(Client(), "/get_market_regime", {"side": "sell", "horizon_minutes": 30})
+    signed_in = post(browser, "/get_market_regime", {"side": "sell", "horizon_minutes": 30}, X_CSRFToken=TOKEN)
 
     assert anonymous.status_code == 401
     assert signed_in.status_code == 200, signed_in.content
@@ -84,7 +88,7 @@ def test_subscriber_reads_need_a_session(fed_world, browser):
 
 
 def test_refusals_carry_the_tools_error_code(fed_world, browser):
-    response = post(browser, "/search", {"side": "buy", "horizon_minutes": 5, "signals": ["astrology"]},
+    response = post(browser, "/search_market_memory", {"side": "buy", "horizon_minutes": 5, "signals": ["astrology"]},
                     X_CSRFToken=TOKEN)  # fmt: skip
 
     assert response.status_code == 400
@@ -95,12 +99,24 @@ def test_the_journal_over_rest_is_scoped_to_the_signed_in_account(fed_world, bro
     theirs = ResearchHypothesis.objects.create(
         user=outsider, symbol="ALFA", side="buy", horizon_minutes=5, note="theirs", recorded_at=fed_world.replay
     )
-    mine = post(browser, "/journal", {"symbol": "ALFA", "side": "sell", "horizon_minutes": 5, "note": "fade"},
-                X_CSRFToken=TOKEN)  # fmt: skip
-    review = post(browser, f"/journal/{mine.json()['hypothesis_id']}/review", {}, X_CSRFToken=TOKEN)
-    foreign = post(browser, f"/journal/{theirs.pk}/review", {}, X_CSRFToken=TOKEN)
+    note = {"symbol": "ALFA", "side": "sell", "horizon_minutes": 5, "note": "fade"}
+    mine = post(browser, "/record_research_hypothesis", note, X_CSRFToken=TOKEN)
+    review = post(browser, "/review_hypothesis_outcome", {"hypothesis_id": mine.json()["hypothesis_id"]},
+                  X_CSRFToken=TOKEN)  # fmt: skip
+    foreign = post(browser, "/review_hypothesis_outcome", {"hypothesis_id": theirs.pk}, X_CSRFToken=TOKEN)
 
     assert mine.status_code == 200
     assert (review.status_code, review.json()["outcome_status"]) == (200, "not_mature")
     assert (foreign.status_code, foreign.json()["error"]["code"]) == (404, "not_found")
     assert ResearchHypothesis.objects.get(pk=theirs.pk).reviewed_at is None
+
+
+def test_invalid_arguments_are_a_422_with_one_problem_per_field_and_charge_nothing(fed_world, browser):
+    response = post(browser, "/compare_historical_analogues", {"symbol": "ALFA", "side": "up", "extra": 1},
+                    X_CSRFToken=TOKEN)  # fmt: skip
+
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "invalid_arguments"
+    assert sorted(p["field"] for p in error["problems"]) == ["extra", "side"]
+    assert UsageEvent.objects.exists() is False

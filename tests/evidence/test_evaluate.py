@@ -9,9 +9,9 @@ from billing.models import UsageEvent
 from billing.services import BillingError
 from evidence.memory.reader import MemoryReader
 from evidence.memory.selectors import memory_reader
-from evidence.research.evaluation import evaluate_current_setup
 from evidence.research.geometry import InvalidSetup
 from evidence.schemas import EvaluateArgs
+from tests.calls import call_tool
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ def user(db):
 
 
 def evaluate(user, **fields):
-    return evaluate_current_setup(user=user, args=EvaluateArgs(**fields))
+    return call_tool(user, "evaluate_current_setup", EvaluateArgs(**fields))
 
 
 def numbers(text: str) -> set[str]:

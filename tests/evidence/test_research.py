@@ -14,6 +14,7 @@ from evidence.models import Frame
 from evidence.research import analysis as research
 from evidence.research.analysis import ResearchError
 from evidence.schemas import ExecutionArgs, ExitPolicyArgs, LeadersArgs, RegimeArgs, SearchArgs, SetupArgs
+from tests.calls import call_tool
 
 pytestmark = pytest.mark.django_db
 
@@ -43,8 +44,8 @@ def key_rows(key, side, symbol, mask, regime):
 
 
 def test_leaderboard_ranks_fresh_frames_by_active_signals_and_costs_one_lookup_for_one_or_five(fed_world, user):
-    one = research.confluence_leaders(user=user, args=LeadersArgs(side="sell", limit=1))
-    five = research.confluence_leaders(user=user, args=LeadersArgs(side="sell", limit=5))
+    one = call_tool(user, "get_current_confluence_leaders", LeadersArgs(side="sell", limit=1))
+    five = call_tool(user, "get_current_confluence_leaders", LeadersArgs(side="sell", limit=5))
 
     frames = {f.symbol.ticker: f for f in Frame.objects.select_related("symbol").exclude(symbol__ticker="SYNX")}
     expected = sorted(frames, key=lambda t: (-frames[t].sell_mask.bit_count(), frames[t].buy_mask.bit_count(), t))
@@ -61,7 +62,7 @@ def test_leaderboard_ranks_fresh_frames_by_active_signals_and_costs_one_lookup_f
 
 def test_leaderboard_with_stale_frames_is_empty_and_free(fed_world, user):
     with time_machine.travel(fed_world.replay + timedelta(minutes=10), tick=False):
-        result = research.confluence_leaders(user=user, args=LeadersArgs(side="buy"))
+        result = call_tool(user, "get_current_confluence_leaders", LeadersArgs(side="buy"))
 
     assert result.leaders == []
     assert (result.frames_considered, result.frames_excluded_stale) == (2, 2)
@@ -71,7 +72,7 @@ def test_leaderboard_with_stale_frames_is_empty_and_free(fed_world, user):
 
 def test_search_returns_only_served_keys_with_the_minimum_sample_and_the_required_signals(fed_world, user):
     args = SearchArgs(side="buy", horizon_minutes=15, signals=["vwap_trend"], min_sample_sessions=5, limit=50)
-    result = research.market_memory_search(user=user, args=args)
+    result = call_tool(user, "search_market_memory", args)
 
     reader = memory_reader()
     assert result.effective_min_sample_sessions == 5
@@ -91,7 +92,7 @@ def test_search_returns_only_served_keys_with_the_minimum_sample_and_the_require
 
 
 def test_search_never_goes_below_the_artifact_minimum(fed_world, user):
-    result = research.market_memory_search(user=user, args=SearchArgs(side="sell", horizon_minutes=5, tier=5))
+    result = call_tool(user, "search_market_memory", SearchArgs(side="sell", horizon_minutes=5, tier=5))
 
     assert result.effective_min_sample_sessions == memory_reader().min_sessions == 3
     assert {hit.key.match_strength.tier for hit in result.results} == {"exact_setup"}
@@ -100,7 +101,7 @@ def test_search_never_goes_below_the_artifact_minimum(fed_world, user):
 
 def test_search_with_an_unknown_signal_is_refused_without_a_charge(fed_world, user):
     with pytest.raises(ResearchError) as error:
-        research.market_memory_search(user=user, args=SearchArgs(side="buy", horizon_minutes=5, signals=["astrology"]))
+        call_tool(user, "search_market_memory", SearchArgs(side="buy", horizon_minutes=5, signals=["astrology"]))
 
     assert error.value.code == "invalid_request"
     assert UsageEvent.objects.exists() is False
@@ -110,8 +111,8 @@ def test_a_behind_forward_overlay_is_withheld_with_its_lag(fed_world, user, monk
     behind = {"status": "behind", "last_verified_session": "2025-12-12", "lag_sessions": 2}
     monkeypatch.setattr(MemoryReader, "freshness", lambda self, at: behind)
 
-    result = research.market_memory_search(
-        user=user, args=SearchArgs(side="buy", horizon_minutes=5, source="forward_overlay")
+    result = call_tool(
+        user, "search_market_memory", SearchArgs(side="buy", horizon_minutes=5, source="forward_overlay")
     )
 
     assert result.results == []
@@ -122,8 +123,8 @@ def test_a_behind_forward_overlay_is_withheld_with_its_lag(fed_world, user, monk
 
 
 def test_a_current_forward_overlay_is_served_as_such(fed_world, user):
-    result = research.market_memory_search(
-        user=user, args=SearchArgs(side="buy", horizon_minutes=5, source="forward_overlay", limit=3)
+    result = call_tool(
+        user, "search_market_memory", SearchArgs(side="buy", horizon_minutes=5, source="forward_overlay", limit=3)
     )
 
     assert result.forward_overlay_freshness.status == "current"
@@ -132,7 +133,7 @@ def test_a_current_forward_overlay_is_served_as_such(fed_world, user):
 
 
 def test_analogues_are_the_matched_keys_stored_rows_nearest_first_with_their_outcomes(fed_world, user):
-    result = research.historical_analogues(user=user, args=SetupArgs(symbol="alfa", side="buy", horizon_minutes=15))
+    result = call_tool(user, "compare_historical_analogues", SetupArgs(symbol="alfa", side="buy", horizon_minutes=15))
 
     assert result.status == "matched"
     evidence = memory_reader().lookup(
@@ -158,7 +159,7 @@ def test_analogues_are_the_matched_keys_stored_rows_nearest_first_with_their_out
 
 def test_analogues_without_a_frame_are_unavailable_and_free(world, user):
     with time_machine.travel(world.replay, tick=False):
-        result = research.historical_analogues(user=user, args=SetupArgs(symbol="ALFA", side="buy"))
+        result = call_tool(user, "compare_historical_analogues", SetupArgs(symbol="ALFA", side="buy"))
 
     assert (result.status, result.match, result.analogues) == ("unavailable", None, [])
     assert result.reason == "No verified frame for ALFA in the current session yet."
@@ -167,7 +168,7 @@ def test_analogues_without_a_frame_are_unavailable_and_free(world, user):
 
 
 def test_unknown_symbol_has_no_setup_and_nothing_fabricated(fed_world, user):
-    result = research.setup_failure(user=user, args=SetupArgs(symbol="NOPE", side="sell"))
+    result = call_tool(user, "explain_setup_failure", SetupArgs(symbol="NOPE", side="sell"))
 
     assert (result.status, result.frame.frame_status, result.winners, result.losers) == (
         "unavailable",
@@ -179,7 +180,7 @@ def test_unknown_symbol_has_no_setup_and_nothing_fabricated(fed_world, user):
 
 
 def test_failure_splits_the_matched_rows_into_winners_and_losers(fed_world, user):
-    result = research.setup_failure(user=user, args=SetupArgs(symbol="ALFA", side="buy", horizon_minutes=15))
+    result = call_tool(user, "explain_setup_failure", SetupArgs(symbol="ALFA", side="buy", horizon_minutes=15))
 
     rows = matched_rows(result)
     winners = [r for r in rows if r["r_15"] > 0]
@@ -197,7 +198,7 @@ def test_failure_splits_the_matched_rows_into_winners_and_losers(fed_world, user
 
 
 def test_benchmark_comparison_reads_the_benchmarks_own_baseline(fed_world, user):
-    result = research.benchmark_comparison(user=user, args=SetupArgs(symbol="ALFA", side="buy", horizon_minutes=15))
+    result = call_tool(user, "compare_against_benchmark", SetupArgs(symbol="ALFA", side="buy", horizon_minutes=15))
 
     baseline = memory_reader().key_evidence(tier=SYMBOL_BASELINE, side="buy", horizon=15, symbol="SYNX")
     assert result.benchmark_symbol == "SYNX"
@@ -213,7 +214,7 @@ def test_benchmark_comparison_reads_the_benchmarks_own_baseline(fed_world, user)
 
 def test_exit_policy_with_far_levels_is_all_time_exits_at_the_stored_returns(fed_world, user):
     args = ExitPolicyArgs(symbol="ALFA", side="buy", horizon_minutes=15, stop_bps=5000, target_bps=5000)
-    result = research.exit_policy_simulation(user=user, args=args)
+    result = call_tool(user, "simulate_exit_policy", args)
 
     rows = matched_rows(result)
     assert result.outcomes.model_dump() == {"target_first": 0, "stop_first": 0, "time_exit": 5, "unresolved": 0}
@@ -223,7 +224,7 @@ def test_exit_policy_with_far_levels_is_all_time_exits_at_the_stored_returns(fed
 
 def test_exit_policy_never_orders_a_window_that_touched_both_levels(fed_world, user):
     args = ExitPolicyArgs(symbol="ALFA", side="buy", horizon_minutes=15, stop_bps=25, target_bps=25)
-    result = research.exit_policy_simulation(user=user, args=args)
+    result = call_tool(user, "simulate_exit_policy", args)
 
     rows = matched_rows(result)
     both = [r for r in rows if r["fav_15"] >= 25 * BPS and r["adv_15"] >= 25 * BPS]
@@ -288,12 +289,12 @@ def test_lineage_names_the_active_artifact_and_every_file_hash(fed_world):
 
 def test_a_retried_client_request_id_replays_and_a_reused_one_conflicts(fed_world, user):
     args = SetupArgs(symbol="ALFA", side="buy", client_request_id="a-1")
-    first = research.historical_analogues(user=user, args=args)
-    again = research.historical_analogues(user=user, args=args)
+    first = call_tool(user, "compare_historical_analogues", args)
+    again = call_tool(user, "compare_historical_analogues", args)
 
     assert again == first
     assert UsageEvent.objects.count() == 1
     with pytest.raises(BillingError) as error:
-        research.historical_analogues(user=user, args=SetupArgs(symbol="ALFA", side="sell", client_request_id="a-1"))
+        call_tool(user, "compare_historical_analogues", SetupArgs(symbol="ALFA", side="sell", client_request_id="a-1"))
     assert error.value.code == "idempotency_conflict"
     assert UsageEvent.objects.count() == 1

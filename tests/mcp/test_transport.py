@@ -94,6 +94,10 @@ async def test_unknown_arguments_are_refused_in_band(mcp_http, mode):
 
     assert result.is_error is True
     assert "extra" in result.content[0].text
+    assert result.structured_content["error"]["code"] == "invalid_arguments"
+    assert result.structured_content["error"]["problems"] == [
+        {"field": "extra", "problem": "Extra inputs are not permitted"}
+    ]
 
 
 async def test_tool_failure_is_an_in_band_error_with_a_code(mcp_http):

@@ -1,0 +1,120 @@
+"""The REST mirror is generated from the tool registry: every REST tool has a route giving the tool's own answer."""
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from evidence.models import Symbol
+from leroy.errors import DomainError
+from leroy.mcp.registry import load_tools
+from tests.calls import call_tool
+
+TOKEN = "a" * 32  # a valid unmasked CSRF secret, set as both cookie and header
+# Fields that differ between two calls by design: a fresh id, the caller's running usage, the instant of a snapshot.
+VOLATILE = {"evaluation_id", "usage", "snapshot_at", "presentation"}
+MISSING = "999999"
+
+
+def sample_arguments(symbol_id: str) -> dict[str, dict[str, Any]]:
+    """Arguments for every REST tool: real data where the test world has it, unknown ids where it has none."""
+    setup = {"symbol": "ALFA", "side": "buy", "horizon_minutes": 15}
+    return {
+        "get_usage": {},
+        "get_credit_usage": {},
+        "evaluate_current_setup": {"symbol": "ALFA", "side": "both"},
+        "get_current_confluence_leaders": {"side": "buy"},
+        "search_market_memory": {"side": "buy", "horizon_minutes": 5},
+        "compare_historical_analogues": setup,
+        "explain_setup_failure": setup,
+        "compare_against_benchmark": setup,
+        "simulate_exit_policy": {**setup, "stop_bps": 50, "target_bps": 50},
+        "get_market_regime": {"side": "sell", "horizon_minutes": 30},
+        "estimate_execution_conditions": {"symbol": "ALFA"},
+        "get_data_lineage": {},
+        "record_research_hypothesis": {"symbol": "ALFA", "side": "buy", "horizon_minutes": 5, "note": "n",
+                                       "client_request_id": "rest-twin"},
+        "review_hypothesis_outcome": {"hypothesis_id": 999999},
+        "get_strategy_documentation": {},
+        "list_strategies": {},
+        "get_strategy": {"id": MISSING},
+        "list_symbols": {},
+        "search_symbols_by_name": {"symbolName": "alf"},
+        "get_symbol": {"id": symbol_id},
+        "get_market_data_sample": {"id": symbol_id, "frequency": "1d", "limit": 5},
+        "list_reports": {},
+        "get_report": {"id": MISSING},
+        "list_report_trades": {"id": MISSING},
+        "wait_for_reports": {"report_ids": [MISSING]},
+        "list_optimizations": {},
+        "get_optimization": {"id": MISSING},
+        "get_latest_optimization_by_strategy": {"strategy_id": MISSING},
+        "wait_for_optimization": {"id": MISSING},
+        "list_optimization_results": {"id": MISSING},
+    }  # fmt: skip
+
+
+def rest_specs() -> list[str]:
+    return sorted(
+        name for name, spec in load_tools().items() if spec.rest and not spec.handler.__module__.startswith("tests.")
+    )
+
+
+def stable(answer: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in answer.items() if key not in VOLATILE}
+
+
+@pytest.fixture
+def browser(owner) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(owner)
+    client.cookies["csrftoken"] = TOKEN
+    return client
+
+
+def test_every_read_tool_and_no_code_runner_has_a_rest_route():
+    paths = Client().get("/api/v1/openapi.json").json()["paths"]
+    specs = load_tools()
+
+    assert {p.rsplit("/", 1)[1] for p in paths if not p.startswith("/api/v1/tests/")} == set(rest_specs())
+    assert {n for n, s in specs.items() if s.read_only and not n.startswith("probe")} - set(rest_specs()) == {
+        "run_dry_run_backtest"
+    }
+    assert set(sample_arguments("1")) == set(rest_specs())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_rest_route_gives_the_same_answer_as_its_tool(fed_world, browser, owner):
+    symbol_id = str(Symbol.objects.get(ticker="ALFA").pk)
+    for name, arguments in sample_arguments(symbol_id).items():
+        spec = load_tools()[name]
+        app = spec.handler.__module__.split(".")[0]
+        path = f"/api/v1/{app}/{name}"
+        if spec.args.model_fields:
+            response = browser.post(path, arguments, content_type="application/json", headers={"X-CSRFToken": TOKEN})
+        else:
+            response = browser.get(path)
+        try:
+            direct: Any = call_tool(owner, name, spec.args.model_validate(arguments)).model_dump(mode="json")
+            status = 200
+        except DomainError as refusal:
+            direct, status = refusal.payload(), None
+        body = response.json()
+        if status is None:
+            assert response.status_code in (400, 404), (name, response.status_code)
+            assert body["error"]["code"] == direct["error"]["code"], name
+        else:
+            assert response.status_code == 200, (name, body)
+            assert stable(body) == stable(direct), name
+
+
+@pytest.mark.anyio
+async def test_the_swagger_ui_is_served_from_local_static_files(mcp_http):
+    async with mcp_http() as client:
+        page = await client.get("/api/v1/docs")
+        bundle = await client.get("/static/ninja/swagger-ui-bundle.js")
+
+    assert page.status_code == 200
+    assert 'src="/static/ninja/swagger-ui-bundle.js"' in page.text
+    assert "cdn" not in page.text.lower()
+    assert (bundle.status_code, len(bundle.content) > 100_000) == (200, True)
