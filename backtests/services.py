@@ -30,7 +30,7 @@ from backtests.models import (
 from backtests.policy import declared_parameters
 from billing import services as billing
 from evidence.models import Symbol
-from evidence.selectors import bars_data_version, bars_read
+from evidence.selectors import bars_frame_version, bars_read
 from leroy.clock import now
 from leroy.errors import DomainError
 
@@ -189,7 +189,7 @@ def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datet
                 },
             }
         )
-        versions.append(bars_data_version(symbol=symbol, frequency=frequency, start=start, end=end))
+        versions.append(bars_frame_version(frame, ticker=symbol.ticker, frequency=frequency))
     return datas, hashlib.sha256("|".join(versions).encode()).hexdigest()
 
 

@@ -339,3 +339,22 @@ def test_status_moves_pending_executing_completed(owner, coin, django_capture_on
     assert report.started_at <= report.finished_at
     services.backtest_execute(report_id=str(report.pk))  # a duplicate delivery changes nothing
     assert Report.objects.get(pk=report.pk).report_hash == report.report_hash
+
+
+def test_bars_are_read_once_per_symbol_and_versioned_as_bars_data_version_gives(coin, other_coin, monkeypatch):
+    import hashlib
+
+    from evidence import store
+    from evidence.selectors import bars_data_version
+
+    start, end = services.day_bounds(date(2024, 1, 1), date(2024, 2, 29))
+    scans = []
+    real_scan = store.scan_parquet
+    monkeypatch.setattr(store, "scan_parquet", lambda paths: scans.append(paths) or real_scan(paths))
+
+    datas, version = services.load_bars(tickers=["TSTUSD", "XAUUSD"], frequency="1d", start=start, end=end)
+
+    assert len(scans) == 2
+    assert [d["name"] for d in datas] == ["TSTUSD", "XAUUSD"]
+    each = [bars_data_version(symbol=s, frequency="1d", start=start, end=end) for s in (coin, other_coin)]
+    assert version == hashlib.sha256("|".join(each).encode()).hexdigest()
