@@ -1,10 +1,13 @@
 """Arguments and results of the backtesting MCP tools (the contract's field names, defaults, limits and shapes)."""
 
 import re
-from datetime import UTC, date, datetime
-from typing import Literal
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
+from functools import partial
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, field_validator, model_validator
+from pydantic_core import core_schema
 
 from backtests.statistics import METRICS
 from billing.schemas import CreditUsage
@@ -36,6 +39,37 @@ def strict_instant(value: str, *, end: bool = False) -> datetime:
     if not ISO_DATETIME.match(value):
         raise ValueError(f"{value!r} is not an ISO 8601 date or a date-time with an offset")
     return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def _parsed_once(
+    parse: Callable[[str], date], parsed: Callable[[object], bool], kind: Literal["date", "datetime"]
+) -> GetPydanticSchema:
+    """A field given as text and parsed here, once, into a `kind`; its published schema stays the contract's plain
+    string. A value already parsed passes unchanged (the MCP bridge validates the SDK's validated values again)."""
+
+    def validate(value: object, as_text: core_schema.ValidatorFunctionWrapHandler) -> object:
+        return value if parsed(value) else parse(as_text(value))
+
+    schema = core_schema.no_info_wrap_validator_function(
+        validate, core_schema.str_schema(), serialization=core_schema.simple_ser_schema(kind)
+    )
+    return GetPydanticSchema(lambda _source, _handler: schema)
+
+
+def _is_day(value: object) -> bool:
+    return type(value) is date
+
+
+def _is_utc(value: object) -> bool:
+    return isinstance(value, datetime) and value.utcoffset() == timedelta(0)
+
+
+IsoDate = Annotated[date, _parsed_once(strict_date, _is_day, "date")]
+"""A `YYYY-MM-DD` date."""
+Instant = Annotated[datetime, _parsed_once(strict_instant, _is_utc, "datetime")]
+"""An ISO 8601 date or date-time with an offset, as aware UTC; a date means its first instant."""
+InstantEnd = Annotated[datetime, _parsed_once(partial(strict_instant, end=True), _is_utc, "datetime")]
+"""An inclusive upper bound: like Instant, but a date means its last instant (the bound covers the day)."""
 
 
 class Page(ToolArgs):
@@ -84,15 +118,10 @@ class MarketDataSampleArgs(ToolArgs):
     id: str = Field(min_length=1, max_length=64, description="Symbol id")
     frequency: SampleFrequency = Field(description="A stored frequency of the symbol")
     limit: int = Field(default=50, ge=1, le=10_000, description="Most recent points to return, 1-10,000")
-    start_date: str | None = Field(default=None, description="Inclusive ISO 8601 lower bound")
-    end_date: str | None = Field(default=None, description="Inclusive ISO 8601 upper bound; a date covers the day")
-
-    @field_validator("start_date", "end_date")
-    @classmethod
-    def _iso(cls, value: str | None) -> str | None:
-        if value is not None:
-            strict_instant(value)
-        return value
+    start_date: Instant | None = Field(default=None, description="Inclusive ISO 8601 lower bound")
+    end_date: InstantEnd | None = Field(
+        default=None, description="Inclusive ISO 8601 upper bound; a date covers the day"
+    )
 
 
 class DownloadArgs(ToolArgs):
@@ -124,19 +153,13 @@ class RunBacktestArgs(ToolArgs):
     strategy_id: str = Field(min_length=1, max_length=64, description="Saved strategy id")
     data_ids: list[str] = Field(min_length=1, max_length=10, description="Symbol ids")
     frequency: str = Field(pattern=r"^[1-9][0-9]*[mhdwM]$", description="Positive integer plus m, h, d, w or M")
-    start_date: str = Field(description="YYYY-MM-DD")
-    end_date: str = Field(description="YYYY-MM-DD")
+    start_date: IsoDate = Field(description="YYYY-MM-DD")
+    end_date: IsoDate = Field(description="YYYY-MM-DD")
     parameters: list[ParameterValue] = Field(default_factory=list, description="Strategy parameter overrides")
     initial_cash: float = Field(default=100_000, gt=0, description="Starting cash")
     commission: float = Field(default=0, ge=0, lt=1, description="Commission as a decimal rate")
     leverage: float = Field(default=1, gt=0, le=100, description="Leverage")
     buy_on_close: bool = Field(default=False, description="Fill market orders at the signal bar's close")
-
-    @field_validator("start_date", "end_date")
-    @classmethod
-    def _date(cls, value: str) -> str:
-        strict_date(value)
-        return value
 
     @model_validator(mode="after")
     def _names_unique(self) -> "RunBacktestArgs":
@@ -186,8 +209,8 @@ class RunOptimizationArgs(ToolArgs):
     name: str = Field(min_length=1, max_length=200, description="Optimization name")
     data_ids: list[str] = Field(min_length=1, max_length=10, description="1-10 symbol ids")
     frequency: SampleFrequency = Field(description="5m, 15m, 1h, 4h or 1d")
-    start_date: str = Field(description="ISO 8601")
-    end_date: str = Field(description="ISO 8601")
+    start_date: Instant = Field(description="ISO 8601")
+    end_date: InstantEnd = Field(description="ISO 8601")
     grids: list[Grid] = Field(min_length=1, max_length=2, description="1-2 grids {name, min, max, step}")
     parameters: list[FixedParameter] = Field(default_factory=list, description="Fixed parameters")
     simulation_parameters: SimulationParameters = Field(default_factory=_default_simulation)
@@ -195,12 +218,6 @@ class RunOptimizationArgs(ToolArgs):
     target_direction: Literal["maximize", "minimize"] = Field(description="maximize or minimize")
     additional_metrics: list[Metric] = Field(default_factory=list, description="Other metrics to show")
     use_free_optimization: bool = Field(default=False, description="Use a free optimization (only when asked)")
-
-    @field_validator("start_date", "end_date")
-    @classmethod
-    def _iso(cls, value: str) -> str:
-        strict_instant(value)
-        return value
 
 
 class ListOptimizationsArgs(Page):

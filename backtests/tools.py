@@ -67,8 +67,6 @@ from backtests.schemas import (
     SymbolOut,
     UpdateStrategyArgs,
     WaitForReportsArgs,
-    strict_date,
-    strict_instant,
 )
 from billing.schemas import CreditUsage
 from billing.selectors import credit_usage
@@ -386,8 +384,7 @@ async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> 
                 f"{symbol.ticker} has no {args.frequency} data.",
                 available=list(symbol.frequencies),
             )
-        start = strict_instant(args.start_date) if args.start_date else None
-        end = strict_instant(args.end_date, end=True) if args.end_date else None
+        start, end = args.start_date, args.end_date
         if start and end and end < start:
             raise ToolFailure("invalid_request", "end_date must not be before start_date.")
         frame = bars_read(symbol=symbol, frequency=args.frequency, start=start, end=end).tail(args.limit)
@@ -447,8 +444,8 @@ async def run_backtest(call: ToolCall, args: RunBacktestArgs) -> BacktestSubmitt
             strategy_id=str(selectors.parse_id(args.strategy_id) or args.strategy_id),
             data_ids=args.data_ids,
             frequency=args.frequency,
-            start_date=strict_date(args.start_date),
-            end_date=strict_date(args.end_date),
+            start_date=args.start_date,
+            end_date=args.end_date,
             parameters={p.name: p.value for p in args.parameters},
             simulation={
                 "initial_cash": args.initial_cash,
@@ -565,8 +562,8 @@ async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> Optimiz
             name=args.name,
             data_ids=args.data_ids,
             frequency=args.frequency,
-            start=strict_instant(args.start_date),
-            end=strict_instant(args.end_date, end=True),
+            start=args.start_date,
+            end=args.end_date,
             grids=[g.model_dump() for g in args.grids],
             parameters={p.name: p.value for p in args.parameters},
             simulation_parameters=args.simulation_parameters.model_dump(),
