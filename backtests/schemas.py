@@ -1,24 +1,37 @@
-"""Arguments and results of the backtesting MCP tools (the contract's field names, defaults, limits and shapes)."""
+"""Arguments and results of the backtesting MCP tools (the contract's field names, defaults, limits and shapes).
 
+Each result model builds itself from the rows it shows (`from_report`, `from_optimization`, ...), so a tool only
+fetches rows and hands them over.
+"""
+
+import csv
+import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, field_validator, model_validator
 from pydantic_core import core_schema
 
+from backtests.models import TERMINAL, Optimization, OptimizationRun, Report, Strategy
 from backtests.statistics import METRICS
 from billing.schemas import CreditUsage
-from evidence.models import FREQUENCIES
+from evidence.models import FREQUENCIES, Symbol
 from leroy.schemas import ToolArgs
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from backtests.services import DryRunResult
 
 Metric = Literal[METRICS]  # type: ignore[valid-type]
 SortKey = Literal[("iteration", *METRICS)]  # type: ignore[valid-type]
 SampleFrequency = Literal["5m", "15m", "1h", "4h", "1d"]
 AssetClass = Literal["crypto", "equity", "etf", "forex", "index"]
 ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+RECENT_TRADES = 20  # trades a report shows inline; list_report_trades pages through all of them
 ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$")
 
 
@@ -278,6 +291,12 @@ class Paged[Item](Listing[Item]):
     limit: int
     has_next: bool = Field(description="Another page follows: continue with skip += limit")
 
+    @classmethod
+    def of(cls, items: Sequence[object], *, total: int, skip: int, limit: int, **fields: object) -> Self:
+        """The page of `total` matches that starts at `skip`; `fields` are a subclass's own fields."""
+        page = {"items": items, "total": total, "skip": skip, "limit": limit, "has_next": skip + len(items) < total}
+        return cls.model_validate(page | fields)
+
 
 class RunError(Out):
     """Why a dry run, backtest or grid point failed; line and column point into the strategy source when known."""
@@ -330,16 +349,42 @@ class StrategySummary(Out):
     previous_id: str | None = Field(description="The version this one replaced; null for the first")
     created_at: datetime
 
+    @classmethod
+    def from_strategy(cls, strategy: Strategy, **fields: object) -> Self:
+        return cls.model_validate(
+            {
+                "id": str(strategy.pk),
+                "name": strategy.name,
+                "description": strategy.description,
+                "version": strategy.version,
+                "revision": strategy.revision,
+                "is_current": strategy.is_current,
+                "previous_id": str(strategy.previous_id) if strategy.previous_id else None,
+                "created_at": strategy.created_at,
+                **fields,
+            }
+        )
+
 
 class StrategyOut(StrategySummary):
     code: str
     versions: list[StrategySummary] = Field(description="Every version of this strategy, oldest first")
+
+    @classmethod
+    def from_versions(cls, strategy: Strategy, versions: Iterable[Strategy]) -> Self:
+        history = [StrategySummary.from_strategy(version) for version in versions]
+        return cls.from_strategy(strategy, code=strategy.code, versions=history)
 
 
 class StrategyCreated(Out):
     success: bool
     id: str
     strategy: StrategySummary
+
+    @classmethod
+    def from_strategy(cls, strategy: Strategy, **fields: object) -> Self:
+        summary = StrategySummary.from_strategy(strategy)
+        return cls.model_validate({"success": True, "id": str(strategy.pk), "strategy": summary, **fields})
 
 
 class StrategyUpdated(StrategyCreated):
@@ -361,6 +406,18 @@ class DryRunOut(Out):
     prints: str
     sandbox_layers: list[Layer]
 
+    @classmethod
+    def from_result(cls, outcome: "DryRunResult") -> Self:
+        return cls.model_validate(
+            {
+                "success": outcome.success,
+                "error": outcome.error,
+                "result": outcome.result,
+                "prints": outcome.prints,
+                "sandbox_layers": outcome.layers,
+            }
+        )
+
 
 class SymbolOut(Out):
     id: str
@@ -373,6 +430,24 @@ class SymbolOut(Out):
     is_global: bool
     frequencies: list[Frequency]
     data_availability: dict[Frequency, bool]
+
+    @classmethod
+    def from_symbol(cls, symbol: Symbol) -> Self:
+        """All stored market data is global reference data: no account uploads its own."""
+        return cls.model_validate(
+            {
+                "id": str(symbol.pk),
+                "symbol": symbol.ticker,
+                "name": symbol.name,
+                "asset_class": symbol.asset_class,
+                "exchange": symbol.exchange,
+                "currency": symbol.currency,
+                "source_type": "global",
+                "is_global": True,
+                "frequencies": list(symbol.frequencies),
+                "data_availability": {frequency: True for frequency in symbol.frequencies},
+            }
+        )
 
 
 class Candle(Out):
@@ -399,6 +474,30 @@ class MarketDataSampleOut(Out):
     points: list[Candle]
     csv_resource: CsvResource
 
+    @classmethod
+    def from_bars(cls, symbol: Symbol, frequency: str, bars: "pl.DataFrame") -> Self:
+        """The bars as points and as the same points in a CSV resource."""
+        points = [
+            Candle(timestamp=row["ts"], **{k: row[k] for k in ("open", "high", "low", "close", "volume")})
+            for row in bars.iter_rows(named=True)
+        ]
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=list(Candle.model_fields))
+        writer.writeheader()
+        writer.writerows(point.model_dump(mode="json") for point in points)
+        uri = f"leroy://market-data/{symbol.pk}/{frequency}.csv"
+        return cls.model_validate(
+            {
+                "id": str(symbol.pk),
+                "symbol": symbol.ticker,
+                "name": symbol.name,
+                "frequency": frequency,
+                "count": len(points),
+                "points": points,
+                "csv_resource": CsvResource(uri=uri, mime_type="text/csv", text=text.getvalue()),
+            }
+        )
+
 
 class DownloadOut(Out):
     """The stored global symbol; the download details are null when existing data was reused."""
@@ -418,6 +517,17 @@ class BacktestSubmitted(Out):
     status: ReportStatus
     credits_reserved: int
     usage: CreditUsage
+
+    @classmethod
+    def from_report(cls, report: Report, usage: CreditUsage) -> Self:
+        return cls.model_validate(
+            {
+                "report_id": str(report.pk),
+                "status": report.status,
+                "credits_reserved": report.credits_reserved,
+                "usage": usage,
+            }
+        )
 
 
 class Simulation(Out):
@@ -447,6 +557,34 @@ class ReportSummary(Out):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+    @classmethod
+    def from_report(cls, report: Report) -> Self:
+        return cls.model_validate(_report_fields(report))
+
+
+def _report_fields(report: Report) -> dict[str, Any]:
+    return {
+        "id": str(report.pk),
+        "report_id": str(report.pk),
+        "status": report.status,
+        "strategy_id": str(report.strategy_id),
+        "strategy_name": report.strategy.name,
+        "data_ids": report.data_ids,
+        "symbols": report.tickers,
+        "frequency": report.frequency,
+        "start_date": report.start_date,
+        "end_date": report.end_date,
+        "parameters": [{"name": k, "value": v} for k, v in report.parameters.items()],
+        "simulation": report.simulation,
+        "statistics": report.statistics,
+        "credits_reserved": report.credits_reserved,
+        "credits_charged": report.credits_charged,
+        "error": report.error,
+        "created_at": report.created_at,
+        "started_at": report.started_at,
+        "finished_at": report.finished_at,
+    }
 
 
 class Trade(Out):
@@ -516,9 +654,33 @@ class ReportOut(ReportSummary):
     chart_data: ChartData | None = None
     determinism: Determinism | None = None
 
+    @classmethod
+    def from_report(cls, report: Report) -> Self:
+        body = _report_fields(report)
+        if report.status in TERMINAL:
+            body.update(
+                recent_trades=report.trades[-RECENT_TRADES:],
+                trade_count=len(report.trades),
+                per_symbol=report.per_symbol,
+                diagnostics=report.diagnostics,
+                chart_data=ChartData(equity_curve=report.equity),
+                determinism=Determinism(
+                    strategy_version_id=str(report.strategy_id),
+                    data_version=report.data_version,
+                    parameters=report.parameters,
+                    report_hash=report.report_hash,
+                ),
+            )
+        return cls.model_validate(body)
+
 
 class ReportTradesOut(Paged[Trade]):
     report_id: str
+
+    @classmethod
+    def from_report(cls, report: Report, *, skip: int, limit: int) -> Self:
+        trades = report.trades[skip : skip + limit]
+        return cls.of(trades, total=len(report.trades), skip=skip, limit=limit, report_id=str(report.pk))
 
 
 class ReportState(Out):
@@ -530,6 +692,16 @@ class ReportsWaited(Out):
     results: list[ReportState]
     timed_out: bool
 
+    @classmethod
+    def from_statuses(cls, statuses: Mapping[str, str]) -> Self:
+        """Each report's status; timed out when any is still running."""
+        return cls.model_validate(
+            {
+                "results": [{"report_id": k, "status": v} for k, v in statuses.items()],
+                "timed_out": any(status not in TERMINAL for status in statuses.values()),
+            }
+        )
+
 
 class OptimizationSubmitted(Out):
     success: bool
@@ -538,6 +710,19 @@ class OptimizationSubmitted(Out):
     total_iterations: int
     credits_reserved: int
     usage: CreditUsage
+
+    @classmethod
+    def from_optimization(cls, optimization: Optimization, usage: CreditUsage) -> Self:
+        return cls.model_validate(
+            {
+                "success": True,
+                "optimization_id": str(optimization.pk),
+                "status": optimization.status,
+                "total_iterations": optimization.total_iterations,
+                "credits_reserved": optimization.credits_reserved,
+                "usage": usage,
+            }
+        )
 
 
 class OptimizationSummary(Out):
@@ -569,6 +754,42 @@ class OptimizationSummary(Out):
     started_at: datetime | None
     finished_at: datetime | None
 
+    @classmethod
+    def from_optimization(cls, optimization: Optimization, **fields: object) -> Self:
+        done = optimization.completed_iterations + optimization.failed_iterations
+        return cls.model_validate(
+            {
+                "id": str(optimization.pk),
+                "optimization_id": str(optimization.pk),
+                "name": optimization.name,
+                "status": optimization.status,
+                "strategy_id": str(optimization.strategy_id),
+                "strategy_name": optimization.strategy.name,
+                "data_ids": optimization.data_ids,
+                "symbols": optimization.tickers,
+                "frequency": optimization.frequency,
+                "start_date": optimization.start_date,
+                "end_date": optimization.end_date,
+                "grids": optimization.grids,
+                "parameters": [{"name": k, "value": v} for k, v in optimization.parameters.items()],
+                "target_metric": optimization.target_metric,
+                "target_direction": optimization.target_direction,
+                "additional_metrics": optimization.additional_metrics,
+                "total_iterations": optimization.total_iterations,
+                "completed_iterations": optimization.completed_iterations,
+                "failed_iterations": optimization.failed_iterations,
+                "progress": done / optimization.total_iterations if optimization.total_iterations else 0.0,
+                "use_free_optimization": optimization.use_free_optimization,
+                "credits_reserved": optimization.credits_reserved,
+                "credits_charged": optimization.credits_charged,
+                "error": optimization.error,
+                "created_at": optimization.created_at,
+                "started_at": optimization.started_at,
+                "finished_at": optimization.finished_at,
+                **fields,
+            }
+        )
+
 
 class ChartPoint(Out):
     """One completed grid point, with the target metric's value under the metric's own name."""
@@ -579,10 +800,24 @@ class ChartPoint(Out):
     iteration: int
     parameters: dict[str, int | float]
 
+    @classmethod
+    def from_run(cls, run: OptimizationRun, metric: str) -> Self:
+        return cls.model_validate(
+            {"iteration": run.iteration, "parameters": run.parameters, metric: (run.statistics or {}).get(metric)}
+        )
+
 
 class OptimizationOut(OptimizationSummary):
     simulation_parameters: SimulationParameters
     chart_data: list[ChartPoint]
+
+    @classmethod
+    def from_runs(cls, optimization: Optimization, completed: Iterable[OptimizationRun]) -> Self:
+        """The optimization with its `completed` grid points charted by the target metric."""
+        chart = [ChartPoint.from_run(run, optimization.target_metric) for run in completed]
+        return cls.from_optimization(
+            optimization, simulation_parameters=optimization.simulation_parameters, chart_data=chart
+        )
 
 
 class LatestOptimizationOut(Out):
@@ -597,6 +832,20 @@ class OptimizationWaited(Out):
     total_iterations: int
     error: RunError | None
     timed_out: bool
+
+    @classmethod
+    def from_optimization(cls, optimization: Optimization) -> Self:
+        return cls.model_validate(
+            {
+                "id": str(optimization.pk),
+                "status": optimization.status,
+                "completed_iterations": optimization.completed_iterations,
+                "failed_iterations": optimization.failed_iterations,
+                "total_iterations": optimization.total_iterations,
+                "error": optimization.error,
+                "timed_out": optimization.status not in TERMINAL,
+            }
+        )
 
 
 class OptimizationRunOut(Out):
@@ -616,3 +865,9 @@ class OptimizationResultsOut(Paged[OptimizationRunOut]):
 class OptimizationCancelled(OptimizationSummary):
     credits_refunded: int
     usage: CreditUsage
+
+    @classmethod
+    def from_cancelled(cls, optimization: Optimization, usage: CreditUsage) -> Self:
+        """Points never run are refunded: what was reserved and not charged."""
+        refunded = optimization.credits_reserved - optimization.credits_charged
+        return cls.from_optimization(optimization, credits_refunded=refunded, usage=usage)

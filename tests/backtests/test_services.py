@@ -293,6 +293,30 @@ def test_other_accounts_cannot_use_a_strategy(owner, outsider, coin, django_capt
     assert Report.objects.exists() is False
 
 
+def test_ids_that_are_not_uuids_are_refused_like_unknown_ones_and_change_nothing(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    strategy = saved(owner)
+    capture = django_capture_on_commit_callbacks
+    refusals = {}
+    for name, attempt in {
+        "backtest": lambda: submit(owner, strategy, coin, capture, strategy_id="not-a-uuid"),
+        "optimization": lambda: optimization(owner, strategy, coin, capture, strategy_id="not-a-uuid"),
+        "update": lambda: services.strategy_update(user=owner, strategy_id="not-a-uuid", name="x"),
+        "cancel": lambda: services.optimization_cancel(user=owner, optimization_id="not-a-uuid"),
+    }.items():
+        with pytest.raises(services.BacktestError) as caught:
+            attempt()
+        refusals[name] = caught.value.code
+
+    assert refusals == {
+        "backtest": "strategy_not_found", "optimization": "strategy_not_found", "update": "not_found",
+        "cancel": "not_found",
+    }  # fmt: skip
+    assert (Report.objects.exists(), Optimization.objects.exists(), Strategy.objects.count()) == (False, False, 1)
+    assert credit_usage(user=owner)["credits_remaining"] == 1000
+
+
 def test_sandbox_child_killed_mid_run_fails_the_report_and_voids_credits(
     owner, coin, monkeypatch, django_capture_on_commit_callbacks
 ):
