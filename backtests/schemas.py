@@ -31,7 +31,6 @@ SortKey = Literal[("iteration", *METRICS)]  # type: ignore[valid-type]
 SampleFrequency = Literal["5m", "15m", "1h", "4h", "1d"]
 AssetClass = Literal["crypto", "equity", "etf", "forex", "index"]
 ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-RECENT_TRADES = 20  # trades a report shows inline; list_report_trades pages through all of them
 ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$")
 
 
@@ -642,6 +641,9 @@ class Determinism(Out):
     data_version: str = Field(description="SHA-256 of the bars used; empty when the run never read them")
     parameters: dict[str, bool | int | float]
     report_hash: str = Field(description="Equal for equal (strategy version, data version, parameters)")
+
+
+RECENT_TRADES = 20  # trades a report shows inline; list_report_trades pages through all of them
 
 
 class ReportOut(ReportSummary):
