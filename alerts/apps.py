@@ -1,3 +1,5 @@
+"""The alerts app (rules, deliveries): installed but empty until the alerts issue builds it."""
+
 from django.apps import AppConfig
 
 

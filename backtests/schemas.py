@@ -1,15 +1,31 @@
-"""Arguments and results of the backtesting MCP tools (the contract's field names, defaults, limits and shapes)."""
+"""Arguments and results of the backtesting MCP tools (the contract's field names, defaults, limits and shapes).
 
+Each result model builds itself from the rows it shows (`from_report`, `from_optimization`, ...), so a tool only
+fetches rows and hands them over.
+"""
+
+import csv
+import io
 import re
-from datetime import UTC, date, datetime
-from typing import Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, date, datetime, timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, field_validator, model_validator
+from pydantic_core import core_schema
 
+from backtests.models import TERMINAL, Optimization, OptimizationRun, Report, Strategy
 from backtests.statistics import METRICS
 from billing.schemas import CreditUsage
+from evidence.models import Symbol
 from evidence.vocabulary import FREQUENCIES
 from leroy.schemas import ToolArgs
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from backtests.services import DryRunResult
 
 Metric = Literal[METRICS]  # type: ignore[valid-type]
 SortKey = Literal[("iteration", *METRICS)]  # type: ignore[valid-type]
@@ -36,6 +52,37 @@ def strict_instant(value: str, *, end: bool = False) -> datetime:
     if not ISO_DATETIME.match(value):
         raise ValueError(f"{value!r} is not an ISO 8601 date or a date-time with an offset")
     return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def _parsed_once(
+    parse: Callable[[str], date], parsed: Callable[[object], bool], kind: Literal["date", "datetime"]
+) -> GetPydanticSchema:
+    """A field given as text and parsed here, once, into a `kind`; its published schema stays the contract's plain
+    string. A value already parsed passes unchanged (the MCP bridge validates the SDK's validated values again)."""
+
+    def validate(value: object, as_text: core_schema.ValidatorFunctionWrapHandler) -> object:
+        return value if parsed(value) else parse(as_text(value))
+
+    schema = core_schema.no_info_wrap_validator_function(
+        validate, core_schema.str_schema(), serialization=core_schema.simple_ser_schema(kind)
+    )
+    return GetPydanticSchema(lambda _source, _handler: schema)
+
+
+def _is_day(value: object) -> bool:
+    return type(value) is date
+
+
+def _is_utc(value: object) -> bool:
+    return isinstance(value, datetime) and value.utcoffset() == timedelta(0)
+
+
+IsoDate = Annotated[date, _parsed_once(strict_date, _is_day, "date")]
+"""A `YYYY-MM-DD` date."""
+Instant = Annotated[datetime, _parsed_once(strict_instant, _is_utc, "datetime")]
+"""An ISO 8601 date or date-time with an offset, as aware UTC; a date means its first instant."""
+InstantEnd = Annotated[datetime, _parsed_once(partial(strict_instant, end=True), _is_utc, "datetime")]
+"""An inclusive upper bound: like Instant, but a date means its last instant (the bound covers the day)."""
 
 
 class Page(ToolArgs):
@@ -84,15 +131,10 @@ class MarketDataSampleArgs(ToolArgs):
     id: str = Field(min_length=1, max_length=64, description="Symbol id")
     frequency: SampleFrequency = Field(description="A stored frequency of the symbol")
     limit: int = Field(default=50, ge=1, le=10_000, description="Most recent points to return, 1-10,000")
-    start_date: str | None = Field(default=None, description="Inclusive ISO 8601 lower bound")
-    end_date: str | None = Field(default=None, description="Inclusive ISO 8601 upper bound; a date covers the day")
-
-    @field_validator("start_date", "end_date")
-    @classmethod
-    def _iso(cls, value: str | None) -> str | None:
-        if value is not None:
-            strict_instant(value)
-        return value
+    start_date: Instant | None = Field(default=None, description="Inclusive ISO 8601 lower bound")
+    end_date: InstantEnd | None = Field(
+        default=None, description="Inclusive ISO 8601 upper bound; a date covers the day"
+    )
 
 
 class DownloadArgs(ToolArgs):
@@ -124,19 +166,13 @@ class RunBacktestArgs(ToolArgs):
     strategy_id: str = Field(min_length=1, max_length=64, description="Saved strategy id")
     data_ids: list[str] = Field(min_length=1, max_length=10, description="Symbol ids")
     frequency: str = Field(pattern=r"^[1-9][0-9]*[mhdwM]$", description="Positive integer plus m, h, d, w or M")
-    start_date: str = Field(description="YYYY-MM-DD")
-    end_date: str = Field(description="YYYY-MM-DD")
+    start_date: IsoDate = Field(description="YYYY-MM-DD")
+    end_date: IsoDate = Field(description="YYYY-MM-DD")
     parameters: list[ParameterValue] = Field(default_factory=list, description="Strategy parameter overrides")
     initial_cash: float = Field(default=100_000, gt=0, description="Starting cash")
     commission: float = Field(default=0, ge=0, lt=1, description="Commission as a decimal rate")
     leverage: float = Field(default=1, gt=0, le=100, description="Leverage")
     buy_on_close: bool = Field(default=False, description="Fill market orders at the signal bar's close")
-
-    @field_validator("start_date", "end_date")
-    @classmethod
-    def _date(cls, value: str) -> str:
-        strict_date(value)
-        return value
 
     @model_validator(mode="after")
     def _names_unique(self) -> "RunBacktestArgs":
@@ -186,8 +222,8 @@ class RunOptimizationArgs(ToolArgs):
     name: str = Field(min_length=1, max_length=200, description="Optimization name")
     data_ids: list[str] = Field(min_length=1, max_length=10, description="1-10 symbol ids")
     frequency: SampleFrequency = Field(description="5m, 15m, 1h, 4h or 1d")
-    start_date: str = Field(description="ISO 8601")
-    end_date: str = Field(description="ISO 8601")
+    start_date: Instant = Field(description="ISO 8601")
+    end_date: InstantEnd = Field(description="ISO 8601")
     grids: list[Grid] = Field(min_length=1, max_length=2, description="1-2 grids {name, min, max, step}")
     parameters: list[FixedParameter] = Field(default_factory=list, description="Fixed parameters")
     simulation_parameters: SimulationParameters = Field(default_factory=_default_simulation)
@@ -195,12 +231,6 @@ class RunOptimizationArgs(ToolArgs):
     target_direction: Literal["maximize", "minimize"] = Field(description="maximize or minimize")
     additional_metrics: list[Metric] = Field(default_factory=list, description="Other metrics to show")
     use_free_optimization: bool = Field(default=False, description="Use a free optimization (only when asked)")
-
-    @field_validator("start_date", "end_date")
-    @classmethod
-    def _iso(cls, value: str) -> str:
-        strict_instant(value)
-        return value
 
 
 class ListOptimizationsArgs(Page):
@@ -261,6 +291,12 @@ class Paged[Item](Listing[Item]):
     limit: int
     has_next: bool = Field(description="Another page follows: continue with skip += limit")
 
+    @classmethod
+    def of(cls, items: Sequence[object], *, total: int, skip: int, limit: int, **fields: object) -> Self:
+        """The page of `total` matches that starts at `skip`; `fields` are a subclass's own fields."""
+        page = {"items": items, "total": total, "skip": skip, "limit": limit, "has_next": skip + len(items) < total}
+        return cls.model_validate(page | fields)
+
 
 class RunError(Out):
     """Why a dry run, backtest or grid point failed; line and column point into the strategy source when known."""
@@ -313,16 +349,42 @@ class StrategySummary(Out):
     previous_id: str | None = Field(description="The version this one replaced; null for the first")
     created_at: datetime
 
+    @classmethod
+    def from_strategy(cls, strategy: Strategy, **fields: object) -> Self:
+        return cls.model_validate(
+            {
+                "id": str(strategy.pk),
+                "name": strategy.name,
+                "description": strategy.description,
+                "version": strategy.version,
+                "revision": strategy.revision,
+                "is_current": strategy.is_current,
+                "previous_id": str(strategy.previous_id) if strategy.previous_id else None,
+                "created_at": strategy.created_at,
+                **fields,
+            }
+        )
+
 
 class StrategyOut(StrategySummary):
     code: str
     versions: list[StrategySummary] = Field(description="Every version of this strategy, oldest first")
+
+    @classmethod
+    def from_versions(cls, strategy: Strategy, versions: Iterable[Strategy]) -> Self:
+        history = [StrategySummary.from_strategy(version) for version in versions]
+        return cls.from_strategy(strategy, code=strategy.code, versions=history)
 
 
 class StrategyCreated(Out):
     success: bool
     id: str
     strategy: StrategySummary
+
+    @classmethod
+    def from_strategy(cls, strategy: Strategy, **fields: object) -> Self:
+        summary = StrategySummary.from_strategy(strategy)
+        return cls.model_validate({"success": True, "id": str(strategy.pk), "strategy": summary, **fields})
 
 
 class StrategyUpdated(StrategyCreated):
@@ -344,6 +406,18 @@ class DryRunOut(Out):
     prints: str
     sandbox_layers: list[Layer]
 
+    @classmethod
+    def from_result(cls, outcome: "DryRunResult") -> Self:
+        return cls.model_validate(
+            {
+                "success": outcome.success,
+                "error": outcome.error,
+                "result": outcome.result,
+                "prints": outcome.prints,
+                "sandbox_layers": outcome.layers,
+            }
+        )
+
 
 class SymbolOut(Out):
     id: str
@@ -356,6 +430,24 @@ class SymbolOut(Out):
     is_global: bool
     frequencies: list[Frequency]
     data_availability: dict[Frequency, bool]
+
+    @classmethod
+    def from_symbol(cls, symbol: Symbol) -> Self:
+        """All stored market data is global reference data: no account uploads its own."""
+        return cls.model_validate(
+            {
+                "id": str(symbol.pk),
+                "symbol": symbol.ticker,
+                "name": symbol.name,
+                "asset_class": symbol.asset_class,
+                "exchange": symbol.exchange,
+                "currency": symbol.currency,
+                "source_type": "global",
+                "is_global": True,
+                "frequencies": list(symbol.frequencies),
+                "data_availability": {frequency: True for frequency in symbol.frequencies},
+            }
+        )
 
 
 class Candle(Out):
@@ -382,6 +474,30 @@ class MarketDataSampleOut(Out):
     points: list[Candle]
     csv_resource: CsvResource
 
+    @classmethod
+    def from_bars(cls, symbol: Symbol, frequency: str, bars: "pl.DataFrame") -> Self:
+        """The bars as points and as the same points in a CSV resource."""
+        points = [
+            Candle(timestamp=row["ts"], **{k: row[k] for k in ("open", "high", "low", "close", "volume")})
+            for row in bars.iter_rows(named=True)
+        ]
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=list(Candle.model_fields))
+        writer.writeheader()
+        writer.writerows(point.model_dump(mode="json") for point in points)
+        uri = f"leroy://market-data/{symbol.pk}/{frequency}.csv"
+        return cls.model_validate(
+            {
+                "id": str(symbol.pk),
+                "symbol": symbol.ticker,
+                "name": symbol.name,
+                "frequency": frequency,
+                "count": len(points),
+                "points": points,
+                "csv_resource": CsvResource(uri=uri, mime_type="text/csv", text=text.getvalue()),
+            }
+        )
+
 
 class DownloadOut(Out):
     """The stored global symbol; the download details are null when existing data was reused."""
@@ -401,6 +517,17 @@ class BacktestSubmitted(Out):
     status: ReportStatus
     credits_reserved: int
     usage: CreditUsage
+
+    @classmethod
+    def from_report(cls, report: Report, usage: CreditUsage) -> Self:
+        return cls.model_validate(
+            {
+                "report_id": str(report.pk),
+                "status": report.status,
+                "credits_reserved": report.credits_reserved,
+                "usage": usage,
+            }
+        )
 
 
 class Simulation(Out):
@@ -430,6 +557,34 @@ class ReportSummary(Out):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+    @classmethod
+    def from_report(cls, report: Report) -> Self:
+        return cls.model_validate(_report_fields(report))
+
+
+def _report_fields(report: Report) -> dict[str, Any]:
+    return {
+        "id": str(report.pk),
+        "report_id": str(report.pk),
+        "status": report.status,
+        "strategy_id": str(report.strategy_id),
+        "strategy_name": report.strategy.name,
+        "data_ids": report.data_ids,
+        "symbols": report.tickers,
+        "frequency": report.frequency,
+        "start_date": report.start_date,
+        "end_date": report.end_date,
+        "parameters": [{"name": k, "value": v} for k, v in report.parameters.items()],
+        "simulation": report.simulation,
+        "statistics": report.statistics,
+        "credits_reserved": report.credits_reserved,
+        "credits_charged": report.credits_charged,
+        "error": report.error,
+        "created_at": report.created_at,
+        "started_at": report.started_at,
+        "finished_at": report.finished_at,
+    }
 
 
 class Trade(Out):
@@ -489,6 +644,9 @@ class Determinism(Out):
     report_hash: str = Field(description="Equal for equal (strategy version, data version, parameters)")
 
 
+RECENT_TRADES = 20  # trades a report shows inline; list_report_trades pages through all of them
+
+
 class ReportOut(ReportSummary):
     """PENDING/EXECUTING reports carry the summary only: the fields below are null until COMPLETED or FAILED."""
 
@@ -499,9 +657,33 @@ class ReportOut(ReportSummary):
     chart_data: ChartData | None = None
     determinism: Determinism | None = None
 
+    @classmethod
+    def from_report(cls, report: Report) -> Self:
+        body = _report_fields(report)
+        if report.status in TERMINAL:
+            body.update(
+                recent_trades=report.trades[-RECENT_TRADES:],
+                trade_count=len(report.trades),
+                per_symbol=report.per_symbol,
+                diagnostics=report.diagnostics,
+                chart_data=ChartData(equity_curve=report.equity),
+                determinism=Determinism(
+                    strategy_version_id=str(report.strategy_id),
+                    data_version=report.data_version,
+                    parameters=report.parameters,
+                    report_hash=report.report_hash,
+                ),
+            )
+        return cls.model_validate(body)
+
 
 class ReportTradesOut(Paged[Trade]):
     report_id: str
+
+    @classmethod
+    def from_report(cls, report: Report, *, skip: int, limit: int) -> Self:
+        trades = report.trades[skip : skip + limit]
+        return cls.of(trades, total=len(report.trades), skip=skip, limit=limit, report_id=str(report.pk))
 
 
 class ReportState(Out):
@@ -513,6 +695,16 @@ class ReportsWaited(Out):
     results: list[ReportState]
     timed_out: bool
 
+    @classmethod
+    def from_statuses(cls, statuses: Mapping[str, str]) -> Self:
+        """Each report's status; timed out when any is still running."""
+        return cls.model_validate(
+            {
+                "results": [{"report_id": k, "status": v} for k, v in statuses.items()],
+                "timed_out": any(status not in TERMINAL for status in statuses.values()),
+            }
+        )
+
 
 class OptimizationSubmitted(Out):
     success: bool
@@ -521,6 +713,19 @@ class OptimizationSubmitted(Out):
     total_iterations: int
     credits_reserved: int
     usage: CreditUsage
+
+    @classmethod
+    def from_optimization(cls, optimization: Optimization, usage: CreditUsage) -> Self:
+        return cls.model_validate(
+            {
+                "success": True,
+                "optimization_id": str(optimization.pk),
+                "status": optimization.status,
+                "total_iterations": optimization.total_iterations,
+                "credits_reserved": optimization.credits_reserved,
+                "usage": usage,
+            }
+        )
 
 
 class OptimizationSummary(Out):
@@ -552,6 +757,42 @@ class OptimizationSummary(Out):
     started_at: datetime | None
     finished_at: datetime | None
 
+    @classmethod
+    def from_optimization(cls, optimization: Optimization, **fields: object) -> Self:
+        done = optimization.completed_iterations + optimization.failed_iterations
+        return cls.model_validate(
+            {
+                "id": str(optimization.pk),
+                "optimization_id": str(optimization.pk),
+                "name": optimization.name,
+                "status": optimization.status,
+                "strategy_id": str(optimization.strategy_id),
+                "strategy_name": optimization.strategy.name,
+                "data_ids": optimization.data_ids,
+                "symbols": optimization.tickers,
+                "frequency": optimization.frequency,
+                "start_date": optimization.start_date,
+                "end_date": optimization.end_date,
+                "grids": optimization.grids,
+                "parameters": [{"name": k, "value": v} for k, v in optimization.parameters.items()],
+                "target_metric": optimization.target_metric,
+                "target_direction": optimization.target_direction,
+                "additional_metrics": optimization.additional_metrics,
+                "total_iterations": optimization.total_iterations,
+                "completed_iterations": optimization.completed_iterations,
+                "failed_iterations": optimization.failed_iterations,
+                "progress": done / optimization.total_iterations if optimization.total_iterations else 0.0,
+                "use_free_optimization": optimization.use_free_optimization,
+                "credits_reserved": optimization.credits_reserved,
+                "credits_charged": optimization.credits_charged,
+                "error": optimization.error,
+                "created_at": optimization.created_at,
+                "started_at": optimization.started_at,
+                "finished_at": optimization.finished_at,
+                **fields,
+            }
+        )
+
 
 class ChartPoint(Out):
     """One completed grid point, with the target metric's value under the metric's own name."""
@@ -562,10 +803,24 @@ class ChartPoint(Out):
     iteration: int
     parameters: dict[str, int | float]
 
+    @classmethod
+    def from_run(cls, run: OptimizationRun, metric: str) -> Self:
+        return cls.model_validate(
+            {"iteration": run.iteration, "parameters": run.parameters, metric: (run.statistics or {}).get(metric)}
+        )
+
 
 class OptimizationOut(OptimizationSummary):
     simulation_parameters: SimulationParameters
     chart_data: list[ChartPoint]
+
+    @classmethod
+    def from_runs(cls, optimization: Optimization, completed: Iterable[OptimizationRun]) -> Self:
+        """The optimization with its `completed` grid points charted by the target metric."""
+        chart = [ChartPoint.from_run(run, optimization.target_metric) for run in completed]
+        return cls.from_optimization(
+            optimization, simulation_parameters=optimization.simulation_parameters, chart_data=chart
+        )
 
 
 class LatestOptimizationOut(Out):
@@ -580,6 +835,20 @@ class OptimizationWaited(Out):
     total_iterations: int
     error: RunError | None
     timed_out: bool
+
+    @classmethod
+    def from_optimization(cls, optimization: Optimization) -> Self:
+        return cls.model_validate(
+            {
+                "id": str(optimization.pk),
+                "status": optimization.status,
+                "completed_iterations": optimization.completed_iterations,
+                "failed_iterations": optimization.failed_iterations,
+                "total_iterations": optimization.total_iterations,
+                "error": optimization.error,
+                "timed_out": optimization.status not in TERMINAL,
+            }
+        )
 
 
 class OptimizationRunOut(Out):
@@ -599,3 +868,9 @@ class OptimizationResultsOut(Paged[OptimizationRunOut]):
 class OptimizationCancelled(OptimizationSummary):
     credits_refunded: int
     usage: CreditUsage
+
+    @classmethod
+    def from_cancelled(cls, optimization: Optimization, usage: CreditUsage) -> Self:
+        """Points never run are refunded: what was reserved and not charged."""
+        refunded = optimization.credits_reserved - optimization.credits_charged
+        return cls.from_optimization(optimization, credits_refunded=refunded, usage=usage)

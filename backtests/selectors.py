@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from accounts.models import User
-from backtests.models import Optimization, OptimizationRun, Report, Strategy
+from backtests.models import Optimization, OptimizationRun, Report, Status, Strategy
 from evidence.models import Symbol
 
 # Everyday names agents use for pairs whose tickers are codes.
@@ -63,6 +63,22 @@ def optimization_get(*, user: User, optimization_id: str) -> Optimization | None
 def optimization_latest(*, user: User, strategy_id: str) -> Optimization | None:
     key = parse_id(strategy_id)
     return optimizations_of(user=user).filter(strategy_id=key).first() if key else None
+
+
+def optimization_completed_runs(*, optimization: Optimization) -> list[OptimizationRun]:
+    return list(OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED))
+
+
+def optimization_results_order(
+    *, optimization: Optimization, sort_by: str | None, descending: bool | None
+) -> tuple[str, bool]:
+    """Results follow the target metric in the target direction unless told otherwise; an explicit sort_by is
+    ascending unless descending is asked for."""
+    if sort_by is None:
+        return optimization.target_metric, (
+            descending if descending is not None else optimization.target_direction == "maximize"
+        )
+    return sort_by, bool(descending)
 
 
 def optimization_runs(

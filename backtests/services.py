@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import F
 
 from accounts.models import User
-from backtests import sandbox, statistics
+from backtests import sandbox, selectors, statistics
 from backtests.dryrun import dry_run_datas
 from backtests.models import (
     DryRunPass,
@@ -29,7 +29,7 @@ from backtests.models import (
 )
 from backtests.policy import declared_parameters
 from billing import services as billing
-from evidence.marketdata.selectors import bars_data_version, bars_read
+from evidence.marketdata.selectors import bars_frame_version, bars_read
 from evidence.models import Symbol
 from leroy.clock import now
 from leroy.errors import DomainError
@@ -104,7 +104,8 @@ def strategy_update(
     *, user: User, strategy_id: str, name: str | None = None, description: str | None = None, code: str | None = None
 ) -> Strategy:
     """A new immutable version that replaces `strategy_id` (which must be the current version) in listings."""
-    current = Strategy.objects.select_for_update().filter(pk=strategy_id, user=user).first()
+    key = selectors.parse_id(strategy_id)
+    current = Strategy.objects.select_for_update().filter(pk=key, user=user).first() if key else None
     if current is None:
         raise BacktestError("not_found", f"No strategy {strategy_id}.")
     if not current.is_current:
@@ -149,6 +150,23 @@ def check_parameters(strategy: Strategy, names: set[str]) -> None:
         )
 
 
+def require_frequency(symbol: Symbol, frequency: str, **details: object) -> None:
+    """Refuse a frequency the symbol holds no bars at."""
+    if frequency not in symbol.frequencies:
+        raise BacktestError(
+            "frequency_unavailable",
+            f"{symbol.ticker} has no {frequency} data; available: {', '.join(symbol.frequencies) or 'none'}.",
+            **details,
+            available=symbol.frequencies,
+        )
+
+
+def require_period(start: date, end: date) -> None:
+    """Refuse a period that ends before it starts (dates or instants)."""
+    if end < start:
+        raise BacktestError("invalid_request", "end_date must not be before start_date.")
+
+
 def symbols_for(*, data_ids: list[str], frequency: str) -> list[Symbol]:
     """The symbols behind `data_ids`, each checked to exist and to hold bars at `frequency`."""
     found = []
@@ -156,13 +174,7 @@ def symbols_for(*, data_ids: list[str], frequency: str) -> list[Symbol]:
         symbol = Symbol.objects.filter(pk=int(data_id)).first() if data_id.isdigit() else None
         if symbol is None:
             raise BacktestError("symbol_not_found", f"No symbol with id {data_id!r}.", data_id=data_id)
-        if frequency not in symbol.frequencies:
-            raise BacktestError(
-                "frequency_unavailable",
-                f"{symbol.ticker} has no {frequency} data; available: {', '.join(symbol.frequencies) or 'none'}.",
-                data_id=data_id,
-                available=symbol.frequencies,
-            )
+        require_frequency(symbol, frequency, data_id=data_id)
         found.append(symbol)
     if len({s.pk for s in found}) != len(found):
         raise BacktestError("invalid_request", "data_ids must not repeat a symbol.")
@@ -189,7 +201,7 @@ def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datet
                 },
             }
         )
-        versions.append(bars_data_version(symbol=symbol, frequency=frequency, start=start, end=end))
+        versions.append(bars_frame_version(frame, ticker=symbol.ticker, frequency=frequency))
     return datas, hashlib.sha256("|".join(versions).encode()).hexdigest()
 
 
@@ -249,11 +261,10 @@ def backtest_submit(
 ) -> Report:
     from backtests import tasks
 
-    strategy = Strategy.objects.filter(pk=strategy_id, user=user).first()
+    strategy = selectors.strategy_get(user=user, strategy_id=strategy_id)
     if strategy is None:
         raise BacktestError("strategy_not_found", f"No saved strategy {strategy_id}.")
-    if end_date < start_date:
-        raise BacktestError("invalid_request", "end_date must not be before start_date.")
+    require_period(start_date, end_date)
     check_parameters(strategy, set(parameters))
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
     price = settings.LEROY_BACKTEST_CREDITS
@@ -372,11 +383,10 @@ def optimization_submit(
 ) -> Optimization:
     from backtests import tasks
 
-    strategy = Strategy.objects.filter(pk=strategy_id, user=user).first()
+    strategy = selectors.strategy_get(user=user, strategy_id=strategy_id)
     if strategy is None:
         raise BacktestError("strategy_not_found", f"No saved strategy {strategy_id}.")
-    if end < start:
-        raise BacktestError("invalid_request", "end_date must not be before start_date.")
+    require_period(start, end)
     clash = sorted({g["name"] for g in grids} & set(parameters))
     if clash or len({g["name"] for g in grids}) != len(grids):
         raise BacktestError("invalid_request", "Grid names must be distinct and not repeat fixed parameters.")
@@ -510,7 +520,8 @@ def _point_finish(
 @transaction.atomic
 def optimization_cancel(*, user: User, optimization_id: str) -> Optimization:
     """Stop the points not yet started and refund their credits; points already done stay charged."""
-    optimization = Optimization.objects.select_for_update().filter(pk=optimization_id, user=user).first()
+    key = selectors.parse_id(optimization_id)
+    optimization = Optimization.objects.select_for_update().filter(pk=key, user=user).first() if key else None
     if optimization is None:
         raise BacktestError("not_found", f"No optimization {optimization_id}.")
     if optimization.status not in (Status.PENDING, Status.EXECUTING):

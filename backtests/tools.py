@@ -1,14 +1,12 @@
 """The backtesting MCP tools (the contract's 23 strategy, symbol, backtest, optimization and report tools).
 
-Thin: parse, call selectors/services in a worker thread, shape the result. Every tool needs a subscriber;
-anything that creates resources or spends credits needs `mcp:write`.
+Thin: parse, call selectors/services in a worker thread, hand the rows to the result model. Every tool needs a
+subscriber; anything that creates resources or spends credits needs `mcp:write`.
 """
 
 import asyncio
-import csv
-import io
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +17,10 @@ from pydantic import BaseModel
 
 from accounts.models import User
 from backtests import selectors, services
-from backtests.models import TERMINAL, Optimization, OptimizationRun, Report, Status, Strategy
+from backtests.models import TERMINAL, Optimization
 from backtests.schemas import (
     BacktestSubmitted,
-    Candle,
-    ChartData,
-    ChartPoint,
     CreateStrategyArgs,
-    CsvResource,
-    Determinism,
     DocumentationOut,
     DownloadArgs,
     DownloadOut,
@@ -67,19 +60,15 @@ from backtests.schemas import (
     SymbolOut,
     UpdateStrategyArgs,
     WaitForReportsArgs,
-    strict_date,
-    strict_instant,
 )
 from billing.schemas import CreditUsage
 from billing.selectors import credit_usage
-from evidence.models import Symbol
 from leroy.mcp.registry import Handler, Metering, ToolCall, ToolFailure, tool
 from leroy.schemas import ToolArgs
 
 DOCUMENTATION = Path(__file__).with_name("documentation.md")
 WAIT_SECONDS = 600.0
 POLL_SECONDS = 1.0
-RECENT_TRADES = 20
 
 
 class NoArgs(ToolArgs):
@@ -121,133 +110,11 @@ def _usage(user: User) -> CreditUsage:
     return CreditUsage(**credit_usage(user=user))
 
 
-def _submitted[Built: BaseModel](model: type[Built], job: Report | Optimization, user: User, **fields: object) -> Built:
-    """A submission's answer: the job's committed status and reservation, and the account's usage after it."""
-    job.refresh_from_db()
-    return model(status=job.status, credits_reserved=job.credits_reserved, usage=_usage(user), **fields)
-
-
-def _page[Built: BaseModel](
-    model: type[Built], items: Sequence[object], total: int, skip: int, limit: int, **extra: object
-) -> Built:
-    return model(items=items, total=total, skip=skip, limit=limit, has_next=skip + len(items) < total, **extra)
-
-
-def _page_of[Built: BaseModel](
-    model: type[Built], rows: QuerySet[Any], shape: Callable[[Any], BaseModel], skip: int, limit: int
-) -> Built:
+def _page_of[Item](
+    model: type[Paged[Item]], rows: QuerySet[Any], shape: Callable[[Any], Item], skip: int, limit: int
+) -> Paged[Item]:
     page, total = selectors.page(rows, skip=skip, limit=limit)
-    return _page(model, [shape(row) for row in page], total, skip, limit)
-
-
-def _strategy_summary(strategy: Strategy) -> StrategySummary:
-    return StrategySummary(
-        id=str(strategy.pk),
-        name=strategy.name,
-        description=strategy.description,
-        version=strategy.version,
-        revision=strategy.revision,
-        is_current=strategy.is_current,
-        previous_id=str(strategy.previous_id) if strategy.previous_id else None,
-        created_at=strategy.created_at,
-    )
-
-
-def _symbol(symbol: Symbol) -> SymbolOut:
-    return SymbolOut(
-        id=str(symbol.pk),
-        symbol=symbol.ticker,
-        name=symbol.name,
-        asset_class=symbol.asset_class,
-        exchange=symbol.exchange,
-        currency=symbol.currency,
-        source_type="global",
-        is_global=True,
-        frequencies=list(symbol.frequencies),
-        data_availability={frequency: True for frequency in symbol.frequencies},
-    )
-
-
-def _report_fields(report: Report) -> dict[str, object]:
-    return {
-        "id": str(report.pk),
-        "report_id": str(report.pk),
-        "status": report.status,
-        "strategy_id": str(report.strategy_id),
-        "strategy_name": report.strategy.name,
-        "data_ids": report.data_ids,
-        "symbols": report.tickers,
-        "frequency": report.frequency,
-        "start_date": report.start_date,
-        "end_date": report.end_date,
-        "parameters": [{"name": k, "value": v} for k, v in report.parameters.items()],
-        "simulation": report.simulation,
-        "statistics": report.statistics,
-        "credits_reserved": report.credits_reserved,
-        "credits_charged": report.credits_charged,
-        "error": report.error,
-        "created_at": report.created_at,
-        "started_at": report.started_at,
-        "finished_at": report.finished_at,
-    }
-
-
-def _report_summary(report: Report) -> ReportSummary:
-    return ReportSummary.model_validate(_report_fields(report))
-
-
-def _optimization_fields(optimization: Optimization) -> dict[str, object]:
-    done = optimization.completed_iterations + optimization.failed_iterations
-    return {
-        "id": str(optimization.pk),
-        "optimization_id": str(optimization.pk),
-        "name": optimization.name,
-        "status": optimization.status,
-        "strategy_id": str(optimization.strategy_id),
-        "strategy_name": optimization.strategy.name,
-        "data_ids": optimization.data_ids,
-        "symbols": optimization.tickers,
-        "frequency": optimization.frequency,
-        "start_date": optimization.start_date,
-        "end_date": optimization.end_date,
-        "grids": optimization.grids,
-        "parameters": [{"name": k, "value": v} for k, v in optimization.parameters.items()],
-        "target_metric": optimization.target_metric,
-        "target_direction": optimization.target_direction,
-        "additional_metrics": optimization.additional_metrics,
-        "total_iterations": optimization.total_iterations,
-        "completed_iterations": optimization.completed_iterations,
-        "failed_iterations": optimization.failed_iterations,
-        "progress": done / optimization.total_iterations if optimization.total_iterations else 0.0,
-        "use_free_optimization": optimization.use_free_optimization,
-        "credits_reserved": optimization.credits_reserved,
-        "credits_charged": optimization.credits_charged,
-        "error": optimization.error,
-        "created_at": optimization.created_at,
-        "started_at": optimization.started_at,
-        "finished_at": optimization.finished_at,
-    }
-
-
-def _optimization_summary(optimization: Optimization) -> OptimizationSummary:
-    return OptimizationSummary.model_validate(_optimization_fields(optimization))
-
-
-def _optimization_detail(optimization: Optimization) -> OptimizationOut:
-    metric = optimization.target_metric
-    chart = [
-        ChartPoint.model_validate(
-            {"iteration": run.iteration, "parameters": run.parameters, metric: (run.statistics or {}).get(metric)}
-        )
-        for run in OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED)
-    ]
-    return OptimizationOut.model_validate(
-        {
-            **_optimization_fields(optimization),
-            "simulation_parameters": optimization.simulation_parameters,
-            "chart_data": chart,
-        }
-    )
+    return model.of([shape(row) for row in page], total=total, skip=skip, limit=limit)
 
 
 # --- strategy authoring ------------------------------------------------------------------------------------------
@@ -268,7 +135,7 @@ async def list_strategies(call: ToolCall, args: ListStrategiesArgs) -> Paged[Str
 
     def run() -> Paged[StrategySummary]:
         rows = selectors.strategies_current(user=call.user())
-        return _page_of(Paged[StrategySummary], rows, _strategy_summary, args.skip, args.limit)
+        return _page_of(Paged[StrategySummary], rows, StrategySummary.from_strategy, args.skip, args.limit)
 
     return await _run(run)
 
@@ -279,8 +146,7 @@ async def get_strategy(call: ToolCall, args: IdArgs) -> StrategyOut:
 
     def run() -> StrategyOut:
         strategy = _found(selectors.strategy_get(user=call.user(), strategy_id=args.id), "strategy", args.id)
-        history = [_strategy_summary(v) for v in selectors.strategy_versions(strategy=strategy)]
-        return StrategyOut(**_strategy_summary(strategy).model_dump(), code=strategy.code, versions=history)
+        return StrategyOut.from_versions(strategy, selectors.strategy_versions(strategy=strategy))
 
     return await _run(run)
 
@@ -296,7 +162,7 @@ async def create_strategy(call: ToolCall, args: CreateStrategyArgs) -> StrategyC
         strategy = services.strategy_create(
             user=call.user(), name=args.name, code=args.code, description=args.description, version=args.version
         )
-        return StrategyCreated(success=True, id=str(strategy.pk), strategy=_strategy_summary(strategy))
+        return StrategyCreated.from_strategy(strategy)
 
     return await _run(run)
 
@@ -312,11 +178,8 @@ async def update_strategy(call: ToolCall, args: UpdateStrategyArgs) -> StrategyU
         strategy = services.strategy_update(
             user=call.user(), strategy_id=args.id, name=args.name, description=args.description, code=args.code
         )
-        return StrategyUpdated(
-            success=True, id=str(strategy.pk), previous_id=args.id, strategy=_strategy_summary(strategy)
-        )
+        return StrategyUpdated.from_strategy(strategy, previous_id=args.id)
 
-    _found(selectors.parse_id(args.id), "strategy", args.id)
     return await _run(run)
 
 
@@ -328,16 +191,7 @@ async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
     statistics), prints, sandbox_layers}. A fixed environment check, not a historical report."""
 
     def run() -> DryRunOut:
-        outcome = services.dry_run(user=call.user(), code=args.code)
-        return DryRunOut.model_validate(
-            {
-                "success": outcome.success,
-                "error": outcome.error,
-                "result": outcome.result,
-                "prints": outcome.prints,
-                "sandbox_layers": outcome.layers,
-            }
-        )
+        return DryRunOut.from_result(services.dry_run(user=call.user(), code=args.code))
 
     return await _run(run)
 
@@ -350,7 +204,7 @@ async def list_symbols(call: ToolCall, args: ListSymbolsArgs) -> Paged[SymbolOut
     """List available symbols with asset class and frequency availability (paginated; all stored data is global)."""
 
     rows = selectors.symbols(is_global=args.is_global, asset_class=args.asset_class)
-    return await _run(lambda: _page_of(Paged[SymbolOut], rows, _symbol, args.skip, args.limit))
+    return await _run(lambda: _page_of(Paged[SymbolOut], rows, SymbolOut.from_symbol, args.skip, args.limit))
 
 
 @_tool("search_symbols_by_name", "Search symbols", SearchSymbolsArgs, Listing[SymbolOut])
@@ -361,7 +215,7 @@ async def search_symbols_by_name(call: ToolCall, args: SearchSymbolsArgs) -> Lis
 
     def run() -> Listing[SymbolOut]:
         found = selectors.symbols_search(text=args.symbolName)
-        return Listing[SymbolOut](items=[_symbol(s) for s in found], total=len(found))
+        return Listing[SymbolOut](items=[SymbolOut.from_symbol(s) for s in found], total=len(found))
 
     return await _run(run)
 
@@ -369,7 +223,7 @@ async def search_symbols_by_name(call: ToolCall, args: SearchSymbolsArgs) -> Lis
 @_tool("get_symbol", "Get symbol", IdArgs, SymbolOut)
 async def get_symbol(call: ToolCall, args: IdArgs) -> SymbolOut:
     """One symbol's metadata: source type, asset class, exchange, quote currency and data_availability."""
-    return await _run(lambda: _symbol(_found(selectors.symbol_get(symbol_id=args.id), "symbol", args.id)))
+    return await _run(lambda: SymbolOut.from_symbol(_found(selectors.symbol_get(symbol_id=args.id), "symbol", args.id)))
 
 
 @_tool("get_market_data_sample", "Market data sample", MarketDataSampleArgs, MarketDataSampleOut)
@@ -381,36 +235,11 @@ async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> 
 
     def run() -> MarketDataSampleOut:
         symbol = _found(selectors.symbol_get(symbol_id=args.id), "symbol", args.id)
-        if args.frequency not in symbol.frequencies:
-            raise ToolFailure(
-                "frequency_unavailable",
-                f"{symbol.ticker} has no {args.frequency} data.",
-                available=list(symbol.frequencies),
-            )
-        start = strict_instant(args.start_date) if args.start_date else None
-        end = strict_instant(args.end_date, end=True) if args.end_date else None
-        if start and end and end < start:
-            raise ToolFailure("invalid_request", "end_date must not be before start_date.")
-        frame = bars_read(symbol=symbol, frequency=args.frequency, start=start, end=end).tail(args.limit)
-        points = [
-            Candle(timestamp=row["ts"], **{k: row[k] for k in ("open", "high", "low", "close", "volume")})
-            for row in frame.iter_rows(named=True)
-        ]
-        text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=list(Candle.model_fields))
-        writer.writeheader()
-        writer.writerows(point.model_dump(mode="json") for point in points)
-        return MarketDataSampleOut(
-            id=str(symbol.pk),
-            symbol=symbol.ticker,
-            name=symbol.name,
-            frequency=args.frequency,
-            count=len(points),
-            points=points,
-            csv_resource=CsvResource(
-                uri=f"leroy://market-data/{symbol.pk}/{args.frequency}.csv", mime_type="text/csv", text=text.getvalue()
-            ),
-        )
+        services.require_frequency(symbol, args.frequency)
+        if args.start_date and args.end_date:
+            services.require_period(args.start_date, args.end_date)
+        bars = bars_read(symbol=symbol, frequency=args.frequency, start=args.start_date, end=args.end_date)
+        return MarketDataSampleOut.from_bars(symbol, args.frequency, bars.tail(args.limit))
 
     return await _run(run)
 
@@ -445,11 +274,11 @@ async def run_backtest(call: ToolCall, args: RunBacktestArgs) -> BacktestSubmitt
         user = call.user()
         report = services.backtest_submit(
             user=user,
-            strategy_id=str(selectors.parse_id(args.strategy_id) or args.strategy_id),
+            strategy_id=args.strategy_id,
             data_ids=args.data_ids,
             frequency=args.frequency,
-            start_date=strict_date(args.start_date),
-            end_date=strict_date(args.end_date),
+            start_date=args.start_date,
+            end_date=args.end_date,
             parameters={p.name: p.value for p in args.parameters},
             simulation={
                 "initial_cash": args.initial_cash,
@@ -458,9 +287,9 @@ async def run_backtest(call: ToolCall, args: RunBacktestArgs) -> BacktestSubmitt
                 "buy_on_close": args.buy_on_close,
             },
         )
-        return _submitted(BacktestSubmitted, report, user, report_id=str(report.pk))
+        report.refresh_from_db()  # as committed: a worker may already have picked it up
+        return BacktestSubmitted.from_report(report, _usage(user))
 
-    _found(selectors.parse_id(args.strategy_id), "strategy", args.strategy_id)
     return await _run(run)
 
 
@@ -470,7 +299,7 @@ async def list_reports(call: ToolCall, args: ListReportsArgs) -> Paged[ReportSum
 
     def run() -> Paged[ReportSummary]:
         rows = selectors.reports_of(user=call.user(), strategy_id=args.strategy_id)
-        return _page_of(Paged[ReportSummary], rows, _report_summary, args.skip, args.limit)
+        return _page_of(Paged[ReportSummary], rows, ReportSummary.from_report, args.skip, args.limit)
 
     return await _run(run)
 
@@ -483,22 +312,7 @@ async def get_report(call: ToolCall, args: IdArgs) -> ReportOut:
 
     def run() -> ReportOut:
         report = _found(selectors.report_get(user=call.user(), report_id=args.id), "report", args.id)
-        body = _report_fields(report)
-        if report.status in TERMINAL:
-            body.update(
-                recent_trades=report.trades[-RECENT_TRADES:],
-                trade_count=len(report.trades),
-                per_symbol=report.per_symbol,
-                diagnostics=report.diagnostics,
-                chart_data=ChartData(equity_curve=report.equity),
-                determinism=Determinism(
-                    strategy_version_id=str(report.strategy_id),
-                    data_version=report.data_version,
-                    parameters=report.parameters,
-                    report_hash=report.report_hash,
-                ),
-            )
-        return ReportOut.model_validate(body)
+        return ReportOut.from_report(report)
 
     return await _run(run)
 
@@ -510,8 +324,7 @@ async def list_report_trades(call: ToolCall, args: ReportTradesArgs) -> ReportTr
 
     def run() -> ReportTradesOut:
         report = _found(selectors.report_get(user=call.user(), report_id=args.id), "report", args.id)
-        trades = report.trades[args.skip : args.skip + args.limit]
-        return _page(ReportTradesOut, trades, len(report.trades), args.skip, args.limit, report_id=str(report.pk))
+        return ReportTradesOut.from_report(report, skip=args.skip, limit=args.limit)
 
     return await _run(run)
 
@@ -537,12 +350,7 @@ async def wait_for_reports(call: ToolCall, args: WaitForReportsArgs) -> ReportsW
         done = sum(status in TERMINAL for status in current.values())
         await call.report_progress(done, len(current), f"{done} of {len(current)} reports finished")
         if done == len(current) or time.monotonic() >= deadline:
-            return ReportsWaited.model_validate(
-                {
-                    "results": [{"report_id": k, "status": v} for k, v in current.items()],
-                    "timed_out": done != len(current),
-                }
-            )
+            return ReportsWaited.from_statuses(current)
         await asyncio.sleep(POLL_SECONDS)
 
 
@@ -566,8 +374,8 @@ async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> Optimiz
             name=args.name,
             data_ids=args.data_ids,
             frequency=args.frequency,
-            start=strict_instant(args.start_date),
-            end=strict_instant(args.end_date, end=True),
+            start=args.start_date,
+            end=args.end_date,
             grids=[g.model_dump() for g in args.grids],
             parameters={p.name: p.value for p in args.parameters},
             simulation_parameters=args.simulation_parameters.model_dump(),
@@ -576,16 +384,9 @@ async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> Optimiz
             additional_metrics=list(args.additional_metrics),
             use_free_optimization=args.use_free_optimization,
         )
-        return _submitted(
-            OptimizationSubmitted,
-            optimization,
-            user,
-            success=True,
-            optimization_id=str(optimization.pk),
-            total_iterations=optimization.total_iterations,
-        )
+        optimization.refresh_from_db()  # as committed: workers may already have picked it up
+        return OptimizationSubmitted.from_optimization(optimization, _usage(user))
 
-    _found(selectors.parse_id(args.strategy_id), "strategy", args.strategy_id)
     return await _run(run)
 
 
@@ -595,7 +396,7 @@ async def list_optimizations(call: ToolCall, args: ListOptimizationsArgs) -> Pag
 
     def run() -> Paged[OptimizationSummary]:
         rows = selectors.optimizations_of(user=call.user())
-        return _page_of(Paged[OptimizationSummary], rows, _optimization_summary, args.skip, args.limit)
+        return _page_of(Paged[OptimizationSummary], rows, OptimizationSummary.from_optimization, args.skip, args.limit)
 
     return await _run(run)
 
@@ -607,7 +408,8 @@ async def get_optimization(call: ToolCall, args: IdArgs) -> OptimizationOut:
 
     def run() -> OptimizationOut:
         found = selectors.optimization_get(user=call.user(), optimization_id=args.id)
-        return _optimization_detail(_found(found, "optimization", args.id))
+        optimization = _found(found, "optimization", args.id)
+        return OptimizationOut.from_runs(optimization, selectors.optimization_completed_runs(optimization=optimization))
 
     return await _run(run)
 
@@ -621,7 +423,10 @@ async def get_latest_optimization_by_strategy(call: ToolCall, args: LatestOptimi
 
     def run() -> LatestOptimizationOut:
         optimization = selectors.optimization_latest(user=call.user(), strategy_id=args.strategy_id)
-        return LatestOptimizationOut(optimization=_optimization_detail(optimization) if optimization else None)
+        if optimization is None:
+            return LatestOptimizationOut(optimization=None)
+        completed = selectors.optimization_completed_runs(optimization=optimization)
+        return LatestOptimizationOut(optimization=OptimizationOut.from_runs(optimization, completed))
 
     return await _run(run)
 
@@ -643,17 +448,7 @@ async def wait_for_optimization(call: ToolCall, args: IdArgs) -> OptimizationWai
         done = optimization.completed_iterations + optimization.failed_iterations
         await call.report_progress(done, optimization.total_iterations, f"{done} of {optimization.total_iterations}")
         if optimization.status in TERMINAL or time.monotonic() >= deadline:
-            return OptimizationWaited.model_validate(
-                {
-                    "id": str(optimization.pk),
-                    "status": optimization.status,
-                    "completed_iterations": optimization.completed_iterations,
-                    "failed_iterations": optimization.failed_iterations,
-                    "total_iterations": optimization.total_iterations,
-                    "error": optimization.error,
-                    "timed_out": optimization.status not in TERMINAL,
-                }
-            )
+            return OptimizationWaited.from_optimization(optimization)
         await asyncio.sleep(POLL_SECONDS)
 
 
@@ -667,28 +462,16 @@ async def list_optimization_results(call: ToolCall, args: OptimizationResultsArg
     def run() -> OptimizationResultsOut:
         found = selectors.optimization_get(user=call.user(), optimization_id=args.id)
         optimization = _found(found, "optimization", args.id)
-        if args.sort_by is None:
-            sort_by = optimization.target_metric
-            descending = args.descending if args.descending is not None else optimization.target_direction == "maximize"
-        else:
-            sort_by, descending = args.sort_by, bool(args.descending)
+        sort_by, descending = selectors.optimization_results_order(
+            optimization=optimization, sort_by=args.sort_by, descending=args.descending
+        )
         runs, total = selectors.optimization_runs(
             optimization=optimization, sort_by=sort_by, descending=descending, skip=args.skip, limit=args.limit
         )
-        items = [
-            OptimizationRunOut.model_validate(
-                {
-                    "iteration": r.iteration,
-                    "parameters": r.parameters,
-                    "status": r.status,
-                    "statistics": r.statistics,
-                    "error": r.error,
-                }
-            )
-            for r in runs
-        ]
-        return _page(OptimizationResultsOut, items, total, args.skip, args.limit,
-                     optimization_id=str(optimization.pk), sort_by=sort_by, descending=descending)  # fmt: skip
+        items = [OptimizationRunOut.model_validate(run, from_attributes=True) for run in runs]
+        return OptimizationResultsOut.of(items, total=total, skip=args.skip, limit=args.limit,
+                                         optimization_id=str(optimization.pk), sort_by=sort_by,
+                                         descending=descending)  # fmt: skip
 
     return await _run(run)
 
@@ -701,10 +484,6 @@ async def cancel_optimization(call: ToolCall, args: IdArgs) -> OptimizationCance
     def run() -> OptimizationCancelled:
         user = call.user()
         optimization = services.optimization_cancel(user=user, optimization_id=args.id)
-        refunded = optimization.credits_reserved - optimization.credits_charged
-        return OptimizationCancelled.model_validate(
-            {**_optimization_fields(optimization), "credits_refunded": refunded, "usage": _usage(user)}
-        )
+        return OptimizationCancelled.from_cancelled(optimization, _usage(user))
 
-    _found(selectors.parse_id(args.id), "optimization", args.id)
     return await _run(run)

@@ -44,4 +44,9 @@ def bars_data_version(
 ) -> str:
     """SHA-256 hex over exactly the bars bars_read returns for the same arguments."""
     bars = bars_read(symbol=symbol, frequency=frequency, start=start, end=end)
-    return frame_sha256(bars, f"leroy.bars.v1|{symbol.ticker}|{frequency}")
+    return bars_frame_version(bars, ticker=symbol.ticker, frequency=frequency)
+
+
+def bars_frame_version(bars: pl.DataFrame, *, ticker: str, frequency: str) -> str:
+    """The data version of bars already read with bars_read, so a caller holding them need not read them again."""
+    return frame_sha256(bars, f"leroy.bars.v1|{ticker}|{frequency}")

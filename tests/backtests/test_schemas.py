@@ -110,3 +110,27 @@ def test_statistics_result_names_exactly_the_contract_metrics_in_order():
     from backtests.statistics import METRICS
 
     assert tuple(Statistics.model_fields) == METRICS
+
+
+def test_dates_are_parsed_once_into_typed_values_and_published_as_plain_strings():
+    from datetime import UTC, date, datetime
+
+    backtest = REGISTRY["run_backtest"].args.model_validate(
+        {"strategy_id": "x", "data_ids": ["1"], "frequency": "1d", "start_date": "2024-01-01", "end_date": "2024-02-01"}
+    )
+    grid = REGISTRY["run_optimization"].args.model_validate(optimization_args("x", "1", end_date="2024-12-31"))
+    sample = REGISTRY["get_market_data_sample"].args.model_validate(
+        {"id": "1", "frequency": "1d", "start_date": "2024-01-05T10:00:00-05:00"}
+    )
+
+    assert (backtest.start_date, backtest.end_date) == (date(2024, 1, 1), date(2024, 2, 1))
+    assert (grid.start_date, grid.end_date) == (
+        datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    )  # fmt: skip
+    assert (sample.start_date, sample.end_date) == (datetime(2024, 1, 5, 15, tzinfo=UTC), None)
+    # Validating the parsed values again (as the MCP bridge does) keeps them as they are.
+    assert type(backtest).model_validate(dict(backtest)) == backtest
+    assert type(grid).model_validate(dict(grid)) == grid
+    assert grid.model_dump(mode="json")["end_date"] == "2024-12-31T23:59:59.999999Z"
+    properties = type(backtest).model_json_schema()["properties"]
+    assert properties["start_date"] == {"description": "YYYY-MM-DD", "title": "Start Date", "type": "string"}

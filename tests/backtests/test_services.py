@@ -293,6 +293,30 @@ def test_other_accounts_cannot_use_a_strategy(owner, outsider, coin, django_capt
     assert Report.objects.exists() is False
 
 
+def test_ids_that_are_not_uuids_are_refused_like_unknown_ones_and_change_nothing(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    strategy = saved(owner)
+    capture = django_capture_on_commit_callbacks
+    refusals = {}
+    for name, attempt in {
+        "backtest": lambda: submit(owner, strategy, coin, capture, strategy_id="not-a-uuid"),
+        "optimization": lambda: optimization(owner, strategy, coin, capture, strategy_id="not-a-uuid"),
+        "update": lambda: services.strategy_update(user=owner, strategy_id="not-a-uuid", name="x"),
+        "cancel": lambda: services.optimization_cancel(user=owner, optimization_id="not-a-uuid"),
+    }.items():
+        with pytest.raises(services.BacktestError) as caught:
+            attempt()
+        refusals[name] = caught.value.code
+
+    assert refusals == {
+        "backtest": "strategy_not_found", "optimization": "strategy_not_found", "update": "not_found",
+        "cancel": "not_found",
+    }  # fmt: skip
+    assert (Report.objects.exists(), Optimization.objects.exists(), Strategy.objects.count()) == (False, False, 1)
+    assert credit_usage(user=owner)["credits_remaining"] == 1000
+
+
 def test_sandbox_child_killed_mid_run_fails_the_report_and_voids_credits(
     owner, coin, monkeypatch, django_capture_on_commit_callbacks
 ):
@@ -339,3 +363,22 @@ def test_status_moves_pending_executing_completed(owner, coin, django_capture_on
     assert report.started_at <= report.finished_at
     services.backtest_execute(report_id=str(report.pk))  # a duplicate delivery changes nothing
     assert Report.objects.get(pk=report.pk).report_hash == report.report_hash
+
+
+def test_bars_are_read_once_per_symbol_and_versioned_as_bars_data_version_gives(coin, other_coin, monkeypatch):
+    import hashlib
+
+    from evidence.marketdata import store
+    from evidence.marketdata.selectors import bars_data_version
+
+    start, end = services.day_bounds(date(2024, 1, 1), date(2024, 2, 29))
+    scans = []
+    real_scan = store.scan_parquet
+    monkeypatch.setattr(store, "scan_parquet", lambda paths: scans.append(paths) or real_scan(paths))
+
+    datas, version = services.load_bars(tickers=["TSTUSD", "XAUUSD"], frequency="1d", start=start, end=end)
+
+    assert len(scans) == 2
+    assert [d["name"] for d in datas] == ["TSTUSD", "XAUUSD"]
+    each = [bars_data_version(symbol=s, frequency="1d", start=start, end=end) for s in (coin, other_coin)]
+    assert version == hashlib.sha256("|".join(each).encode()).hexdigest()

@@ -1,20 +1,10 @@
-from datetime import UTC, datetime
-
 import pytest
-import time_machine
-from django.db import transaction
 
 from accounts import services as account_services
-from billing import selectors, services
+from billing import selectors
 from billing.models import AccountPlan, Plan, Transfer
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("august")]
-
-
-@pytest.fixture
-def august():
-    with time_machine.travel(datetime(2026, 8, 18, 14, 30, tzinfo=UTC), tick=False):
-        yield
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mid_august")]
 
 
 @pytest.fixture
@@ -27,9 +17,8 @@ def admin_client(client, db):
 
 
 @pytest.fixture
-def charged(owner):
-    with transaction.atomic():
-        services.lookup_charge(user=owner, tool="t", units=1, request_fingerprint="fp", client_request_id=None)
+def charged(owner, charge):
+    charge(owner)
     return owner
 
 

@@ -1,23 +1,14 @@
 import csv
 import io
-from datetime import UTC, datetime
 
 import pytest
-import time_machine
-from django.db import transaction
 
 from accounts import services as account_services
 from billing import exports, selectors, services
 from billing.models import Code, MeterReport, Plan, StripeCustomer, Transfer
 from billing.services import BillingError
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("august")]
-
-
-@pytest.fixture
-def august():
-    with time_machine.travel(datetime(2026, 8, 18, 14, 30, tzinfo=UTC), tick=False):
-        yield
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mid_august")]
 
 
 @pytest.fixture
@@ -25,14 +16,7 @@ def staff(db):
     return account_services.user_create(email="finance@example.com", password="correct horse battery staple")
 
 
-def charge(user, units=1):
-    with transaction.atomic():
-        return services.lookup_charge(
-            user=user, tool="t", units=units, request_fingerprint="fp", client_request_id=None
-        )
-
-
-def test_reversing_a_charge_gives_the_lookups_back_with_a_reasoned_adjust_transfer(owner, staff):
+def test_reversing_a_charge_gives_the_lookups_back_with_a_reasoned_adjust_transfer(owner, staff, charge):
     charge(owner, units=2)
     original = Transfer.objects.get(code=Code.CHARGE)
 
@@ -51,7 +35,7 @@ def test_reversing_a_charge_gives_the_lookups_back_with_a_reasoned_adjust_transf
     assert selectors.ledger_drift() == []
 
 
-def test_a_transfer_is_reversed_at_most_once(owner, staff):
+def test_a_transfer_is_reversed_at_most_once(owner, staff, charge):
     charge(owner)
     original = Transfer.objects.get(code=Code.CHARGE)
     services.transfer_reverse(transfer_id=original.pk, reason="duplicate", created_by=staff)
@@ -63,7 +47,7 @@ def test_a_transfer_is_reversed_at_most_once(owner, staff):
     assert Transfer.objects.filter(code=Code.ADJUST).count() == 1
 
 
-def test_refused_corrections_change_nothing(owner, staff):
+def test_refused_corrections_change_nothing(owner, staff, charge):
     charge(owner, units=2)
     grant = Transfer.objects.get(code=Code.GRANT, unit="lookup")
     hold = services.credits_reserve(user=owner, amount=5, reference="job")
@@ -83,7 +67,7 @@ def test_refused_corrections_change_nothing(owner, staff):
     assert Transfer.objects.count() == before
 
 
-def test_overage_already_queued_for_stripe_is_corrected_in_stripe_not_here(owner, staff):
+def test_overage_already_queued_for_stripe_is_corrected_in_stripe_not_here(owner, staff, charge):
     plan = Plan.objects.create(code="metered-0", name="Metered 0", included_lookups=0, overage_allowed=True)
     services.plan_assign(user=owner, plan=plan)
     StripeCustomer.objects.create(user=owner, customer_id="cus_1", subscription_id="sub_1")
@@ -97,7 +81,7 @@ def test_overage_already_queued_for_stripe_is_corrected_in_stripe_not_here(owner
     assert refused.value.code == "reported_to_stripe"
 
 
-def test_a_reversed_overage_exports_as_a_money_credit(owner, staff):
+def test_a_reversed_overage_exports_as_a_money_credit(owner, staff, charge):
     plan = Plan.objects.create(code="metered-0", name="Metered 0", included_lookups=0, overage_allowed=True)
     services.plan_assign(user=owner, plan=plan)
     charge(owner, units=2)

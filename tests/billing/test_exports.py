@@ -2,43 +2,27 @@ import csv
 import hashlib
 import io
 import json
-from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-import time_machine
 from django.core.management import CommandError, call_command
-from django.db import transaction
 from django.db.models import Sum
 
 from accounts import services as account_services
 from billing import services
 from billing.models import Code, ExportBatch, Plan, Transfer
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("august")]
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mid_august")]
 
 
 @pytest.fixture
-def august():
-    with time_machine.travel(datetime(2026, 8, 18, 14, 30, tzinfo=UTC), tick=False):
-        yield
-
-
-@pytest.fixture
-def activity(owner):
+def activity(owner, charge):
     plan = Plan.objects.create(
         code="metered-3", name="Metered 3", included_lookups=3, overage_allowed=True, monthly_credits=100
     )
     services.plan_assign(user=owner, plan=plan)
     for n in range(5):
-        with transaction.atomic():
-            services.lookup_charge(
-                user=owner,
-                tool="evaluate_current_setup",
-                units=1,
-                request_fingerprint=f"fp{n}",
-                client_request_id=f'=HYPERLINK("http://evil")-{n}',
-            )
+        charge(owner, fingerprint=f"fp{n}", key=f'=HYPERLINK("http://evil")-{n}')
     hold = services.credits_reserve(user=owner, amount=40, reference="-job-1")
     services.credits_settle(hold_id=hold.pk, amount=25)
     return owner
@@ -139,12 +123,9 @@ def test_finance_api_refuses_a_bad_month(staff, client):
     assert "YYYY-MM" in response.json()["month"][0]
 
 
-def test_usage_summary_has_one_row_per_account_that_reconciles_to_the_ledger(activity, outsider, tmp_path):
-    with transaction.atomic():
-        services.lookup_charge(user=outsider, tool="t", units=1, request_fingerprint="a", client_request_id=None)
-        services.lookup_charge(
-            user=outsider, tool="t", units=1, request_fingerprint="a", client_request_id=None, cache_hit=True
-        )
+def test_usage_summary_has_one_row_per_account_that_reconciles_to_the_ledger(activity, outsider, tmp_path, charge):
+    charge(outsider, fingerprint="a")
+    charge(outsider, fingerprint="a", cache_hit=True)
     out = tmp_path / "usage_summary_2026-08.csv"
 
     call_command("export_ledger", "--month", "2026-08", "--out", str(out), "--kind", "usage_summary")

@@ -1,7 +1,4 @@
-from datetime import UTC, datetime
-
 import pytest
-import time_machine
 from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -10,20 +7,13 @@ from django.db.models import F
 from billing import services
 from billing.models import AppendOnly, Code, Kind, LedgerAccount, Transfer, Unit
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mid_month")]
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mid_august")]
 postgres_only = pytest.mark.skipif(settings.LEROY_TEST_DATABASE != "PostgreSQL", reason="PostgreSQL trigger")
 
 
 @pytest.fixture
-def mid_month():
-    with time_machine.travel(datetime(2026, 8, 18, 14, 30, tzinfo=UTC), tick=False):
-        yield
-
-
-@pytest.fixture
-def charged(owner):
-    with transaction.atomic():
-        services.lookup_charge(user=owner, tool="t", units=2, request_fingerprint="fp", client_request_id=None)
+def charged(owner, charge):
+    charge(owner, units=2)
     return Transfer.objects.get(code=Code.CHARGE)
 
 

@@ -10,20 +10,6 @@ from billing.services import BillingError
 
 pytestmark = pytest.mark.django_db
 
-MID_AUGUST = datetime(2026, 8, 18, 14, 30, tzinfo=UTC)
-
-
-def charge(user, *, units=1, key=None, fingerprint="fp-1", cache_hit=False, tool="evaluate_current_setup"):
-    with transaction.atomic():
-        return services.lookup_charge(
-            user=user,
-            tool=tool,
-            units=units,
-            request_fingerprint=fingerprint,
-            client_request_id=key,
-            cache_hit=cache_hit,
-        )
-
 
 @pytest.fixture
 def small_free_plan(db):
@@ -35,8 +21,8 @@ def pro(user):
     services.plan_assign(user=user, plan=Plan.objects.get(code="pro"))
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_first_lookup_opens_the_month_and_charges_one(owner):
+@pytest.mark.usefixtures("mid_august")
+def test_first_lookup_opens_the_month_and_charges_one(owner, charge):
     result = charge(owner)
 
     assert result.units_charged == 1
@@ -56,16 +42,16 @@ def test_first_lookup_opens_the_month_and_charges_one(owner):
     assert (spend.code, spend.amount, spend.period_start.isoformat()) == ("charge", 1, "2026-08-01")
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_side_both_charges_two(owner):
+@pytest.mark.usefixtures("mid_august")
+def test_side_both_charges_two(owner, charge):
     result = charge(owner, units=2)
 
     assert result.units_charged == 2
     assert selectors.lookup_usage(user=owner)["used_lookups"] == 2
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_cache_hit_is_recorded_and_charges_nothing(owner):
+@pytest.mark.usefixtures("mid_august")
+def test_cache_hit_is_recorded_and_charges_nothing(owner, charge):
     charge(owner)
     result = charge(owner, cache_hit=True)
 
@@ -77,8 +63,8 @@ def test_cache_hit_is_recorded_and_charges_nothing(owner):
     assert Transfer.objects.filter(code="charge").count() == 1
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_a_failing_tool_rolls_its_charge_back(owner):
+@pytest.mark.usefixtures("mid_august")
+def test_a_failing_tool_rolls_its_charge_back(owner, charge):
     with pytest.raises(ZeroDivisionError), transaction.atomic():
         services.lookup_charge(user=owner, tool="t", units=1, request_fingerprint="fp", client_request_id="req-1")
         1 / 0  # noqa: B018  the tool's own work fails after the charge
@@ -88,8 +74,8 @@ def test_a_failing_tool_rolls_its_charge_back(owner):
     assert charge(owner, key="req-1").replayed is False  # the key is free again
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_retry_with_same_key_replays_the_stored_answer_without_charging(owner):
+@pytest.mark.usefixtures("mid_august")
+def test_retry_with_same_key_replays_the_stored_answer_without_charging(owner, charge):
     first = charge(owner, key="req-1")
     services.lookup_store_response(charge=first, response={"evaluation_id": "eval_1"})
     retry = charge(owner, key="req-1")
@@ -101,8 +87,8 @@ def test_retry_with_same_key_replays_the_stored_answer_without_charging(owner):
     assert selectors.lookup_usage(user=owner)["used_lookups"] == 1
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_same_key_with_different_arguments_is_refused(owner):
+@pytest.mark.usefixtures("mid_august")
+def test_same_key_with_different_arguments_is_refused(owner, charge):
     charge(owner, key="req-1", fingerprint="fp-a")
 
     with pytest.raises(BillingError) as refused:
@@ -112,8 +98,8 @@ def test_same_key_with_different_arguments_is_refused(owner):
     assert selectors.lookup_usage(user=owner)["used_lookups"] == 1
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_keys_are_per_account(owner, outsider):
+@pytest.mark.usefixtures("mid_august")
+def test_keys_are_per_account(owner, outsider, charge):
     charge(owner, key="req-1", fingerprint="fp-a")
     other = charge(outsider, key="req-1", fingerprint="fp-b")
 
@@ -121,8 +107,8 @@ def test_keys_are_per_account(owner, outsider):
     assert other.units_charged == 1
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_free_plan_stops_at_its_allowance_and_charges_nothing(owner, small_free_plan):
+@pytest.mark.usefixtures("mid_august")
+def test_free_plan_stops_at_its_allowance_and_charges_nothing(owner, small_free_plan, charge):
     for _ in range(2):
         charge(owner, units=2)
 
@@ -138,8 +124,8 @@ def test_free_plan_stops_at_its_allowance_and_charges_nothing(owner, small_free_
     assert selectors.lookup_usage(user=owner)["used_lookups"] == 4
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_free_plan_refuses_a_two_lookup_call_with_one_left(owner, small_free_plan):
+@pytest.mark.usefixtures("mid_august")
+def test_free_plan_refuses_a_two_lookup_call_with_one_left(owner, small_free_plan, charge):
     for _ in range(3):
         charge(owner)
 
@@ -149,8 +135,8 @@ def test_free_plan_refuses_a_two_lookup_call_with_one_left(owner, small_free_pla
     assert selectors.lookup_usage(user=owner)["lookups_remaining"] == 1
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_paid_plan_splits_a_charge_across_the_boundary_into_overage(owner):
+@pytest.mark.usefixtures("mid_august")
+def test_paid_plan_splits_a_charge_across_the_boundary_into_overage(owner, charge):
     plan = Plan.objects.create(code="metered-3", name="Metered 3", included_lookups=3, overage_allowed=True)
     services.plan_assign(user=owner, plan=plan)
     for _ in range(2):
@@ -172,7 +158,7 @@ def test_paid_plan_splits_a_charge_across_the_boundary_into_overage(owner):
     ]
 
 
-def test_month_boundary_is_utc(owner):
+def test_month_boundary_is_utc(owner, charge):
     with time_machine.travel(datetime(2026, 8, 31, 23, 59, 59, tzinfo=UTC), tick=False):
         charge(owner)
     with time_machine.travel(datetime(2026, 9, 1, 0, 0, 0, tzinfo=UTC), tick=False):
@@ -187,7 +173,7 @@ def test_month_boundary_is_utc(owner):
     ]
 
 
-def test_bad_input_is_refused_and_changes_nothing(owner):
+def test_bad_input_is_refused_and_changes_nothing(owner, charge):
     for bad in ({"units": 0}, {"units": 11}, {"fingerprint": ""}, {"key": ""}):
         with pytest.raises(BillingError) as refused:
             charge(owner, **bad)
@@ -203,8 +189,8 @@ def test_charging_outside_a_transaction_is_a_programming_error(owner):
         services.lookup_charge(user=owner, tool="t", units=1, request_fingerprint="fp", client_request_id=None)
 
 
-@time_machine.travel(MID_AUGUST, tick=False)
-def test_upgrade_mid_month_adds_the_difference_and_keeps_usage(owner, small_free_plan):
+@pytest.mark.usefixtures("mid_august")
+def test_upgrade_mid_month_adds_the_difference_and_keeps_usage(owner, small_free_plan, charge):
     for _ in range(4):
         charge(owner)
     pro(owner)

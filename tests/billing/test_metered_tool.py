@@ -2,11 +2,10 @@
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import transaction
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from billing import selectors, services
+from billing import selectors
 from billing.models import Plan, UsageEvent
 from tests.conftest import MCP_URL
 
@@ -56,15 +55,10 @@ async def test_a_failing_tool_charges_nothing(mcp_http, owner, api_key):
     assert (await sync_to_async(selectors.lookup_usage)(user=owner))["used_lookups"] == 0
 
 
-def use_allowance(user, n):
-    for i in range(n):
-        with transaction.atomic():
-            services.lookup_charge(user=user, tool="t", units=1, request_fingerprint=f"{i}", client_request_id=None)
-
-
-async def test_a_free_account_at_its_limit_gets_quota_exhausted(mcp_http, owner, api_key):
+async def test_a_free_account_at_its_limit_gets_quota_exhausted(mcp_http, owner, api_key, charge):
     await Plan.objects.filter(code="free").aupdate(included_lookups=2)  # reach the limit quickly
-    await sync_to_async(use_allowance)(owner, 2)
+    for _ in range(2):
+        await sync_to_async(charge)(owner)
 
     async with connect(mcp_http, api_key) as client:
         result = await client.call_tool("probe_metered", {"side": "buy"})

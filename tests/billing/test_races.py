@@ -1,12 +1,10 @@
 """Concurrent charges on PostgreSQL: threads with their own connections race around the allowance boundary."""
 
 import threading
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import time_machine
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -21,12 +19,6 @@ pytestmark = [
 ]
 
 THREADS = 16
-
-
-@pytest.fixture
-def mid_august() -> Iterator[None]:
-    with time_machine.travel(datetime(2026, 8, 18, 14, 30, tzinfo=UTC), tick=False):
-        yield
 
 
 def race(calls_per_thread: int, work: Callable[[int, int], Any]) -> list[Any]:
@@ -56,20 +48,24 @@ def race(calls_per_thread: int, work: Callable[[int, int], Any]) -> list[Any]:
     return results
 
 
-def charge(user: Any, key: str | None, fingerprint: str = "fp") -> services.LookupCharge:
-    with transaction.atomic():
-        result = services.lookup_charge(
-            user=user, tool="evaluate_current_setup", units=1, request_fingerprint=fingerprint, client_request_id=key
-        )
-        services.lookup_store_response(charge=result, response={"evaluation_id": f"eval_{result.usage_event_id}"})
-        return result
+@pytest.fixture
+def answered(charge: Callable[..., services.LookupCharge]) -> Callable[[Any, str | None], services.LookupCharge]:
+    """A lookup charge and its stored answer, committed together as a metered tool commits them."""
+
+    def answered(user: Any, key: str | None) -> services.LookupCharge:
+        with transaction.atomic():
+            result = charge(user, key=key)
+            services.lookup_store_response(charge=result, response={"evaluation_id": f"eval_{result.usage_event_id}"})
+            return result
+
+    return answered
 
 
-def test_208_concurrent_lookups_on_a_paid_plan_split_exactly_at_the_boundary(owner):
+def test_208_concurrent_lookups_on_a_paid_plan_split_exactly_at_the_boundary(owner, answered):
     plan = Plan.objects.create(code="metered-100", name="Metered 100", included_lookups=100, overage_allowed=True)
     services.plan_assign(user=owner, plan=plan)
 
-    results = race(13, lambda thread, call: charge(owner, f"req-{thread}-{call}"))
+    results = race(13, lambda thread, call: answered(owner, f"req-{thread}-{call}"))
 
     assert len(results) == 208
     assert all(isinstance(r, services.LookupCharge) for r in results)
@@ -86,8 +82,8 @@ def test_208_concurrent_lookups_on_a_paid_plan_split_exactly_at_the_boundary(own
     assert selectors.ledger_drift() == []
 
 
-def test_208_concurrent_lookups_on_the_free_plan_stop_at_exactly_100(owner):
-    results = race(13, lambda thread, call: charge(owner, f"req-{thread}-{call}"))
+def test_208_concurrent_lookups_on_the_free_plan_stop_at_exactly_100(owner, answered):
+    results = race(13, lambda thread, call: answered(owner, f"req-{thread}-{call}"))
 
     refused = [r for r in results if isinstance(r, BillingError)]
     assert len(refused) == 108
@@ -98,8 +94,8 @@ def test_208_concurrent_lookups_on_the_free_plan_stop_at_exactly_100(owner):
     assert selectors.ledger_drift() == []
 
 
-def test_16_concurrent_retries_of_one_request_charge_once_and_replay_the_same_answer(owner):
-    results = race(1, lambda thread, call: charge(owner, "req-retried"))
+def test_16_concurrent_retries_of_one_request_charge_once_and_replay_the_same_answer(owner, answered):
+    results = race(1, lambda thread, call: answered(owner, "req-retried"))
 
     originals = [r for r in results if not r.replayed]
     replays = [r for r in results if r.replayed]

@@ -2,7 +2,6 @@ import json
 import time
 
 import pytest
-from django.db import transaction
 from stripe import WebhookSignature
 
 from billing import payments, selectors, services
@@ -44,17 +43,11 @@ def metered(owner):
     return owner
 
 
-def lookups(user, n):
-    for i in range(n):
-        with transaction.atomic():
-            services.lookup_charge(user=user, tool="t", units=1, request_fingerprint=f"fp{i}", client_request_id=None)
-
-
-def test_without_a_key_billing_is_ledger_only(stripe_settings, owner):
+def test_without_a_key_billing_is_ledger_only(stripe_settings, owner, charge):
     stripe_settings.LEROY_STRIPE_SECRET_KEY = ""
 
     assert payments.stripe_client() is None
-    lookups(owner, 1)
+    charge(owner)
     assert MeterReport.objects.count() == 0
 
 
@@ -86,8 +79,9 @@ def test_subscription_is_created_with_real_sdk_requests(owner, fake, client_):
     assert (link.customer_id, link.subscription_id, link.subscription_status) == ("cus_1", "sub_2", "active")
 
 
-def test_overage_reaches_stripe_once_per_transfer_even_when_the_sender_retries(metered, fake, client_):
-    lookups(metered, 3)  # 1 included, then 2 overage transfers queued in the charges' own transactions
+def test_overage_reaches_stripe_once_per_transfer_even_when_the_sender_retries(metered, fake, client_, charge):
+    for _ in range(3):  # 1 included, then 2 overage transfers queued in the charges' own transactions
+        charge(metered)
     overage = list(Transfer.objects.filter(code="overage").order_by("pk"))
     assert MeterReport.objects.count() == 2
 
@@ -192,13 +186,13 @@ def test_tampered_body_is_refused(client, metered):
 
 
 def test_an_overage_charge_enqueues_the_sender_once_committed(
-    metered, client_, monkeypatch, django_capture_on_commit_callbacks
+    metered, client_, monkeypatch, django_capture_on_commit_callbacks, charge
 ):
     monkeypatch.setattr(payments, "stripe_client", lambda **kwargs: client_)
     with django_capture_on_commit_callbacks(execute=True) as included:
-        lookups(metered, 1)
+        charge(metered)
     with django_capture_on_commit_callbacks(execute=True) as overage:
-        lookups(metered, 1)
+        charge(metered)
 
     assert (len(included), len(overage)) == (0, 1)
     assert MeterReport.objects.get().status == MeterReport.Status.SENT

@@ -1,6 +1,5 @@
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import transaction
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -13,21 +12,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 MODERN = "2026-07-28"
 
 
-def charge_twice(user):
-    for units in (1, 2):
-        with transaction.atomic():
-            services.lookup_charge(
-                user=user,
-                tool="evaluate_current_setup",
-                units=units,
-                request_fingerprint=f"fp{units}",
-                client_request_id=None,
-            )
-
-
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
-async def test_get_usage_answers_with_the_ledger_figures(mcp_http, owner, api_key, mode):
-    await sync_to_async(charge_twice)(owner)
+async def test_get_usage_answers_with_the_ledger_figures(mcp_http, owner, api_key, mode, charge):
+    for units in (1, 2):
+        await sync_to_async(charge)(owner, units=units)
 
     async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=mode) as client:
         result = await client.call_tool("get_usage", {})
@@ -65,8 +53,9 @@ async def test_get_credit_usage_answers_with_holds_and_free_optimizations(mcp_ht
     }
 
 
-async def test_usage_tools_are_scoped_to_the_caller(mcp_http, owner, outsider, api_key):
-    await sync_to_async(charge_twice)(outsider)
+async def test_usage_tools_are_scoped_to_the_caller(mcp_http, owner, outsider, api_key, charge):
+    for units in (1, 2):
+        await sync_to_async(charge)(outsider, units=units)
 
     async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=MODERN) as client:
         result = await client.call_tool("get_usage", {})
