@@ -22,3 +22,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports

@@ -1,4 +1,4 @@
-"""The evidence contract (seeds/leroy-mcp.md): one set of models for the MCP tools and the REST mirror.
+"""The evidence contract (the seeds' agent contract): one set of models for the MCP tools and the REST mirror.
 
 Every optional number is `float | None` and stays null when the artifact has no validated value for it: a missing
 comparison is a valid answer, never an estimate.
