@@ -1,6 +1,6 @@
 """Outbound webhooks that cannot be turned against Leroy's own network (SSRF guard), and the pinned POST.
 
-`endpoint_check` runs at rule creation and again before every attempt: https only (port 443 or 8443), no
+`endpoint_check` runs at rule creation and again before every attempt: https only (LEROY_WEBHOOK_PORTS), no
 credentials in the URL, no IP literals in any spelling, and every address the host resolves to must be public
 unicast. The one exception is LEROY_WEBHOOK_ALLOW_HOSTS (`host:port` entries): those receivers may use http and
 loopback or private addresses (self-hosted receivers, tests). The host is resolved once per attempt and the
@@ -20,7 +20,6 @@ from django.conf import settings
 
 from leroy.errors import DomainError
 
-PUBLIC_PORTS = (443, 8443)
 # Ranges Python's is_global still calls global, or that wrap another address (notes/billing.md §3).
 _BLOCKED = tuple(
     ipaddress.ip_network(net)
@@ -91,12 +90,12 @@ def address_refusal(address: IPAddress, *, allow_listed: bool) -> str | None:
         return "multicast"
     if address.is_link_local:
         return "link_local"  # includes the 169.254.169.254 metadata address
+    if address.is_loopback:  # before is_reserved, which ::1 also is
+        return None if allow_listed else "loopback"
     if address.is_reserved:
         return "reserved"
-    if allow_listed and (address.is_loopback or address.is_private):
+    if allow_listed and address.is_private:
         return None
-    if address.is_loopback:
-        return "loopback"
     if any(address in net for net in _BLOCKED if net.version == address.version):
         return "special_purpose"
     if address.is_private or not address.is_global:
@@ -132,8 +131,9 @@ def endpoint_check(url: str) -> Endpoint:
     allow_listed = f"{shown}:{port}" in _allow_list()
     if scheme == "http" and not allow_listed:
         raise UnsafeEndpoint("scheme", "The endpoint must be an https:// URL.")
-    if not allow_listed and port not in PUBLIC_PORTS:
-        raise UnsafeEndpoint("port", f"The endpoint port must be one of {', '.join(map(str, PUBLIC_PORTS))}.")
+    if not allow_listed and port not in settings.LEROY_WEBHOOK_PORTS:
+        ports = ", ".join(map(str, settings.LEROY_WEBHOOK_PORTS))
+        raise UnsafeEndpoint("port", f"The endpoint port must be one of {ports}.")
     if not allow_listed and _is_ip_literal(host):
         raise UnsafeEndpoint("ip_literal", "The endpoint must name a host, not an IP address.")
     try:

@@ -286,6 +286,7 @@ LEROY_FRAME_FEED = env_str("LEROY_FRAME_FEED") or ("replay" if LEROY_CLOCK else 
 # Evidence alerts: wake rules evaluated on new frames, signed webhooks (alerts app; README "Evidence alerts").
 # `host:port` receivers allowed http and loopback/private addresses (self-hosted receivers, tests); empty by default.
 LEROY_WEBHOOK_ALLOW_HOSTS = [entry.lower() for entry in env_list("LEROY_WEBHOOK_ALLOW_HOSTS")]
+LEROY_WEBHOOK_PORTS = [int(port) for port in env_list("LEROY_WEBHOOK_PORTS", "443,8443")]  # for https receivers
 LEROY_WEBHOOK_CA_BUNDLE = env_str("LEROY_WEBHOOK_CA_BUNDLE")  # PEM file of trusted CAs; empty: the system store
 LEROY_WEBHOOK_CONNECT_TIMEOUT = 5.0
 LEROY_WEBHOOK_READ_TIMEOUT = 10.0

@@ -12,15 +12,23 @@ from tests.alerts.receiver import Receiver, self_signed
 PUBLIC_ADDRESS = "93.184.215.14"
 
 
+class Resolver(dict[str, list[str]]):
+    """Hostname -> addresses, and every name looked up (in order)."""
+
+    lookups: list[str]
+
+
 @pytest.fixture(autouse=True)
-def dns(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+def dns(monkeypatch: pytest.MonkeyPatch) -> Resolver:
     """Names the tests resolve without a network: hostname -> addresses (others go to the real resolver).
 
     hooks.example.com stands for a public receiver; tests add names that resolve to private addresses."""
-    table: dict[str, list[str]] = {"hooks.example.com": [PUBLIC_ADDRESS]}
+    table = Resolver({"hooks.example.com": [PUBLIC_ADDRESS]})
+    table.lookups = []
     real = socket.getaddrinfo
 
     def getaddrinfo(host, port, *args, **kwargs):  # type: ignore[no-untyped-def]
+        table.lookups.append(host)
         if isinstance(host, str) and host in table:
             return [
                 (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
