@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import cast
 
 TOLERANCE_SECONDS = 300
 
@@ -35,7 +36,8 @@ def main() -> None:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             delivery = self.headers.get("X-Leroy-Delivery", "")
-            verdict = ("verified" if verify(secret, self.headers, body) else "BAD SIGNATURE") if secret else "unchecked"
+            headers = cast(Mapping[str, str], self.headers)  # an email Message: a case-insensitive mapping
+            verdict = ("verified" if verify(secret, headers, body) else "BAD SIGNATURE") if secret else "unchecked"
             repeat = " (repeat, ignored)" if delivery in seen else ""
             seen.add(delivery)
             print(f"{self.headers.get('X-Leroy-Event')} {delivery} {verdict}{repeat}\n{body.decode()}", flush=True)

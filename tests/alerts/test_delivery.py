@@ -195,3 +195,24 @@ def test_deleting_a_rule_leaves_queued_sends_with_nothing_to_do(owner, receiver,
         assert services.delivery_attempt(delivery_id=delivery.pk) is None
 
     assert receiver.requests == []
+
+
+def test_matches_beyond_the_hourly_limit_are_counted_not_sent(owner, receiver):
+    with override_settings(LEROY_ALERTS_DELIVERIES_PER_HOUR=1), time_machine.travel(OPEN, tick=False) as traveller:
+        rule, _ = make_rule(owner, receiver.url())
+        first = matched(rule, OPEN)
+        traveller.move_to(OPEN + timedelta(minutes=1))
+        second = matched(rule, OPEN + timedelta(minutes=1))
+
+    rule.refresh_from_db()
+    assert first is not None and second is None
+    assert rule.suppressed_matches == 1
+    assert len(receiver.requests) == 1
+
+
+def test_the_rules_expiry_ends_the_delivery_window(owner, receiver):
+    with time_machine.travel(OPEN, tick=False):
+        rule, _ = make_rule(owner, receiver.url(), expires_at=OPEN + timedelta(minutes=7))
+        delivery = matched(rule, OPEN)
+
+    assert delivery.expires_at == OPEN + timedelta(minutes=7)
