@@ -283,8 +283,27 @@ LEROY_MM_RELOAD_SECONDS = float(env_str("LEROY_MM_RELOAD_SECONDS", "5"))  # how 
 LEROY_FRAME_STALE_SECONDS = env_int("LEROY_FRAME_STALE_SECONDS", 180)
 # "replay" feeds the stored provisional session on the replay clock (the demo); "provider" takes pushed live bars.
 LEROY_FRAME_FEED = env_str("LEROY_FRAME_FEED") or ("replay" if LEROY_CLOCK else "provider")
+
+# Evidence alerts: wake rules evaluated on new frames, signed webhooks (alerts app; README "Evidence alerts").
+# `host:port` receivers allowed http and loopback/private addresses (self-hosted receivers, tests); empty by default.
+LEROY_WEBHOOK_ALLOW_HOSTS = [entry.lower() for entry in env_list("LEROY_WEBHOOK_ALLOW_HOSTS")]
+LEROY_WEBHOOK_PORTS = [int(port) for port in env_list("LEROY_WEBHOOK_PORTS", "443,8443")]  # for https receivers
+LEROY_WEBHOOK_CA_BUNDLE = env_str("LEROY_WEBHOOK_CA_BUNDLE")  # PEM file of trusted CAs; empty: the system store
+LEROY_WEBHOOK_CONNECT_TIMEOUT = 5.0
+LEROY_WEBHOOK_READ_TIMEOUT = 10.0
+LEROY_WEBHOOK_RESPONSE_BYTES = 1024  # of a receiver's answer, kept in the delivery log
+LEROY_ALERTS_MAX_RULES = env_int("LEROY_ALERTS_MAX_RULES", 25)  # per account
+# Per rule and hour: matched deliveries plus test and redeliver sends.
+LEROY_ALERTS_DELIVERIES_PER_HOUR = env_int("LEROY_ALERTS_DELIVERIES_PER_HOUR", 60)
+LEROY_ALERTS_PAUSE_AFTER_FAILURES = env_int("LEROY_ALERTS_PAUSE_AFTER_FAILURES", 10)  # failed deliveries in a row
+LEROY_ALERTS_DELIVERY_WINDOW_MINUTES = 60  # after the frame; also ends at the session close and the rule's expiry
+LEROY_ALERTS_RETRY_BASE_SECONDS = 10.0  # exponential backoff with full jitter
+LEROY_ALERTS_RETRY_CAP_SECONDS = 600.0
+LEROY_ALERTS_LEASE_SECONDS = 60  # an attempt still open after this is presumed lost with its worker
 CELERY_BEAT_SCHEDULE = {
     "frames-tick": {"task": "evidence.tasks.frames_tick_task", "schedule": 20.0, "options": {"expires": 20}},
+    "alerts-evaluate": {"task": "alerts.frames_evaluate", "schedule": 10.0, "options": {"expires": 10}},
+    "alerts-sweep": {"task": "alerts.deliveries_sweep", "schedule": 15.0, "options": {"expires": 15}},
     "frames-compact": {"task": "evidence.tasks.frames_compact_task", "schedule": 3600.0},
     "oauth-housekeeping": {"task": "accounts.tasks.oauth_housekeeping_task", "schedule": 24 * 3600.0},
     "meter-reports": {"task": "billing.meter_reports_send", "schedule": 60.0, "options": {"expires": 60}},

@@ -13,6 +13,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 urlpatterns = [
     path("", lambda request: redirect("accounts:account"), name="home"),
+    path("account/alerts/", include("alerts.urls")),
     path("account/", include("accounts.urls")),
     path("admin/", admin.site.urls),
     path("", include("billing.urls")),

@@ -52,6 +52,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         env = dict(os.environ)
+        # The README's local alert receiver (`python -m alerts.receiver 9000`) may take deliveries over http.
+        env.setdefault("LEROY_WEBHOOK_ALLOW_HOSTS", "127.0.0.1:9000")
         if not options["no_data"]:
             env["LEROY_CLOCK"] = self.prepare_evidence()
             # One feed tick before serving, on the replay clock, so the first evaluation already has a frame.

@@ -1,0 +1,104 @@
+"""The Alerts account page: rules, their status and last delivery, the delivery log; the secret is shown once."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from accounts.models import User
+from alerts import selectors, services
+from alerts.forms import AlertCreateForm
+from leroy.errors import DomainError
+
+ACTIONS = ("pause", "resume", "delete", "test", "rotate")
+
+
+def _page(request: HttpRequest, user: User, *, status: int = 200, **extra: object) -> HttpResponse:
+    rules = list(selectors.rule_list(user=user))
+    context = {
+        "rules": [(rule, selectors.last_delivery(rule=rule)) for rule in rules],
+        "deliveries": selectors.delivery_list(user=user, limit=20),
+        "form": AlertCreateForm(),
+        **extra,
+    }
+    response = render(request, "alerts/alerts.html", context, status=status)
+    if "secret" in extra:
+        response["Cache-Control"] = "no-store"  # the plaintext secret is in this response only
+    return response
+
+
+def _user(request: HttpRequest) -> User:
+    assert isinstance(request.user, User)
+    return request.user
+
+
+@login_required
+def alerts(request: HttpRequest) -> HttpResponse:
+    return _page(request, _user(request))
+
+
+@login_required
+@require_POST
+def alert_create(request: HttpRequest) -> HttpResponse:
+    user = _user(request)
+    form = AlertCreateForm(request.POST)
+    if not form.is_valid():
+        return _page(request, user, form=form, status=400)
+    data = form.cleaned_data
+    try:
+        rule, secret = services.rule_create(
+            user=user,
+            name=data["name"],
+            symbols=data["symbols"] or None,
+            universe=data["universe"],
+            side=data["side"],
+            horizon_minutes=data["horizon_minutes"],
+            min_active_signals=data["min_active_signals"],
+            min_match_tier=data["min_match_tier"],
+            min_win_rate=data["min_win_rate"],
+            min_average_return_pct=data["min_average_return_pct"],
+            endpoint_url=data["endpoint_url"],
+            expires_at=data["expires_at"],
+        )
+    except DomainError as refused:
+        form.add_error(None, refused.message)
+        return _page(request, user, form=form, status=400)
+    return _page(request, user, secret=secret, secret_rule=rule, status=201)
+
+
+def _act(request: HttpRequest, alert_id: str, action: str) -> HttpResponse:
+    user = _user(request)
+    try:
+        if action == "rotate":
+            rule, secret = services.secret_rotate(user=user, alert_id=alert_id)
+            return _page(request, user, secret=secret, secret_rule=rule)
+        if action == "pause":
+            services.rule_pause(user=user, alert_id=alert_id)
+        elif action == "resume":
+            services.rule_resume(user=user, alert_id=alert_id)
+        elif action == "delete":
+            services.rule_delete(user=user, alert_id=alert_id)
+        elif action == "test":
+            delivery = services.send_test_event(user=user, alert_id=alert_id)
+            messages.info(request, f"Test delivery {delivery.public_id}: {delivery.status} {delivery.last_error}")
+    except DomainError as refused:
+        messages.error(request, refused.message)
+    return redirect("alerts:alerts")
+
+
+@login_required
+@require_POST
+def alert_action(request: HttpRequest, alert_id: str, action: str) -> HttpResponse:
+    return _act(request, alert_id, action)
+
+
+@login_required
+@require_POST
+def delivery_redeliver(request: HttpRequest, delivery_id: str) -> HttpResponse:
+    try:
+        delivery = services.redeliver(user=_user(request), delivery_id=delivery_id)
+        messages.info(request, f"Redelivered {delivery.public_id}: {delivery.status} {delivery.last_error}")
+    except DomainError as refused:
+        messages.error(request, refused.message)
+    return redirect("alerts:alerts")

@@ -1,0 +1,97 @@
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from alerts import services
+from alerts.models import AlertRule, Attempt
+from tests.alerts.conftest import make_rule
+from tests.alerts.receiver import verify
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def signed_in(client: Client, owner) -> Client:
+    client.force_login(owner)
+    return client
+
+
+def form(url: str, **fields) -> dict:
+    return {
+        "name": "wake", "symbols": "", "universe": "on", "side": "buy", "horizon_minutes": "15",
+        "min_active_signals": "1", "min_match_tier": "2", "endpoint_url": url, **fields,
+    }  # fmt: skip
+
+
+def test_the_page_needs_a_login_and_is_linked_from_the_account(client, owner):
+    assert client.get(reverse("alerts:alerts"))["Location"].startswith(reverse("accounts:login"))
+
+    client.force_login(owner)
+    assert reverse("alerts:alerts") in client.get(reverse("accounts:account")).content.decode()
+    assert client.get(reverse("alerts:alerts")).status_code == 200
+
+
+def test_creating_a_rule_shows_its_secret_once(signed_in, receiver):
+    created = signed_in.post(reverse("alerts:create"), form(receiver.url()))
+
+    rule = AlertRule.objects.get()
+    secret = created.context["secret"]
+    assert created.status_code == 201
+    assert created["Cache-Control"] == "no-store"
+    assert secret in created.content.decode()
+    assert (rule.universe, rule.min_match_tier, rule.endpoint_url) == (True, 2, receiver.url())
+    assert secret not in signed_in.get(reverse("alerts:alerts")).content.decode()
+    signed_in.post(reverse("alerts:test", args=[rule.public_id]))
+    assert verify(secret, receiver.requests[0])
+
+
+def test_an_unsafe_endpoint_is_refused_on_the_page_and_nothing_is_created(signed_in):
+    response = signed_in.post(reverse("alerts:create"), form("https://127.0.0.1/hook"))
+
+    assert response.status_code == 400
+    assert "must name a host, not an IP address" in response.content.decode()
+    assert AlertRule.objects.exists() is False
+
+
+def test_pause_resume_test_redeliver_and_delete_from_the_page(signed_in, owner, receiver):
+    rule, _ = make_rule(owner, receiver.url(), name="<script>alert(1)</script>")
+
+    signed_in.post(reverse("alerts:pause", args=[rule.public_id]))
+    paused = AlertRule.objects.get().status
+    signed_in.post(reverse("alerts:resume", args=[rule.public_id]))
+    signed_in.post(reverse("alerts:test", args=[rule.public_id]))
+    delivery = rule.deliveries.get()
+    signed_in.post(reverse("alerts:redeliver", args=[delivery.public_id]))
+    page = signed_in.get(reverse("alerts:alerts")).content.decode()
+    signed_in.post(reverse("alerts:delete", args=[rule.public_id]))
+
+    assert paused == "paused"
+    assert delivery.public_id in page
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+    assert list(Attempt.objects.values_list("trigger", flat=True)) == []  # deleted with the rule
+    assert len(receiver.requests) == 2
+    assert AlertRule.objects.exists() is False
+
+
+def test_another_accounts_rule_cannot_be_touched_from_the_page(signed_in, outsider, receiver):
+    theirs, _ = make_rule(outsider, receiver.url(), name="theirs")
+    delivery = services.send_test_event(user=outsider, alert_id=theirs.public_id)
+
+    page = signed_in.get(reverse("alerts:alerts")).content.decode()
+    for action in ("pause", "delete", "test", "rotate"):
+        signed_in.post(reverse(f"alerts:{action}", args=[theirs.public_id]))
+    signed_in.post(reverse("alerts:redeliver", args=[delivery.public_id]))
+
+    after = AlertRule.objects.get(pk=theirs.pk)
+    assert "theirs" not in page and delivery.public_id not in page
+    assert (after.status, after.secret_ciphertext) == ("active", theirs.secret_ciphertext)
+    assert Attempt.objects.count() == 1
+    assert len(receiver.requests) == 1
+
+
+def test_the_reason_for_an_automatic_pause_is_shown(signed_in, owner, receiver):
+    rule, _ = make_rule(owner, receiver.url())
+    reason = "Paused automatically: 10 deliveries in a row failed (last: HTTP 500)."
+    AlertRule.objects.filter(pk=rule.pk).update(status="paused", status_reason=reason)
+
+    assert reason in signed_in.get(reverse("alerts:alerts")).content.decode()
