@@ -24,6 +24,7 @@ from evidence.features import HORIZONS
 from evidence.geometry import setup_geometry
 from evidence.models import Frame, MarketMemoryArtifact
 from evidence.presentation import render
+from evidence.publication.services import receipt_attach
 from evidence.reader import Evidence, MemoryReader
 from evidence.schemas import (
     TIER_NAMES,
@@ -321,7 +322,7 @@ def evaluate_current_setup(*, user: User, args: EvaluateArgs) -> EvaluationOut:
     with transaction.atomic():
         if units == 0:
             usage = {**billing_selectors.lookup_usage(user=user), "lookup_cost": 0, "cache": "miss"}
-            return _with_usage(result, usage)
+            return receipt_attach(user=user, tool=TOOL, answer=_with_usage(result, usage))
         charge = billing.lookup_charge(
             user=user,
             tool=TOOL,
@@ -334,7 +335,7 @@ def evaluate_current_setup(*, user: User, args: EvaluateArgs) -> EvaluationOut:
             return EvaluationOut.model_validate(charge.stored_response)
         if cached is not None:
             result = result.model_copy(update={"evaluation_id": f"eval_{uuid.uuid4().hex}"})
-        result = _with_usage(result, charge.usage)
+        result = receipt_attach(user=user, tool=TOOL, answer=_with_usage(result, charge.usage))
         billing.lookup_store_response(charge=charge, response=result.model_dump(mode="json"))
     if cached is None:
         cache.set(cache_key, result.model_dump(mode="json"), CACHE_SECONDS)

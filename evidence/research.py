@@ -24,6 +24,7 @@ from evidence import evaluation, frames
 from evidence.features import HORIZONS
 from evidence.memory import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
 from evidence.models import Corpus, Frame, MarketMemoryArtifact
+from evidence.publication.services import receipt_attach
 from evidence.reader import PCT, Evidence, MemoryReader
 from evidence.schemas import (
     TIER_NAMES,
@@ -147,7 +148,7 @@ def _metered[T: BaseModel](
     with transaction.atomic():
         if units == 0:
             usage = {**billing_selectors.lookup_usage(user=user), "lookup_cost": 0, "cache": "miss"}
-            return output.model_validate({**fields, "usage": usage})
+            return receipt_attach(user=user, tool=tool, answer=output.model_validate({**fields, "usage": usage}))
         charge = billing.lookup_charge(
             user=user,
             tool=tool,
@@ -158,6 +159,7 @@ def _metered[T: BaseModel](
         if charge.replayed and charge.stored_response is not None:
             return output.model_validate(charge.stored_response)
         result = output.model_validate({**fields, "usage": LookupUsage.model_validate(charge.usage)})
+        result = receipt_attach(user=user, tool=tool, answer=result)
         billing.lookup_store_response(charge=charge, response=result.model_dump(mode="json"))
     return result
 

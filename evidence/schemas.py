@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from evidence.publication.schemas import Receipt
 from leroy.schemas import ToolArgs
 
 Side = Literal["buy", "sell"]
@@ -246,6 +247,7 @@ class EvaluationOut(BaseModel):
     provenance: Provenance
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
     presentation: Presentation
 
 
@@ -346,6 +348,7 @@ class LeadersOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class SearchArgs(ToolArgs):
@@ -384,6 +387,7 @@ class SearchOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class AnalogueOutcome(BaseModel):
@@ -416,6 +420,7 @@ class AnaloguesOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class OutcomeGroup(BaseModel):
@@ -441,6 +446,7 @@ class FailureOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class BenchmarkOut(BaseModel):
@@ -457,6 +463,7 @@ class BenchmarkOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class ExitPolicyArgs(SetupArgs):
@@ -491,6 +498,7 @@ class ExitPolicyOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class RegimeArgs(ToolArgs):

@@ -25,6 +25,7 @@ from evidence.models import (
     MarketMemoryBuild,
     Symbol,
 )
+from evidence.publication import services as publication
 from evidence.store import BAR_COLUMNS, BAR_SCHEMA
 from leroy.clock import now
 
@@ -429,6 +430,7 @@ def market_memory_activate(*, artifact: MarketMemoryArtifact) -> MarketMemoryArt
     MarketMemoryArtifact.objects.filter(is_active=True).exclude(pk=artifact.pk).update(is_active=False)
     MarketMemoryArtifact.objects.filter(pk=artifact.pk).update(is_active=True, activated_at=now())
     artifact.refresh_from_db()
+    publication.artifact_published(artifact=artifact)
     return artifact
 
 

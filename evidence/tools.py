@@ -161,3 +161,6 @@ async def review_hypothesis_outcome(call: ToolCall, args: ReviewHypothesisArgs) 
     """Review one of your hypotheses against verified bars after its decision minute: the realized outcome where
     verified data covers the horizon, else not_mature (session not yet verified) or not_available."""
     return await _run(call, lambda user: journal.hypothesis_review(user=_user(user), hypothesis_id=args.hypothesis_id))
+
+
+from evidence.publication import tools as _publication_tools  # noqa: E402, F401

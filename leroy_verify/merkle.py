@@ -88,6 +88,25 @@ class Tree:
         return path[::-1]
 
 
+def frontier_append(frontier: Sequence[bytes], size: int, leaf: bytes) -> list[bytes]:
+    """The right edge of the tree (roots of its perfect subtrees, largest first) after appending `leaf` to a tree
+    of `size` leaves whose edge is `frontier`: O(log n), without the earlier leaves."""
+    edge, h = list(frontier), leaf
+    while size & 1:
+        h, size = node_hash(edge.pop(), h), size >> 1
+    edge.append(h)
+    return edge
+
+
+def frontier_root(frontier: Sequence[bytes]) -> bytes:
+    if not frontier:
+        return EMPTY_ROOT
+    root = frontier[-1]
+    for h in reversed(frontier[:-1]):
+        root = node_hash(h, root)
+    return root
+
+
 def _check_hashes(proof: Sequence[bytes]) -> None:
     if any(len(h) != HASH_SIZE for h in proof):
         raise ProofError("a proof hash is not 32 bytes")

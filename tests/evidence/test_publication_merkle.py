@@ -9,6 +9,8 @@ from leroy_verify.merkle import (
     EMPTY_ROOT,
     ProofError,
     Tree,
+    frontier_append,
+    frontier_root,
     leaf_hash,
     node_hash,
     root_from_inclusion_proof,
@@ -83,7 +85,8 @@ def test_corrupted_inclusion_proofs_are_refused(index, size, path):
     proof, root, leaf = [bytes.fromhex(h) for h in path], ROOTS[size - 1], TREE.leaves[index]
     flipped = [[bytes([p[0] ^ 8]) + p[1:] if i == j else p for j, p in enumerate(proof)] for i in range(len(proof))]
     probes = [
-        (index + 1, size, leaf, proof, root), (index, size * 2, leaf, proof, root), (index, size, b"x" * 32, proof, root),
+        (index + 1, size, leaf, proof, root), (index, size * 2, leaf, proof, root),
+        (index, size, b"x" * 32, proof, root),
         (index, size, leaf, proof, EMPTY_ROOT), (index, size, leaf, [*proof, root], root),
         (index, size, leaf, [root, *proof], root), (index, size, leaf, proof[:-1], root),
         (index, size, leaf, [*proof, b""], root), *((index, size, leaf, f, root) for f in flipped),
@@ -111,7 +114,8 @@ def test_corrupted_consistency_proofs_are_refused(first, second, path):
 def test_trivial_consistency_needs_an_empty_proof_and_equal_roots():
     verify_consistency(0, 5, EMPTY_ROOT, ROOTS[4], [])
     verify_consistency(3, 3, ROOTS[2], ROOTS[2], [])
-    for probe in [(3, 3, ROOTS[2], ROOTS[3], []), (3, 3, ROOTS[2], ROOTS[2], [ROOTS[0]]), (4, 3, ROOTS[3], ROOTS[2], [])]:
+    bad = [(3, 3, ROOTS[2], ROOTS[3], []), (3, 3, ROOTS[2], ROOTS[2], [ROOTS[0]]), (4, 3, ROOTS[3], ROOTS[2], [])]
+    for probe in bad:
         with pytest.raises(ProofError):
             verify_consistency(*probe)
 
@@ -169,3 +173,13 @@ def test_every_tree_size_to_64_agrees_with_the_naive_definitions_and_verifies():
             if m < n:  # a proof against a forked earlier tree fails
                 with pytest.raises(ProofError):
                     verify_consistency(m, n, naive_root([*leaves[: m - 1], leaf_hash(b"fork")]), root, proof)
+
+
+def test_the_right_edge_gives_every_root_without_the_earlier_leaves():
+    leaves = [leaf_hash(i.to_bytes(2, "big")) for i in range(64)]
+    edge: list[bytes] = []
+    assert frontier_root(edge) == EMPTY_ROOT
+    for n, leaf in enumerate(leaves):
+        edge = frontier_append(edge, n, leaf)
+        assert frontier_root(edge) == naive_root(leaves[: n + 1])
+        assert len(edge) == (n + 1).bit_count()
