@@ -24,6 +24,7 @@ from evidence import evaluation, frames
 from evidence.features import HORIZONS
 from evidence.memory import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
 from evidence.models import Corpus, Frame, MarketMemoryArtifact
+from evidence.publication import selectors as publication_selectors
 from evidence.publication.services import receipt_attach
 from evidence.reader import PCT, Evidence, MemoryReader
 from evidence.schemas import (
@@ -670,4 +671,5 @@ def data_lineage() -> LineageOut:
         coverage=coverage,
         files=[ArtifactFile(name=name, **entry) for name, entry in sorted(reader.manifest["files"].items())],
         research_boundary=ResearchBoundary(),
+        publication_log=publication_selectors.checkpoint(),
     )

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from evidence.publication.schemas import Receipt
+from evidence.publication.schemas import CheckpointOut, Receipt
 from leroy.schemas import ToolArgs
 
 Side = Literal["buy", "sell"]
@@ -594,6 +594,7 @@ class LineageOut(BaseModel):
     coverage: MarketMemoryCoverage
     files: list[ArtifactFile]
     research_boundary: ResearchBoundary
+    publication_log: CheckpointOut | None = None  # the latest signed checkpoint and what it does (not) guarantee
 
 
 class RecordHypothesisArgs(ToolArgs):

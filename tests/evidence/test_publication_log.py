@@ -6,17 +6,21 @@ import hashlib
 import json
 import threading
 from datetime import UTC, date, datetime
+from io import StringIO
 
 import pytest
 import rfc8785
 import time_machine
+from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from pydantic import BaseModel
 
+from evidence import research
 from evidence.models import AnswerReceipt, AppendOnly, LogCheckpoint, LogEntry, MarketMemoryArtifact
 from evidence.publication import selectors, services
 from evidence.publication.schemas import Receipt
 from evidence.publication.signing import signer
+from evidence.publication.tasks import answers_commit_task
 from evidence.services import market_memory_activate
 from leroy_verify.merkle import Tree, leaf_hash, verify_inclusion
 from leroy_verify.note import open_note, parse_checkpoint, parse_verifier_key
@@ -254,3 +258,41 @@ def test_an_answer_proof_is_for_its_owner_only_and_says_when_not_yet_committed(o
     with pytest.raises(services.LogError) as refused:
         selectors.answer_proof(user=outsider, answer_id=answer.receipt.answer_id)
     assert refused.value.code == "not_found"
+
+
+def test_commit_answers_commits_a_given_day_or_every_due_day_and_refuses_a_bad_date(owner):
+    answered(owner, 1.0, datetime(2026, 7, 1, 15, tzinfo=UTC))
+    answered(owner, 2.0, datetime(2026, 7, 2, 15, tzinfo=UTC))
+    out = StringIO()
+
+    with pytest.raises(CommandError, match="YYYY-MM-DD"):
+        call_command("commit_answers", "--date", "July 1st", stdout=out)
+    assert LogEntry.objects.exists() is False
+    call_command("commit_answers", "--date", "2026-07-01", stdout=out)
+    with time_machine.travel(datetime(2026, 7, 3, 21, 30, tzinfo=UTC), tick=False):
+        call_command("commit_answers", stdout=out)
+        call_command("commit_answers", stdout=out)
+
+    lines = out.getvalue().splitlines()
+    assert [line.split(" ")[0] for line in lines] == ["log[0]", "log[1]", "nothing"]
+    assert '"day":"2026-07-02"' in lines[1]
+
+
+def test_the_beat_task_commits_every_day_through_today(owner):
+    answered(owner, 1.0, datetime(2026, 7, 1, 15, tzinfo=UTC))
+    answered(owner, 2.0, datetime(2026, 7, 3, 15, tzinfo=UTC))
+    answered(owner, 3.0, datetime(2026, 7, 4, 15, tzinfo=UTC))
+
+    with time_machine.travel(datetime(2026, 7, 3, 21, 30, tzinfo=UTC), tick=False):
+        assert answers_commit_task.delay().get() == 2
+
+    assert AnswerReceipt.objects.filter(log_index__isnull=True).count() == 1
+
+
+def test_data_lineage_cites_the_latest_signed_checkpoint(world):
+    lineage = research.data_lineage()
+
+    cited = lineage.publication_log
+    assert cited is not None and cited.checkpoint == selectors.checkpoint_note()
+    assert cited.tree_size == 1  # the world's build logged its artifact
+    assert json.loads(LogEntry.objects.get(index=0).body)["artifact_sha256"] == world.sha256
