@@ -4,6 +4,7 @@ Everything is served for tree sizes up to the latest checkpoint; a response abou
 
 import base64
 import json
+import threading
 from typing import Any
 
 from accounts.models import User
@@ -55,11 +56,33 @@ def checkpoint() -> CheckpointOut:
     )
 
 
+# Leaf hashes never change once appended, so each process keeps the tree it has read and its memoised subtree
+# hashes, and reads only newer leaves. The cache is trusted only while its root equals the stored checkpoint root
+# for its size (a rolled-back or foreign prefix fails that check and is dropped).
+_cache = {"tree": Tree([])}
+_cache_lock = threading.Lock()
+
+
 def _tree(size: int) -> Tree:
-    leaves = [bytes.fromhex(h) for h in LogEntry.objects.filter(index__lt=size).values_list("leaf_hash", flat=True)]
-    if len(leaves) != size:  # the table is append-only and dense; anything else is corruption, never served
-        raise RuntimeError(f"the log holds {len(leaves)} leaves below index {size}")
-    return Tree(leaves)
+    with _cache_lock:
+        tree = _cache["tree"]
+        cached = len(tree.leaves)
+        if cached:
+            stored = LogCheckpoint.objects.filter(tree_size=cached).values_list("root_hash", flat=True).first()
+            if stored != tree.root(cached).hex():
+                tree = _cache["tree"] = Tree([])
+        leaves = tree.leaves
+        assert isinstance(leaves, list)
+        if len(leaves) < size:  # read up to the latest checkpoint, so the cache always has a stored root to match
+            head = max(size, log_size())
+            rows = LogEntry.objects.filter(index__gte=len(leaves), index__lt=head).values_list("index", "leaf_hash")
+            for index, leaf in rows:
+                if index != len(leaves):  # the table is append-only and dense; anything else is never served
+                    raise RuntimeError(f"the log has no leaf {len(leaves)}")
+                leaves.append(bytes.fromhex(leaf))
+        if len(leaves) < size:
+            raise RuntimeError(f"the log holds {len(leaves)} leaves, not {size}")
+        return tree
 
 
 def _entry(row: LogEntry) -> LogEntryOut:

@@ -296,3 +296,18 @@ def test_data_lineage_cites_the_latest_signed_checkpoint(world):
     assert cited is not None and cited.checkpoint == selectors.checkpoint_note()
     assert cited.tree_size == 1  # the world's build logged its artifact
     assert json.loads(LogEntry.objects.get(index=0).body)["artifact_sha256"] == world.sha256
+
+
+def test_proofs_never_come_from_a_rolled_back_prefix():
+    with transaction.atomic():
+        sid = transaction.savepoint()
+        services.entries_append([snapshot("2026-07-01"), snapshot("2026-07-02"), snapshot("2026-07-03")])
+        selectors.inclusion_proof(index=0, tree_size=3)  # this process now holds that tree
+        transaction.savepoint_rollback(sid)
+    rows = services.entries_append([snapshot("2026-08-01"), snapshot("2026-08-02"), snapshot("2026-08-03")])
+
+    proof = selectors.inclusion_proof(index=0, tree_size=3)
+
+    root = verified_checkpoint().root
+    assert base64.b64decode(proof.root_hash) == root
+    verify_inclusion(0, 3, bytes.fromhex(rows[0].leaf_hash), [base64.b64decode(h) for h in proof.hashes], root)
