@@ -10,8 +10,10 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import NinjaAPI
 from ninja.errors import HttpError
+from ninja.renderers import JSONRenderer
 from ninja.security import SessionAuth
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 BEARER_REFUSED = "API keys and OAuth tokens are accepted only at /api/mcp; sign in to use the REST API."
 
@@ -44,11 +46,20 @@ class AccountSession(SessionAuth):
         return super().authenticate(request, key)
 
 
+class PydanticJSONRenderer(JSONRenderer):
+    """Bodies in pydantic's JSON mode, byte for byte what the MCP tools send (Django's encoder would cut datetimes
+    to milliseconds), so a REST answer hashes to its receipt as the MCP answer does."""
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> Any:
+        return to_json(data, fallback=str)
+
+
 api = NinjaAPI(
     title="Leroy",
     version="1",
     description="Research-only evidence and backtesting: the REST mirror of Leroy's MCP tools.",
     auth=AccountSession(),
     urls_namespace="api-v1",
+    renderer=PydanticJSONRenderer(),
 )
 api.add_router("/evidence/", "evidence.api.router")

@@ -311,3 +311,16 @@ def test_proofs_never_come_from_a_rolled_back_prefix():
     root = verified_checkpoint().root
     assert base64.b64decode(proof.root_hash) == root
     verify_inclusion(0, 3, bytes.fromhex(rows[0].leaf_hash), [base64.b64decode(h) for h in proof.hashes], root)
+
+
+def test_a_rest_mirror_answer_carries_a_receipt_that_matches_the_json_it_returned(fed_world, client, owner):
+    client.force_login(owner)
+    client.cookies["csrftoken"] = "a" * 32
+
+    response = client.post("/api/v1/evidence/evaluate", {"symbol": "ALFA", "side": "buy"},
+                           content_type="application/json", headers={"X-CSRFToken": "a" * 32})  # fmt: skip
+
+    body = response.json()
+    receipt = body.pop("receipt")
+    assert receipt["answer_id"] == body["evaluation_id"]
+    assert receipt["answer_sha256"] == hashlib.sha256(rfc8785.dumps(body)).hexdigest()

@@ -97,7 +97,6 @@ class Command(BaseCommand):
         self.stdout.write(f"Market Memory ready; replaying the open session from LEROY_CLOCK={clock}")
         return clock
 
-
     def publish_demo_answer(self, *, clock: str, origin: str) -> None:
         """Make sure the publication log names the served artifact, answer one evaluation for the demo account
         (1 lookup), commit its day, and save the answer and its proof for leroy-verify to check on this server."""
