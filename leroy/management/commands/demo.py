@@ -24,7 +24,7 @@ from evidence.models import Frame, LiveBar, LogEntry, MarketMemoryArtifact
 from evidence.publication import selectors as publication_selectors
 from evidence.publication import services as publication
 from evidence.schemas import EvaluateArgs
-from leroy.clock import now
+from leroy.clock import now, parse_replay_origin
 
 DEMO_EMAIL = "demo@leroy.local"
 DEMO_KEY_NAME = "demo"
@@ -102,7 +102,11 @@ class Command(BaseCommand):
         (1 lookup), commit its day, and save the answer and its proof for leroy-verify to check on this server."""
         user = User.objects.get(email=DEMO_EMAIL)
         frame = Frame.objects.filter(ready=True).select_related("symbol").order_by("symbol__ticker").first()
+        replay = parse_replay_origin(clock)
+        assert replay is not None
         with override_settings(LEROY_CLOCK=clock):
+            age = now() - replay  # this process's replay clock started with it; the feed's started just now
+        with override_settings(LEROY_CLOCK=f"replay:{(replay - age).isoformat()}"):
             publication.artifact_published(artifact=MarketMemoryArtifact.objects.get(is_active=True))
             if frame is not None:
                 args = EvaluateArgs(symbol=frame.symbol.ticker, side="buy")
