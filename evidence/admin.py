@@ -1,10 +1,13 @@
 from django.contrib import admin
 
 from evidence.models import (
+    AnswerReceipt,
     BarPartition,
     Corpus,
     Frame,
     LiveBar,
+    LogCheckpoint,
+    LogEntry,
     MarketMemoryArtifact,
     MarketMemoryBuild,
     ResearchHypothesis,
@@ -62,3 +65,21 @@ class ResearchHypothesisAdmin(ReadOnlyAdmin):
     list_display = ["user", "symbol", "side", "horizon_minutes", "recorded_at", "reviewed_at"]
     list_filter = ["side", "horizon_minutes"]
     search_fields = ["user__email", "symbol"]
+
+
+@admin.register(LogEntry)
+class LogEntryAdmin(ReadOnlyAdmin):
+    list_display = ["index", "kind", "logged_at", "leaf_hash"]
+    list_filter = ["kind"]
+
+
+@admin.register(LogCheckpoint)
+class LogCheckpointAdmin(ReadOnlyAdmin):
+    list_display = ["tree_size", "root_hash", "created_at"]
+
+
+@admin.register(AnswerReceipt)
+class AnswerReceiptAdmin(ReadOnlyAdmin):
+    list_display = ["answer_id", "tool", "day", "log_index", "recorded_at"]
+    list_filter = ["tool"]
+    search_fields = ["answer_id", "answer_sha256"]

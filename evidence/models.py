@@ -1,5 +1,7 @@
 """Market data (symbols, bar partitions) and Market Memory artifacts: the files hold the data, rows index them."""
 
+from typing import Any
+
 from django.db import models
 from django.db.models.functions import Upper
 
@@ -196,3 +198,99 @@ class ResearchHypothesis(models.Model):
 
     def __str__(self) -> str:
         return f"hypothesis {self.pk} {self.side} {self.symbol}"
+
+
+# --- the publication log (evidence.publication) ---------------------------------------------------------------
+
+# Entry kinds and the fields each one must carry (besides `kind` and `logged_at`).
+LOG_KINDS: dict[str, tuple[str, ...]] = {
+    "market_memory_artifact": ("artifact_version", "artifact_sha256", "sessions_through"),
+    "forward_overlay": ("artifact_sha256", "overlay_sha256", "sessions_through"),
+    "eod_snapshot": ("session", "snapshot_sha256", "row_count"),
+    "daily_answers_root": ("day", "answer_count", "root_sha256"),
+}
+
+
+class AppendOnly(Exception):
+    """The publication log's rows are never updated or deleted (PostgreSQL's trigger says the same to raw SQL)."""
+
+
+class AppendOnlyQuerySet[M: models.Model](models.QuerySet[M]):
+    def update(self, **kwargs: object) -> int:
+        raise AppendOnly("the publication log is append-only")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise AppendOnly("the publication log is append-only")
+
+
+class AppendOnlyModel(models.Model):
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnly("the publication log is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnly("the publication log is append-only")
+
+
+class LogEntry(AppendOnlyModel):
+    """Leaf `index` of the RFC 9162 tree: `body` is the entry's RFC 8785 JSON, the exact leaf input."""
+
+    index = models.PositiveBigIntegerField(primary_key=True)
+    kind = models.CharField(max_length=32, choices=[(k, k) for k in LOG_KINDS])
+    body = models.TextField()
+    leaf_hash = models.CharField(max_length=64)  # hex SHA-256(0x00 ‖ body)
+    logged_at = models.DateTimeField()
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["index"]
+        indexes = [models.Index(fields=["kind", "index"])]
+
+    def __str__(self) -> str:
+        return f"log[{self.index}] {self.kind}"
+
+
+class LogCheckpoint(AppendOnlyModel):
+    """The signed checkpoint written after each append batch, with the tree's right edge (the roots of its perfect
+    subtrees, largest first) so the next append costs O(log n) hashes."""
+
+    tree_size = models.PositiveBigIntegerField(unique=True)
+    root_hash = models.CharField(max_length=64)  # hex
+    frontier = models.JSONField()  # hex hashes
+    note = models.TextField()  # the C2SP signed note, as served at /log/checkpoint
+    created_at = models.DateTimeField()
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-tree_size"]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.tree_size}"
+
+
+class AnswerReceipt(models.Model):
+    """The hash of one metered answer, committed with its day's other hashes into a `daily_answers_root` entry.
+
+    Only the hash is kept (never the answer); the owner is kept so only they can ask for its proof. `log_index` is
+    set once, when the hash is committed."""
+
+    user = models.ForeignKey("accounts.User", null=True, on_delete=models.SET_NULL, related_name="+")
+    answer_id = models.CharField(max_length=64, unique=True)
+    tool = models.CharField(max_length=64)
+    answer_sha256 = models.CharField(max_length=64)
+    day = models.DateField()  # UTC day of the answer
+    recorded_at = models.DateTimeField()
+    log_index = models.PositiveBigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["pk"]
+        indexes = [models.Index(fields=["day", "log_index"]), models.Index(fields=["log_index"])]
+
+    def __str__(self) -> str:
+        return f"{self.answer_id} ({self.tool})"

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from evidence.publication.schemas import CheckpointOut, Receipt
 from evidence.vocabulary import (
     Horizon,
     RequestSide,
@@ -232,6 +233,7 @@ class EvaluationOut(BaseModel):
     provenance: Provenance
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
     presentation: Presentation
 
 
@@ -326,6 +328,7 @@ class LeadersOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class SearchArgs(ToolArgs):
@@ -370,6 +373,7 @@ class SearchOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class AnalogueOutcome(BaseModel):
@@ -402,6 +406,7 @@ class AnaloguesOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class OutcomeGroup(BaseModel):
@@ -427,6 +432,7 @@ class FailureOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class BenchmarkOut(BaseModel):
@@ -443,6 +449,7 @@ class BenchmarkOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class ExitPolicyArgs(SetupArgs):
@@ -477,6 +484,7 @@ class ExitPolicyOut(BaseModel):
     provenance: ArtifactRef
     research_boundary: ResearchBoundary
     usage: LookupUsage
+    receipt: Receipt | None = None  # set on every metered answer (evidence.publication)
 
 
 class RegimeArgs(ToolArgs):
@@ -572,6 +580,7 @@ class LineageOut(BaseModel):
     coverage: MarketMemoryCoverage
     files: list[ArtifactFile]
     research_boundary: ResearchBoundary
+    publication_log: CheckpointOut | None = None  # the latest signed checkpoint and what it does (not) guarantee
 
 
 class RecordHypothesisArgs(ToolArgs):

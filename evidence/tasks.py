@@ -38,3 +38,6 @@ def frames_tick_task() -> None:
 def frames_compact_task() -> None:
     """Hourly: move closed sessions' provider bars into the verified store."""
     frames.live_bars_compact()
+
+
+from evidence.publication import tasks as _publication_tasks  # noqa: E402, F401

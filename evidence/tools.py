@@ -6,6 +6,7 @@ from asgiref.sync import sync_to_async
 from pydantic import BaseModel
 
 from billing.metering import metered_answer
+from evidence.publication.services import receipt_attach
 from evidence.research import analysis as research
 from evidence.research import evaluation, journal
 from evidence.schemas import (
@@ -56,15 +57,15 @@ async def evaluate_current_setup(call: ToolCall, args: EvaluateArgs) -> Evaluati
     """
 
     def evaluate() -> EvaluationOut:
-        situation = evaluation.situation(args.symbol)
+        situation, user = evaluation.situation(args.symbol), call.user()
         return metered_answer(
-            user=call.user(),
+            user=user,
             tool=call.tool,
             args=args,
             output=EvaluationOut,
             compute=lambda: evaluation.evaluation_answer(args, situation),
             cache_scope=evaluation.cache_scope(situation),
-            finish=evaluation.finish,
+            finish=lambda result: receipt_attach(user=user, tool=call.tool, answer=evaluation.finish(result)),
         )
 
     return await _run(evaluate)
@@ -76,10 +77,21 @@ async def _run[T: BaseModel](work: Callable[[], T]) -> T:
 
 
 async def _metered[T: BaseModel](call: ToolCall, args: BaseModel, output: type[T], compute: Callable[[], Answer]) -> T:
-    """A lookup-metered research answer: the core computes it, billing.metering charges it for the caller."""
-    return await _run(
-        lambda: metered_answer(user=call.user(), tool=call.tool, args=args, output=output, compute=compute)
-    )
+    """A lookup-metered research answer: the core computes it, billing.metering charges it for the caller, and its
+    receipt (the answer's hash, committed to the publication log) is recorded inside the same transaction."""
+
+    def run() -> T:
+        user = call.user()
+        return metered_answer(
+            user=user,
+            tool=call.tool,
+            args=args,
+            output=output,
+            compute=compute,
+            finish=lambda result: receipt_attach(user=user, tool=call.tool, answer=result),
+        )
+
+    return await _run(run)
 
 
 @tool(name="get_current_confluence_leaders", title="Current confluence leaders", args=LeadersArgs,
@@ -175,3 +187,6 @@ async def review_hypothesis_outcome(call: ToolCall, args: ReviewHypothesisArgs) 
     """Review one of your hypotheses against verified bars after its decision minute: the realized outcome where
     verified data covers the horizon, else not_mature (session not yet verified) or not_available."""
     return await _run(lambda: journal.hypothesis_review(user=call.user(), hypothesis_id=args.hypothesis_id))
+
+
+from evidence.publication import tools as _publication_tools  # noqa: E402, F401

@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import dj_database_url
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -300,6 +301,14 @@ LEROY_ALERTS_DELIVERY_WINDOW_MINUTES = 60  # after the frame; also ends at the s
 LEROY_ALERTS_RETRY_BASE_SECONDS = 10.0  # exponential backoff with full jitter
 LEROY_ALERTS_RETRY_CAP_SECONDS = 600.0
 LEROY_ALERTS_LEASE_SECONDS = 60  # an attempt still open after this is presumed lost with its worker
+# The publication log (evidence.publication): checkpoints name the log by origin and are signed with an Ed25519
+# key in the signed-note form `PRIVATE+KEY+<name>+<hash>+<base64>`, given inline or as a file path; unset, one is
+# generated into the var dir (fine for the demo; production sets it so every node signs with the same key).
+LEROY_LOG_ORIGIN = env_str("LEROY_LOG_ORIGIN") or f"{_public.netloc}/log"
+LEROY_LOG_SIGNING_KEY = env_str("LEROY_LOG_SIGNING_KEY")
+LEROY_LOG_KEY_FILE = LEROY_VAR_DIR / "log_signing_key"
+if env_str("LEROY_LOG_TSA_URL"):  # refused rather than silently ignored: the log must not claim a timestamp it lacks
+    raise ImproperlyConfigured("LEROY_LOG_TSA_URL is set, but RFC 3161 time-stamping is not implemented yet")
 CELERY_BEAT_SCHEDULE = {
     "frames-tick": {"task": "evidence.tasks.frames_tick_task", "schedule": 20.0, "options": {"expires": 20}},
     "alerts-evaluate": {"task": "alerts.frames_evaluate", "schedule": 10.0, "options": {"expires": 10}},
@@ -310,4 +319,6 @@ CELERY_BEAT_SCHEDULE = {
     "periods-close": {"task": "billing.periods_close", "schedule": 3600.0},
     "ledger-verify": {"task": "billing.ledger_verify", "schedule": 24 * 3600.0},
     "backtests-reap": {"task": "backtests.stale_jobs_reap", "schedule": 300.0},
+    # After the NYSE close in both EST and EDT: commit the day's answer hashes into the publication log.
+    "answers-commit": {"task": "evidence.answers_commit", "schedule": crontab(minute=30, hour=21)},
 }

@@ -21,5 +21,6 @@ urlpatterns = [
     path(".well-known/mcp.json", server_card, name="mcp-json"),
     path(".well-known/mcp/server-card.json", server_card, name="mcp-server-card"),
     path("healthz", healthz, name="healthz"),
+    path("", include("evidence.publication.urls")),
     path("api/v1/", api.urls),
 ]

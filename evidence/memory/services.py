@@ -12,6 +12,7 @@ from evidence.marketdata import store
 from evidence.memory import build as memory
 from evidence.memory.artifact import BuildPlan, partial_dir, plan_sha256
 from evidence.models import MarketMemoryArtifact, MarketMemoryBuild
+from evidence.publication import services as publication
 from leroy.clock import now
 
 
@@ -38,6 +39,7 @@ def market_memory_activate(*, artifact: MarketMemoryArtifact) -> MarketMemoryArt
     MarketMemoryArtifact.objects.filter(is_active=True).exclude(pk=artifact.pk).update(is_active=False)
     MarketMemoryArtifact.objects.filter(pk=artifact.pk).update(is_active=True, activated_at=now())
     artifact.refresh_from_db()
+    publication.artifact_published(artifact=artifact)
     return artifact
 
 

@@ -17,6 +17,7 @@ from evidence.memory.reader import PCT, Evidence, MemoryReader
 from evidence.memory.selectors import memory_reader
 from evidence.memory.strategies import mask_names, names_mask
 from evidence.models import Corpus, Frame, MarketMemoryArtifact
+from evidence.publication import selectors as publication_selectors
 from evidence.research import evaluation
 from evidence.schemas import (
     Analogue,
@@ -596,4 +597,5 @@ def data_lineage() -> LineageOut:
         coverage=coverage,
         files=[ArtifactFile(name=name, **entry) for name, entry in sorted(reader.manifest["files"].items())],
         research_boundary=ResearchBoundary(),
+        publication_log=publication_selectors.checkpoint(),
     )

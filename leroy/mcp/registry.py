@@ -67,6 +67,14 @@ def direct_call(*, tool: str, user_id: int | None, client_id: str) -> ToolCall:
     return ToolCall(tool=tool, principal=principal, protocol_version=None, report_progress=_no_progress)
 
 
+def call_for(*, user_id: int, tool: str, args: BaseModel) -> BaseModel:
+    """Run a registered tool for an account from sync code (management commands, tests), metered like any call;
+    a refusal is raised as its DomainError."""
+    from asgiref.sync import async_to_sync
+
+    return async_to_sync(load_tools()[tool].handler)(direct_call(tool=tool, user_id=user_id, client_id="direct"), args)
+
+
 class ToolFailure(DomainError):
     """An in-band tool error raised by a tool's own edge (any DomainError is reported the same way)."""
 

@@ -11,8 +11,8 @@ from leroy.mcp.registry import load_tools
 from tests.calls import call_tool
 
 TOKEN = "a" * 32  # a valid unmasked CSRF secret, set as both cookie and header
-# Fields that differ between two calls by design: a fresh id, the caller's running usage, the instant of a snapshot.
-VOLATILE = {"evaluation_id", "usage", "snapshot_at", "presentation"}
+# Fields that differ between two calls by design: a fresh id and its receipt, the running usage, a snapshot instant.
+VOLATILE = {"evaluation_id", "usage", "snapshot_at", "presentation", "receipt"}
 MISSING = "999999"
 
 

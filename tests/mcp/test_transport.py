@@ -157,7 +157,9 @@ async def test_anonymous_subscriber_call_gets_401_with_subscription_payload(mcp_
         "free_included_lookups_per_month": 100,
         "paid_overage_usd_per_lookup": 0.01,
     }
-    assert error["free_alternatives"] == ["get_data_lineage", "probe_echo"]
+    assert error["free_alternatives"] == [
+        "get_data_lineage", "get_log_checkpoint", "get_log_consistency_proof", "get_log_inclusion_proof", "probe_echo",
+    ]  # fmt: skip
     assert ("resultType" in result) is (version == MODERN)
 
 

@@ -15,11 +15,16 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
+from django.test import override_settings
 
 from accounts import services
 from accounts.models import ApiKey, User
-from evidence.models import Frame, LiveBar, MarketMemoryArtifact
-from leroy.clock import now
+from evidence.models import Frame, LiveBar, LogEntry, MarketMemoryArtifact
+from evidence.publication import selectors as publication_selectors
+from evidence.publication import services as publication
+from evidence.schemas import EvaluateArgs, EvaluationOut
+from leroy.clock import now, parse_replay_origin
+from leroy.mcp.registry import call_for
 
 DEMO_EMAIL = "demo@leroy.local"
 DEMO_KEY_NAME = "demo"
@@ -68,6 +73,8 @@ class Command(BaseCommand):
         self.stdout.write(f"\nAccount page: {origin}/account/  (log in as {DEMO_EMAIL} / {password})")
         self.stdout.write("MCP client config:\n" + json.dumps(config, indent=2))
         self.stdout.write(f"LEROY_DEMO_API_KEY={key}\n")
+        if not options["no_data"]:
+            self.publish_demo_answer(clock=env["LEROY_CLOCK"], origin=origin)
         if options["no_serve"]:
             return
         env.setdefault("LEROY_PUBLIC_ORIGIN", origin)
@@ -91,6 +98,34 @@ class Command(BaseCommand):
         Frame.objects.all().delete()
         self.stdout.write(f"Market Memory ready; replaying the open session from LEROY_CLOCK={clock}")
         return clock
+
+    def publish_demo_answer(self, *, clock: str, origin: str) -> None:
+        """Make sure the publication log names the served artifact, answer one evaluation for the demo account
+        (1 lookup), commit its day, and save the answer and its proof for leroy-verify to check on this server."""
+        user = User.objects.get(email=DEMO_EMAIL)
+        frame = Frame.objects.filter(ready=True).select_related("symbol").order_by("symbol__ticker").first()
+        replay = parse_replay_origin(clock)
+        assert replay is not None
+        with override_settings(LEROY_CLOCK=clock):
+            age = now() - replay  # this process's replay clock started with it; the feed's started just now
+        with override_settings(LEROY_CLOCK=f"replay:{(replay - age).isoformat()}"):
+            publication.artifact_published(artifact=MarketMemoryArtifact.objects.get(is_active=True))
+            if frame is not None:
+                args = EvaluateArgs(symbol=frame.symbol.ticker, side="buy")
+                answer = call_for(user_id=user.pk, tool="evaluate_current_setup", args=args)
+                assert isinstance(answer, EvaluationOut)
+                publication.answers_commit(day=now().date())
+                proof = publication_selectors.answer_proof(user=user, answer_id=answer.evaluation_id)
+                out = Path(settings.LEROY_VAR_DIR, "demo")
+                out.mkdir(exist_ok=True)
+                (out / "answer.json").write_text(answer.model_dump_json(indent=2))
+                (out / "answer_proof.json").write_text(proof.model_dump_json(indent=2))
+        kinds = ", ".join(f"{row.index}: {row.kind}" for row in LogEntry.objects.order_by("-index")[:5][::-1])
+        self.stdout.write(f"Publication log: {LogEntry.objects.count()} entries (latest {kinds}). Verify it here:")
+        command = f".venv/bin/leroy-verify --log {origin} --key '{publication_selectors.verifier_key()}' --entries"
+        if frame is not None:
+            command += f" --answer {out / 'answer.json'} --proof {out / 'answer_proof.json'}"
+        self.stdout.write(f"  {command}\n")
 
 
 def serve(*, port: int, env: dict[str, str]) -> int:

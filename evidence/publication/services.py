@@ -1,0 +1,168 @@
+"""Writes to the publication log: appends (serialised, dense, each batch checkpointed), the artifact entry on
+activation, answer receipts, and the daily commitment of answer hashes."""
+
+import base64
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping
+from datetime import date
+from typing import Any
+
+import rfc8785
+from django.conf import settings
+from django.db import connection, transaction
+from pydantic import BaseModel
+
+from accounts.models import User
+from evidence.models import LOG_KINDS, AnswerReceipt, LogCheckpoint, LogEntry, MarketMemoryArtifact
+from evidence.publication.schemas import Receipt
+from evidence.publication.signing import signer
+from leroy.clock import now
+from leroy.errors import DomainError
+from leroy_verify.merkle import Tree, frontier_append, frontier_root, leaf_hash
+
+# Any constant unique to this lock; PostgreSQL holds it until the appending transaction ends.
+APPEND_LOCK = 0x6C65726F79_6C6F67  # "leroy" "log"
+
+
+class LogError(DomainError):
+    """An entry was refused; nothing was appended."""
+
+
+def canonical(value: Any) -> bytes:
+    """RFC 8785 (JCS) bytes: the one serialisation every hash in the log is taken over."""
+    return rfc8785.dumps(value)
+
+
+def checkpoint_text(size: int, root: bytes) -> str:
+    return f"{settings.LEROY_LOG_ORIGIN}\n{size}\n{base64.b64encode(root).decode()}\n"
+
+
+def _lock() -> None:
+    """Serialise appends so indices are dense. SQLite needs nothing: its IMMEDIATE transactions already serialise
+    writers (settings), and the primary key refuses a duplicate index in any case."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [APPEND_LOCK])
+
+
+def _validated(entry: Mapping[str, Any]) -> dict[str, Any]:
+    kind = entry.get("kind")
+    if kind not in LOG_KINDS:
+        raise LogError("unknown_kind", f"log entry kind must be one of {sorted(LOG_KINDS)}")
+    missing = [name for name in LOG_KINDS[kind] if entry.get(name) in (None, "")]
+    if missing or "logged_at" in entry:
+        raise LogError("invalid_entry", f"{kind} entries need {list(LOG_KINDS[kind])}; logged_at is set by the log")
+    try:
+        canonical(entry)
+    except rfc8785.CanonicalizationError as error:  # e.g. an integer beyond 2^53 has no exact JSON number
+        raise LogError("invalid_entry", f"{kind} entry has no canonical JSON: {error}") from None
+    return dict(entry)
+
+
+@transaction.atomic
+def entries_append(entries: list[Mapping[str, Any]]) -> list[LogEntry]:
+    """Append one batch and sign the checkpoint of the grown tree, in one transaction."""
+    bodies = [_validated(entry) for entry in entries]
+    if not bodies:
+        return []
+    _lock()
+    head = LogCheckpoint.objects.order_by("-tree_size").first()
+    size = head.tree_size if head is not None else 0
+    edge = [bytes.fromhex(h) for h in head.frontier] if head is not None else []
+    at = now()
+    rows = []
+    for offset, body in enumerate(bodies):
+        data = canonical({**body, "logged_at": at.isoformat().replace("+00:00", "Z")})
+        leaf = leaf_hash(data)
+        edge = frontier_append(edge, size + offset, leaf)
+        rows.append(
+            LogEntry(index=size + offset, kind=body["kind"], body=data.decode(), leaf_hash=leaf.hex(), logged_at=at)
+        )
+    LogEntry.objects.bulk_create(rows)
+    size += len(rows)
+    root = frontier_root(edge)
+    LogCheckpoint.objects.create(
+        tree_size=size,
+        root_hash=root.hex(),
+        frontier=[h.hex() for h in edge],
+        note=signer().sign(checkpoint_text(size, root)),
+        created_at=at,
+    )
+    return rows
+
+
+def entry_append(entry: Mapping[str, Any]) -> LogEntry:
+    return entries_append([entry])[0]
+
+
+def artifact_published(*, artifact: MarketMemoryArtifact) -> LogEntry | None:
+    """Log the artifact now being served, unless the log's latest artifact entry already names it."""
+    latest = LogEntry.objects.filter(kind="market_memory_artifact").order_by("-index").first()
+    if latest is not None and json.loads(latest.body)["artifact_sha256"] == artifact.sha256:
+        return None
+    return entry_append(
+        {
+            "kind": "market_memory_artifact",
+            "artifact_version": artifact.version,
+            "artifact_sha256": artifact.sha256,
+            "sessions_through": artifact.manifest["data_as_of"],
+        }
+    )
+
+
+def answer_sha256(answer: BaseModel) -> str:
+    """SHA-256 of the answer exactly as the caller receives it (its JSON), without its receipt."""
+    return hashlib.sha256(canonical(answer.model_dump(mode="json", exclude={"receipt"}))).hexdigest()
+
+
+def receipt_attach[T: BaseModel](*, user: User, tool: str, answer: T) -> T:
+    """Record the answer's hash for its day's commitment and return the answer carrying its receipt.
+
+    Called inside the metering transaction, so a rolled-back answer leaves no hash behind."""
+    answer_id = getattr(answer, "evaluation_id", None) or f"ans_{uuid.uuid4().hex}"
+    digest, day = answer_sha256(answer), now().date()
+    AnswerReceipt.objects.create(
+        user=user, answer_id=answer_id, tool=tool, answer_sha256=digest, day=day, recorded_at=now()
+    )
+    return answer.model_copy(update={"receipt": Receipt(answer_id=answer_id, answer_sha256=digest, day=day)})
+
+
+def day_tree_leaves(hashes: list[str]) -> list[bytes]:
+    return [leaf_hash(bytes.fromhex(h)) for h in hashes]
+
+
+@transaction.atomic
+def answers_commit(*, day: date) -> LogEntry | None:
+    """Commit the day's not yet committed answer hashes (in recording order) as one `daily_answers_root` entry.
+
+    Answers recorded after a commit go into the next commit of the same day."""
+    _lock()
+    rows = list(
+        AnswerReceipt.objects.filter(day=day, log_index__isnull=True).order_by("pk").values_list("pk", "answer_sha256")
+    )
+    if not rows:
+        return None
+    leaves = day_tree_leaves([digest for _, digest in rows])
+    entry = entry_append(
+        {
+            "kind": "daily_answers_root",
+            "day": day.isoformat(),
+            "answer_count": len(rows),
+            "root_sha256": Tree(leaves).root(len(leaves)).hex(),
+        }
+    )
+    AnswerReceipt.objects.filter(pk__in=[pk for pk, _ in rows]).update(log_index=entry.index)
+    return entry
+
+
+def answers_commit_due(*, through: date) -> list[LogEntry]:
+    """Commit every day through `through` that has uncommitted answers (the beat task and the command's default)."""
+    days = (
+        AnswerReceipt.objects.filter(log_index__isnull=True, day__lte=through)
+        .values_list("day", flat=True)
+        .distinct()
+        .order_by("day")
+    )
+    return [entry for day in list(days) if (entry := answers_commit(day=day)) is not None]

@@ -1,0 +1,12 @@
+from django.urls import path
+
+from evidence.publication import views
+
+app_name = "publication"
+urlpatterns = [
+    path("log/checkpoint", views.checkpoint, name="checkpoint"),
+    path(".well-known/leroy-log-key", views.log_key, name="key"),
+    path("log/entries", views.entries, name="entries"),
+    path("log/proof/inclusion", views.inclusion, name="inclusion"),
+    path("log/proof/consistency", views.consistency, name="consistency"),
+]

@@ -1,0 +1,82 @@
+"""The log's static endpoints: no auth, cacheable, formats fixed by the issue (and C2SP for the checkpoint).
+
+A response about tree sizes up to the latest checkpoint never changes, so it is cached for a year; the checkpoint
+itself moves with every append and is cached for seconds."""
+
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.http import require_safe
+
+from evidence.publication import selectors
+from leroy.errors import DomainError
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+def _public(response: HttpResponse, cache_control: str) -> HttpResponse:
+    response["Cache-Control"] = cache_control
+    response["Access-Control-Allow-Origin"] = "*"  # public data: browser-side verifiers may fetch it
+    return response
+
+
+def _bad(message: str, code: str = "invalid_parameter") -> HttpResponse:
+    return _public(JsonResponse({"error": {"code": code, "message": message}}, status=400), "no-store")
+
+
+def _ints(request: HttpRequest, *names: str) -> list[int] | HttpResponse:
+    values = []
+    for name in names:
+        raw = request.GET.get(name, "")
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+            return _bad(f"{name} must be a non-negative integer")
+        values.append(int(raw))
+    return values
+
+
+def _json(build: Callable[[], Any]) -> HttpResponse:
+    try:
+        body = build()
+    except DomainError as refusal:
+        return _bad(refusal.message, refusal.code)
+    return _public(JsonResponse(body), IMMUTABLE)
+
+
+@require_safe
+def checkpoint(request: HttpRequest) -> HttpResponse:
+    note = selectors.checkpoint_note()
+    return _public(HttpResponse(note, content_type="text/plain; charset=utf-8"), "public, max-age=5")
+
+
+@require_safe
+def log_key(request: HttpRequest) -> HttpResponse:
+    key = selectors.verifier_key() + "\n"
+    return _public(HttpResponse(key, content_type="text/plain; charset=utf-8"), "public, max-age=3600")
+
+
+@require_safe
+def entries(request: HttpRequest) -> HttpResponse:
+    params = _ints(request, "start", "end")
+    if isinstance(params, HttpResponse):
+        return params
+    start, end = params
+    return _json(lambda: {"entries": [e.model_dump() for e in selectors.entries(start=start, end=end)]})
+
+
+@require_safe
+def inclusion(request: HttpRequest) -> HttpResponse:
+    params = _ints(request, "index", "tree_size")
+    if isinstance(params, HttpResponse):
+        return params
+    index, size = params
+    return _json(lambda: selectors.inclusion_proof(index=index, tree_size=size).model_dump())
+
+
+@require_safe
+def consistency(request: HttpRequest) -> HttpResponse:
+    params = _ints(request, "first", "second")
+    if isinstance(params, HttpResponse):
+        return params
+    first, second = params
+    return _json(lambda: selectors.consistency_proof(first=first, second=second).model_dump())

@@ -1,0 +1,241 @@
+"""`leroy-verify`: check Leroy's publication log offline, one line per check; exit 1 at the first failure.
+
+Sources are URLs (http/https) or files. Pin the log's key with --key; without it the key is fetched from the log
+itself, which proves nothing about who runs the log (the output says so).
+
+  leroy-verify --log https://leroy.example --key KEY                  # the latest checkpoint's signature
+  leroy-verify --log URL --key KEY --earlier old.checkpoint           # ... and that the log only grew since then
+  leroy-verify --log URL --key KEY --entries                          # ... every entry, recomputing the root
+  leroy-verify --log URL --key KEY --entry 3                          # ... one entry and its inclusion proof
+  leroy-verify --key KEY --answer answer.json --proof proof.json      # an answer proof, fully offline
+  leroy-verify --key KEY --checkpoint cp.txt --entries entries.json   # the whole log from files
+"""
+
+import argparse
+import base64
+import hashlib
+import json
+import sys
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, NoReturn
+
+import rfc8785
+
+from leroy_verify.merkle import (
+    ProofError,
+    frontier_append,
+    frontier_root,
+    leaf_hash,
+    root_from_inclusion_proof,
+    verify_consistency,
+    verify_inclusion,
+)
+from leroy_verify.note import Checkpoint, NoteError, Verifier, open_note, parse_checkpoint, parse_verifier_key
+
+PAGE = 1000
+
+
+class Failed(Exception):
+    pass
+
+
+def _read(source: str) -> str:
+    if source.startswith(("http://", "https://")):
+        with urllib.request.urlopen(source, timeout=20) as response:  # noqa: S310 (http(s) only, checked above)
+            return str(response.read().decode())
+    return Path(source).read_text(encoding="utf-8")
+
+
+class Run:
+    def __init__(self, log: str | None) -> None:
+        self.log = log.rstrip("/") if log else None
+
+    def url(self, path: str, **params: int) -> str:
+        if self.log is None:
+            raise Failed(f"needs --log (or a file) to fetch {path}")
+        return f"{self.log}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+
+    def json(self, path: str, **params: int) -> Any:
+        return json.loads(_read(self.url(path, **params)))
+
+    @staticmethod
+    def ok(check: str, detail: str) -> None:
+        print(f"ok    {check}: {detail}")
+
+
+def _b64(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)
+
+
+def _hashes(values: list[str]) -> list[bytes]:
+    return [_b64(v) for v in values]
+
+
+def _checkpoint(run: Run, label: str, note: str, verifier: Verifier) -> Checkpoint:
+    try:
+        checkpoint = parse_checkpoint(open_note(note, verifier))
+    except NoteError as error:
+        raise Failed(f"{label} signature: {error}") from None
+    root = base64.b64encode(checkpoint.root).decode()
+    run.ok(f"{label} signature", f"{checkpoint.origin} size {checkpoint.size} root {root} by {verifier.name}")
+    return checkpoint
+
+
+def _entry_leaf(check: str, index: int, entry: dict[str, Any], stated: str | None) -> bytes:
+    leaf = leaf_hash(rfc8785.dumps(entry))
+    if stated is not None and stated != leaf.hex():
+        raise Failed(f"{check}: entry {index}: its leaf_hash is not the hash of its RFC 8785 bytes (it was edited)")
+    return leaf
+
+
+def check_consistency(run: Run, earlier: Checkpoint, later: Checkpoint, proof_file: str | None) -> None:
+    if earlier.size > later.size:
+        raise Failed(f"consistency: the earlier checkpoint (size {earlier.size}) is larger than the later one")
+    body = (
+        json.loads(_read(proof_file))
+        if proof_file
+        else run.json("/log/proof/consistency", first=earlier.size, second=later.size)
+    )
+    if (body["first"], body["second"]) != (earlier.size, later.size):
+        raise Failed("consistency: the proof is for other tree sizes")
+    try:
+        verify_consistency(earlier.size, later.size, earlier.root, later.root, _hashes(body["hashes"]))
+    except ProofError as error:
+        raise Failed(f"consistency: {error} (a forked or rewritten log)") from None
+    run.ok("consistency", f"size {earlier.size} is a prefix of size {later.size}: the log only grew")
+
+
+def check_entries(run: Run, checkpoint: Checkpoint, source: str | None) -> None:
+    if source:
+        entries = json.loads(_read(source))["entries"]
+    else:
+        entries = []
+        for start in range(0, checkpoint.size, PAGE):
+            entries += run.json("/log/entries", start=start, end=min(start + PAGE, checkpoint.size))["entries"]
+    edge: list[bytes] = []
+    for position, item in enumerate(entries):
+        if item["index"] != position:
+            raise Failed(f"entries: index {item['index']} where {position} was due (an entry deleted or reordered)")
+        edge = frontier_append(edge, position, _entry_leaf("entries", position, item["entry"], item.get("leaf_hash")))
+    if len(entries) != checkpoint.size:
+        raise Failed(f"entries: {len(entries)} entries for a checkpoint of size {checkpoint.size}")
+    if frontier_root(edge) != checkpoint.root:
+        raise Failed("entries: their tree root is not the checkpoint's (an entry edited, deleted or reordered)")
+    run.ok("entries", f"all {len(entries)} entries hash to the checkpoint's root")
+
+
+def check_entry(run: Run, checkpoint: Checkpoint, index: int) -> None:
+    item = run.json("/log/entries", start=index, end=index + 1)["entries"][0]
+    proof = run.json("/log/proof/inclusion", index=index, tree_size=checkpoint.size)
+    try:
+        verify_inclusion(index, checkpoint.size, _entry_leaf("inclusion", index, item["entry"], item["leaf_hash"]),
+                         _hashes(proof["hashes"]), checkpoint.root)  # fmt: skip
+    except ProofError as error:
+        raise Failed(f"inclusion: {error}") from None
+    run.ok("inclusion", f"entry {index} ({item['entry'].get('kind')}) is in the tree of size {checkpoint.size}")
+
+
+def check_answer(run: Run, verifier: Verifier, answer_file: str, proof_file: str) -> Checkpoint:
+    answer, proof = json.loads(_read(answer_file)), json.loads(_read(proof_file))
+    receipt = answer.pop("receipt", None) or {}
+    digest = hashlib.sha256(rfc8785.dumps(answer)).hexdigest()
+    if digest != proof["answer_sha256"] or receipt.get("answer_sha256", digest) != digest:
+        raise Failed("answer: its RFC 8785 hash is not the proof's answer_sha256 (the answer was changed)")
+    run.ok("answer hash", digest)
+    if proof["status"] != "committed":
+        raise Failed(f"answer: not committed yet (day {proof['day']}); ask again after the day's commit")
+    day, entry = proof["day_tree"], proof["log_entry"]["entry"]
+    try:
+        day_root = root_from_inclusion_proof(day["index"], day["size"], leaf_hash(bytes.fromhex(digest)),
+                                             _hashes(day["hashes"]))  # fmt: skip
+    except ProofError as error:
+        raise Failed(f"day tree: {error}") from None
+    if (entry.get("kind"), entry.get("root_sha256"), entry.get("answer_count")) != (
+        "daily_answers_root",
+        day_root.hex(),
+        day["size"],
+    ):
+        raise Failed("day tree: the answer's day root is not the one the log entry commits")
+    run.ok("day tree", f"answer {day['index']} of {day['size']} committed on {entry.get('day')}")
+    checkpoint = _checkpoint(run, "proof checkpoint", proof["checkpoint"], verifier)
+    inclusion = proof["log_inclusion"]
+    if inclusion["tree_size"] != checkpoint.size or inclusion["index"] != proof["log_entry"]["index"]:
+        raise Failed("log inclusion: the proof is not for that entry in that checkpoint")
+    leaf = _entry_leaf("log inclusion", inclusion["index"], entry, proof["log_entry"]["leaf_hash"])
+    try:
+        verify_inclusion(inclusion["index"], checkpoint.size, leaf, _hashes(inclusion["hashes"]), checkpoint.root)
+    except ProofError as error:
+        raise Failed(f"log inclusion: {error}") from None
+    run.ok("log inclusion", f"day root is entry {inclusion['index']} of the signed tree of size {checkpoint.size}")
+    return checkpoint
+
+
+def _key(run: Run, given: str | None) -> Verifier:
+    if given is None:
+        text = _read(run.url("/.well-known/leroy-log-key"))
+        print(f"note  key: taken from the log itself; pin it with --key {text.strip()}")
+    elif given.startswith(("http://", "https://")) or Path(given).is_file():
+        text = _read(given)
+    else:
+        text = given
+    try:
+        return parse_verifier_key(text)
+    except NoteError as error:
+        raise Failed(f"key: {error}") from None
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="leroy-verify", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--log", help="the log's base URL (serving /log/... and /.well-known/leroy-log-key)")
+    parser.add_argument("--key", help="verifier key <name>+<hash>+<base64>, or a file or URL holding it")
+    parser.add_argument("--checkpoint", help="checkpoint note file or URL (default: the log's latest)")
+    parser.add_argument("--earlier", help="an earlier checkpoint you kept: prove the log only grew since")
+    parser.add_argument("--consistency", help="consistency proof JSON file (default: fetched from the log)")
+    parser.add_argument("--entries", nargs="?", const="", help="audit every entry (from this JSON file or the log)")
+    parser.add_argument("--entry", type=int, help="check one entry's inclusion by index")
+    parser.add_argument("--answer", help="an answer JSON as received (with its receipt)")
+    parser.add_argument("--proof", help="its get_answer_proof result JSON")
+    args = parser.parse_args(argv)
+    if (args.answer is None) != (args.proof is None):
+        parser.error("--answer and --proof go together")
+    if args.log is None and args.checkpoint is None and args.answer is None:
+        parser.error("give --log, --checkpoint or --answer/--proof")
+    return args
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    args = parse(argv)
+    run = Run(args.log)
+    try:
+        verifier = _key(run, args.key)
+        latest = None
+        if args.answer is not None:
+            latest = check_answer(run, verifier, args.answer, args.proof)
+        if args.checkpoint is not None or args.log is not None:
+            note = _read(args.checkpoint or run.url("/log/checkpoint"))
+            current = _checkpoint(run, "checkpoint", note, verifier)
+            if latest is not None and run.log is not None:  # the answer's checkpoint is a prefix of the current
+                check_consistency(run, latest, current, None)
+            latest = current
+        assert latest is not None
+        if args.earlier is not None:
+            earlier = _checkpoint(run, "earlier checkpoint", _read(args.earlier), verifier)
+            check_consistency(run, earlier, latest, args.consistency)
+        if args.entries is not None:
+            check_entries(run, latest, args.entries or None)
+        if args.entry is not None:
+            check_entry(run, latest, args.entry)
+    except Failed as failure:
+        print(f"FAIL  {failure}")
+        sys.exit(1)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"FAIL  input: {type(error).__name__}: {error}")
+        sys.exit(1)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""`leroy-verify` in a clean process (no Django settings, none of the server's packages imported): it verifies the
+log, its entries and an answer proof, and it catches edited, deleted and reordered entries, a forked log and a
+wrong key."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import pytest
+import time_machine
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.db import transaction
+from pydantic import BaseModel
+
+from evidence.publication import selectors, services
+from evidence.publication.schemas import Receipt
+from evidence.publication.signing import format_private_key, parse_private_key
+
+pytestmark = pytest.mark.django_db
+VERIFY = shutil.which("leroy-verify", path=str(Path(sys.executable).parent))
+
+
+class Answer(BaseModel):
+    evaluation_id: str
+    average_return_pct: float | None
+    note: str
+    receipt: Receipt | None = None
+
+
+def verify(*args: str | Path, cwd: Path) -> tuple[int, list[str]]:
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd)}  # no DJANGO_SETTINGS_MODULE, no LEROY_*, no database
+    done = subprocess.run([VERIFY, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert done.stderr == ""
+    return done.returncode, done.stdout.splitlines()
+
+
+def snapshot(n: int) -> dict[str, object]:
+    return {"kind": "eod_snapshot", "session": f"2026-06-{n + 1:02d}", "snapshot_sha256": f"{n:064x}", "row_count": n}
+
+
+@pytest.fixture
+def files(tmp_path, client):
+    """A log of 5 entries with an earlier checkpoint kept at size 2, written out as a client would save them."""
+    services.entries_append([snapshot(0), snapshot(1)])
+    (tmp_path / "earlier.txt").write_text(client.get("/log/checkpoint").content.decode())
+    services.entries_append([snapshot(2), snapshot(3), snapshot(4)])
+    (tmp_path / "checkpoint.txt").write_text(client.get("/log/checkpoint").content.decode())
+    (tmp_path / "key.txt").write_text(client.get("/.well-known/leroy-log-key").content.decode())
+    (tmp_path / "entries.json").write_text(client.get("/log/entries", {"start": 0, "end": 5}).content.decode())
+    proof = client.get("/log/proof/consistency", {"first": 2, "second": 5}).content.decode()
+    (tmp_path / "consistency.json").write_text(proof)
+    return tmp_path
+
+
+def test_the_verifier_imports_nothing_of_the_server_and_no_django(tmp_path):
+    code = ("import sys, leroy_verify.cli; bad = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'django', 'evidence', 'accounts', 'billing', 'backtests', 'alerts', 'leroy'}); print(bad)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PATH": os.environ["PATH"]},
+                          capture_output=True, text=True, check=True)  # fmt: skip
+
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_whole_log_from_files_verifies_one_line_per_check(files):
+    code, lines = verify("--key", files / "key.txt", "--checkpoint", files / "checkpoint.txt", "--earlier",
+                         files / "earlier.txt", "--consistency", files / "consistency.json", "--entries",
+                         files / "entries.json", cwd=files)  # fmt: skip
+
+    assert code == 0
+    assert [line.split(":")[0] for line in lines] == [
+        "ok    checkpoint signature", "ok    earlier checkpoint signature", "ok    consistency", "ok    entries",
+    ]  # fmt: skip
+    assert "127.0.0.1:8000/log size 5" in lines[0]
+    assert lines[3] == "ok    entries: all 5 entries hash to the checkpoint's root"
+
+
+def tampered(files: Path, change) -> Path:
+    body = json.loads((files / "entries.json").read_text())
+    change(body["entries"])
+    (files / "tampered.json").write_text(json.dumps(body))
+    return files / "tampered.json"
+
+
+def edit(entries):
+    entries[2]["entry"]["row_count"] = 99
+
+
+def edit_and_rehash(entries):
+    import hashlib
+
+    import rfc8785
+
+    entries[2]["entry"]["row_count"] = 99
+    entries[2]["leaf_hash"] = hashlib.sha256(b"\x00" + rfc8785.dumps(entries[2]["entry"])).hexdigest()
+
+
+def delete(entries):
+    del entries[1]
+
+
+def reorder(entries):
+    entries[1], entries[2] = entries[2], entries[1]
+
+
+def reorder_and_renumber(entries):
+    reorder(entries)
+    entries[1]["index"], entries[2]["index"] = 1, 2
+
+
+def delete_last(entries):
+    entries.pop()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (edit, "its leaf_hash is not the hash of its RFC 8785 bytes"),
+        (edit_and_rehash, "their tree root is not the checkpoint's"),
+        (delete, "index 2 where 1 was due"),
+        (reorder, "index 2 where 1 was due"),
+        (reorder_and_renumber, "their tree root is not the checkpoint's"),
+        (delete_last, "4 entries for a checkpoint of size 5"),
+    ],
+)
+def test_tampered_entries_are_detected(files, change, reason):
+    code, lines = verify("--key", files / "key.txt", "--checkpoint", files / "checkpoint.txt", "--entries",
+                         tampered(files, change), cwd=files)  # fmt: skip
+
+    assert code == 1
+    assert lines[-1].startswith("FAIL  entries: ") and reason in lines[-1]
+
+
+def test_a_checkpoint_signed_by_another_key_is_refused(files):
+    other = parse_private_key(format_private_key("test.leroy.invalid/log", Ed25519PrivateKey.generate()))
+    forged = other.sign((files / "checkpoint.txt").read_text().split("\n\n")[0] + "\n")
+    (files / "forged.txt").write_text(forged)
+
+    wrong_key = verify("--key", str(other.verifier), "--checkpoint", files / "checkpoint.txt", cwd=files)
+    forged_note = verify("--key", files / "key.txt", "--checkpoint", files / "forged.txt", cwd=files)
+    edited_note = (files / "checkpoint.txt").read_text().replace("\n5\n", "\n6\n")
+    (files / "edited.txt").write_text(edited_note)
+    edited = verify("--key", files / "key.txt", "--checkpoint", files / "edited.txt", cwd=files)
+
+    expected = (
+        f"FAIL  checkpoint signature: note: no signature by {other.verifier.name}+{other.verifier.key_hash.hex()}"
+    )
+    assert wrong_key == (1, [expected])
+    assert forged_note == (1, ["FAIL  checkpoint signature: note: no signature by test.leroy.invalid/log+775b8874"])
+    assert edited == (1, ["FAIL  checkpoint signature: note: the signature by test.leroy.invalid/log does not verify"])
+
+
+def test_a_forked_log_fails_the_consistency_check(tmp_path, client):
+    # The same key once signed a tree of size 2 whose entries differ from those the log holds now.
+    with transaction.atomic():
+        sid = transaction.savepoint()
+        services.entries_append([snapshot(7), snapshot(8)])
+        (tmp_path / "fork.txt").write_text(client.get("/log/checkpoint").content.decode())
+        transaction.savepoint_rollback(sid)
+    services.entries_append([snapshot(n) for n in range(5)])
+    (tmp_path / "checkpoint.txt").write_text(client.get("/log/checkpoint").content.decode())
+    proof = client.get("/log/proof/consistency", {"first": 2, "second": 5}).content.decode()
+    (tmp_path / "consistency.json").write_text(proof)
+
+    code, lines = verify("--key", str(services.signer().verifier), "--checkpoint", tmp_path / "checkpoint.txt",
+                         "--earlier", tmp_path / "fork.txt", "--consistency", tmp_path / "consistency.json",
+                         cwd=tmp_path)  # fmt: skip
+
+    assert code == 1
+    assert lines[1].startswith("ok    earlier checkpoint signature: 127.0.0.1:8000/log size 2")
+    assert lines[-1].startswith("FAIL  consistency: the tree of size 2 is not a prefix of the tree of size 5")
+
+
+def test_an_answer_proof_verifies_offline_and_a_changed_answer_does_not(files, owner, outsider):
+    with time_machine.travel(datetime(2026, 7, 1, 15, tzinfo=UTC), tick=False):
+        answers = [
+            services.receipt_attach(user=user, tool="evaluate_current_setup",
+                                    answer=Answer(evaluation_id=f"eval_{i}", average_return_pct=0.1 * i, note="é"))
+            for i, user in enumerate([outsider, owner, outsider])
+        ]  # fmt: skip
+    services.answers_commit(day=date(2026, 7, 1))
+    services.entries_append([snapshot(9)])
+    received = json.loads(json.dumps(answers[1].model_dump(mode="json")))  # the structured content the agent got
+    (files / "answer.json").write_text(json.dumps(received, indent=2))
+    proof = selectors.answer_proof(user=owner, answer_id="eval_1").model_dump(mode="json")
+    (files / "proof.json").write_text(json.dumps(proof))
+
+    code, lines = verify("--key", files / "key.txt", "--answer", files / "answer.json", "--proof",
+                         files / "proof.json", cwd=files)  # fmt: skip
+    received["average_return_pct"] = 0.2
+    (files / "changed.json").write_text(json.dumps(received))
+    changed = verify("--key", files / "key.txt", "--answer", files / "changed.json", "--proof", files / "proof.json",
+                     cwd=files)  # fmt: skip
+
+    assert code == 0
+    assert [line.split(":")[0] for line in lines] == [
+        "ok    answer hash", "ok    day tree", "ok    proof checkpoint signature", "ok    log inclusion",
+    ]  # fmt: skip
+    assert lines[1] == "ok    day tree: answer 1 of 3 committed on 2026-07-01"
+    assert lines[3] == "ok    log inclusion: day root is entry 5 of the signed tree of size 7"
+    assert changed == (1, ["FAIL  answer: its RFC 8785 hash is not the proof's answer_sha256 (the answer was changed)"])

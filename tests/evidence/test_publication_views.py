@@ -1,0 +1,102 @@
+"""The log's static endpoints: fixed formats, no auth, cacheable, structured 400s that change nothing."""
+
+import base64
+import hashlib
+
+import pytest
+import rfc8785
+
+from evidence.models import LogEntry
+from evidence.publication import services
+from leroy_verify.merkle import verify_consistency, verify_inclusion
+from leroy_verify.note import open_note, parse_checkpoint, parse_verifier_key
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def log():
+    for n in range(3):
+        services.entries_append(
+            [{"kind": "eod_snapshot", "session": f"2026-07-0{n + 1}", "snapshot_sha256": "cd" * 32, "row_count": n}]
+            * (n + 1)
+        )
+    return LogEntry.objects.count()
+
+
+def test_checkpoint_and_key_are_plain_text_and_verify_together(client, log):
+    note = client.get("/log/checkpoint")
+    key = client.get("/.well-known/leroy-log-key")
+
+    assert note["Content-Type"] == key["Content-Type"] == "text/plain; charset=utf-8"
+    assert note["Cache-Control"] == "public, max-age=5" and note["Access-Control-Allow-Origin"] == "*"
+    verifier = parse_verifier_key(key.content.decode())
+    assert key.content.decode() == f"{verifier}\n"
+    checkpoint = parse_checkpoint(open_note(note.content.decode(), verifier))
+    assert (checkpoint.origin, checkpoint.size) == ("127.0.0.1:8000/log", log)
+
+
+def test_entries_are_the_objects_whose_canonical_bytes_are_the_leaves(client, log):
+    response = client.get("/log/entries", {"start": 1, "end": 4})
+
+    assert response["Cache-Control"] == "public, max-age=31536000, immutable"
+    items = response.json()["entries"]
+    assert [item["index"] for item in items] == [1, 2, 3]
+    for item in items:
+        assert set(item) == {"index", "entry", "leaf_hash"}
+        assert item["leaf_hash"] == hashlib.sha256(b"\x00" + rfc8785.dumps(item["entry"])).hexdigest()
+
+
+def test_proofs_verify_against_the_signed_checkpoint(client, log):
+    checkpoint = parse_checkpoint(
+        open_note(client.get("/log/checkpoint").content.decode(), parse_verifier_key(str(services.signer().verifier)))
+    )
+    item = client.get("/log/entries", {"start": 4, "end": 5}).json()["entries"][0]
+
+    inclusion = client.get("/log/proof/inclusion", {"index": 4, "tree_size": log}).json()
+    consistency = client.get("/log/proof/consistency", {"first": 3, "second": log}).json()
+
+    assert set(inclusion) == {"index", "tree_size", "root_hash", "hashes"}
+    assert base64.b64decode(inclusion["root_hash"]) == checkpoint.root
+    verify_inclusion(4, log, bytes.fromhex(item["leaf_hash"]), [base64.b64decode(h) for h in inclusion["hashes"]],
+                     checkpoint.root)  # fmt: skip
+    assert (consistency["first"], consistency["second"]) == (3, log)
+    first_root = base64.b64decode(client.get("/log/proof/inclusion", {"index": 0, "tree_size": 3}).json()["root_hash"])
+    verify_consistency(3, log, first_root, checkpoint.root, [base64.b64decode(h) for h in consistency["hashes"]])
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/log/entries", {"start": 2, "end": 2}),
+        ("/log/entries", {"start": 0, "end": 7}),
+        ("/log/entries", {"start": -1, "end": 2}),
+        ("/log/entries", {"start": "a", "end": 2}),
+        ("/log/entries", {"end": 2}),
+        ("/log/entries", {"start": "\u0661", "end": 2}),  # a non-ASCII digit
+        ("/log/proof/inclusion", {"index": 6, "tree_size": 6}),
+        ("/log/proof/inclusion", {"index": 0, "tree_size": 7}),
+        ("/log/proof/inclusion", {"index": 0, "tree_size": "9" * 40}),
+        ("/log/proof/consistency", {"first": 4, "second": 3}),
+        ("/log/proof/consistency", {"first": 1}),
+    ],
+)
+def test_bad_parameters_get_a_structured_400(client, log, path, params):
+    response = client.get(path, params)
+
+    assert response.status_code == 400
+    assert response["Cache-Control"] == "no-store"
+    assert set(response.json()["error"]) == {"code", "message"}
+    assert LogEntry.objects.count() == log
+
+
+def test_more_than_a_thousand_entries_at_once_are_refused(client, log):
+    response = client.get("/log/entries", {"start": 0, "end": 1001})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_range"
+
+
+def test_the_endpoints_are_read_only(client, log):
+    for path in ("/log/checkpoint", "/.well-known/leroy-log-key", "/log/entries"):
+        assert client.post(path).status_code == 405
