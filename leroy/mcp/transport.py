@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from accounts import oauth
 from accounts import services as account_services
 from billing import selectors as billing_selectors
+from leroy import metrics
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
 from leroy.ratelimit import rate_limit_retry_after
 
@@ -27,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 ALLOWED_HEADERS = "Authorization, Content-Type, Accept, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID"
 EXPOSED_HEADERS = "WWW-Authenticate, Retry-After, MCP-Protocol-Version, Mcp-Session-Id"
+# Deeper JSON than any MCP message needs is refused before it costs anything (json.loads itself raises
+# RecursionError at about 1,000 levels; this is the limit below that).
+MAX_JSON_DEPTH = 64
 
 
 def bearer_challenge(*, error: str | None = None, description: str | None = None, scope: str = "mcp:read") -> str:
@@ -163,6 +167,38 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
             return b"".join(chunks)
 
 
+class InvalidMessage(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
+def parse_message(body: bytes) -> Any:
+    """The JSON-RPC message, or InvalidMessage for a body no handler should see (never a traceback)."""
+    try:
+        message = json.loads(body)
+    except RecursionError:
+        raise InvalidMessage(-32600, f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        raise InvalidMessage(-32700, "Parse error: the body is not JSON") from None
+    if _depth(message) > MAX_JSON_DEPTH:
+        raise InvalidMessage(-32600, f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return message
+
+
 def _replay(body: bytes, receive: Receive) -> Receive:
     sent = False
 
@@ -221,7 +257,14 @@ class McpTransport:
         except ConnectionAbortedError:
             return
 
-        if await self._refused_tool_call(scope, body, token, send):
+        try:
+            message = parse_message(body)
+        except InvalidMessage as invalid:
+            error = {"code": invalid.code, "message": invalid.message}
+            await _respond(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})
+            return
+
+        if await self._refused_tool_call(scope, message, token, send):
             return
         scope["user"] = AuthenticatedUser(token) if token else None
         await self.sdk_app(scope, _replay(body, receive), send)
@@ -242,12 +285,8 @@ class McpTransport:
                 },
             )
 
-    async def _refused_tool_call(self, scope: Scope, body: bytes, token: AccessToken | None, send: Send) -> bool:
+    async def _refused_tool_call(self, scope: Scope, message: Any, token: AccessToken | None, send: Send) -> bool:
         """Rate-limit tool calls and refuse those the caller may not make; True when a response was sent."""
-        try:
-            message = json.loads(body)
-        except ValueError:
-            return False  # the SDK answers malformed JSON with a JSON-RPC parse error
         if not isinstance(message, dict) or message.get("method") != "tools/call":
             return False
         params = message.get("params")
@@ -259,12 +298,14 @@ class McpTransport:
             identity = (
                 token.client_id if token.client_id.startswith("apikey:") else f"{token.client_id}:{token.subject}"
             )
-            limit = settings.LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE
+            limit, kind = settings.LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE, "mcp_principal"
         else:
             client = scope.get("client") or ("unknown", 0)
             identity, limit = f"ip:{client[0]}", settings.LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE
+            kind = "mcp_anonymous"
         retry_after = await rate_limit_retry_after(identity, limit)
         if retry_after is not None:
+            metrics.RATE_LIMIT_REFUSALS.labels(kind).inc()
             error = {"code": -32000, "message": f"Rate limit of {limit} tool calls per minute exceeded"}
             error["data"] = {"code": "rate_limited", "limit_per_minute": limit, "retry_after_seconds": retry_after}
             await _respond(
