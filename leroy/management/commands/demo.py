@@ -3,10 +3,8 @@
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
-import time
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from accounts import services
 from accounts.models import ApiKey, User
 from evidence.models import Frame, LiveBar, MarketMemoryArtifact
 from leroy.clock import now
+from leroy.management.commands.serve import serve
 
 DEMO_EMAIL = "demo@leroy.local"
 DEMO_KEY_NAME = "demo"
@@ -42,7 +41,7 @@ def issue_demo_credentials() -> tuple[str, str]:
 
 
 class Command(BaseCommand):
-    help = "Migrate, load demo data, build Market Memory, then serve uvicorn and a Celery worker until Ctrl-C."
+    help = "Migrate, load demo data, build Market Memory, then `serve` (uvicorn, a Celery worker, beat) until Ctrl-C."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
@@ -69,7 +68,7 @@ class Command(BaseCommand):
         if options["no_serve"]:
             return
         env.setdefault("LEROY_PUBLIC_ORIGIN", origin)
-        sys.exit(serve(port=options["port"], env=env))
+        sys.exit(serve(port=options["port"], env=env))  # one worker process: no proxy header is trusted
 
     def prepare_evidence(self) -> str:
         """Load the synthetic universe and build Market Memory once; later runs reuse them. Returns LEROY_CLOCK."""
@@ -89,57 +88,3 @@ class Command(BaseCommand):
         Frame.objects.all().delete()
         self.stdout.write(f"Market Memory ready; replaying the open session from LEROY_CLOCK={clock}")
         return clock
-
-
-def serve(*, port: int, env: dict[str, str]) -> int:
-    """Run uvicorn and a Celery worker side by side; stop both when either stops or on Ctrl-C/SIGTERM."""
-    bin_dir = Path(sys.executable).parent
-    Path(settings.LEROY_VAR_DIR, "celery").mkdir(parents=True, exist_ok=True)
-    commands = [
-        [
-            str(bin_dir / "uvicorn"),
-            "leroy.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--lifespan",
-            "on",
-        ],
-        # -B embeds the beat scheduler that ticks the frame feed; production runs `celery beat` once, separately.
-        [
-            str(bin_dir / "celery"),
-            "-A",
-            "leroy",
-            "worker",
-            "-B",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            "2",
-            "--schedule",
-            str(Path(settings.LEROY_VAR_DIR, "celery", "beat-schedule")),
-        ],
-    ]
-    children = [subprocess.Popen(command, env=env, start_new_session=True) for command in commands]
-    stopping = False
-
-    def stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    while not stopping and all(child.poll() is None for child in children):
-        time.sleep(0.2)
-    for child in children:
-        if child.poll() is None:
-            child.terminate()  # uvicorn and celery shut their own workers down gracefully
-    deadline = time.monotonic() + 15
-    for child in children:
-        try:
-            child.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-    return 0 if stopping else 1
