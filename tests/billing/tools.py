@@ -1,6 +1,9 @@
 """A metered probe tool (test settings only): the pattern every metered tool follows with billing."""
 
 import hashlib
+import tempfile
+import time
+from pathlib import Path
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
@@ -19,6 +22,7 @@ class MeteredArgs(ToolArgs):
     side: Literal["buy", "sell", "both"] = Field(description="Direction; both costs two lookups")
     fail: bool = Field(default=False, description="Make the tool's own work fail after the charge")
     client_request_id: str | None = Field(default=None, max_length=255, description="Idempotency key")
+    hold_seconds: float = Field(default=0, ge=0, le=60, description="Stay in the charge's transaction this long")
 
 
 class MeteredOut(BaseModel):
@@ -55,6 +59,10 @@ async def probe_metered(call: ToolCall, args: MeteredArgs) -> MeteredOut:
                 return charge.stored_response
             if args.fail:
                 raise ToolFailure("probe_failed", "The probe's work failed after the charge.")
+            if args.hold_seconds:
+                # Charged, answer not stored yet: the moment a crash must not turn into a charge without an answer.
+                Path(tempfile.gettempdir(), f"leroy-hold-{args.client_request_id}").touch()
+                time.sleep(args.hold_seconds)
             answer = {"evaluation_id": f"eval_{charge.usage_event_id}", "usage": charge.usage}
             services.lookup_store_response(charge=charge, response=answer)
             return answer
