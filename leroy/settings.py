@@ -190,6 +190,10 @@ if not REDIS_URL:
     }
     for _folder in ("queue", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+if REDIS_URL:
+    # A message a worker took but never acknowledged (its main process died) returns to the queue after this
+    # long. Longer than any task runs (the sandbox wall limit is 3 min), so a live task is never delivered twice.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("LEROY_BROKER_VISIBILITY_TIMEOUT", 900)}
 CELERY_TASK_IGNORE_RESULT = True  # job state lives in our own models
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
