@@ -53,7 +53,7 @@ def _cache() -> dict[str, Any]:
     if ratelimit.degraded():
         return {"status": "degraded", "detail": "rate limits are failing open with per-process windows"}
     try:
-        cache.set("leroy:readyz", 1, timeout=10)
+        cache.add("leroy:readyz", 1, timeout=10)  # add raises when the cache fails (get/set fail soft)
         if cache.get("leroy:readyz") != 1:
             raise CheckFailed("the cache did not return what was written")
     except Exception as error:

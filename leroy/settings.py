@@ -146,16 +146,20 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+
+def redis_cache(url: str) -> dict[str, object]:
+    """The cache on Redis: reads miss and writes are skipped when it fails (leroy.cache); short socket timeouts so
+    a Redis that hangs fails fast and the rate limiter fails open (leroy.ratelimit)."""
+    return {
+        "BACKEND": "leroy.cache.FailSoftRedisCache",
+        "LOCATION": url,
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0},
+    }
+
+
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
-    # Short socket timeouts: a Redis that hangs must fail fast so the rate limiter can fail open (ratelimit.py).
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0},
-        }
-    }
+    CACHES = {"default": redis_cache(REDIS_URL)}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "leroy"}}
 

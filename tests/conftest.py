@@ -12,6 +12,7 @@ from django.test import override_settings
 from accounts import services
 from accounts.models import User
 from leroy import ratelimit
+from leroy.settings import redis_cache
 
 MCP_URL = "http://127.0.0.1/api/mcp"
 # The session-scoped synthetic evidence world (fixtures `world_files`, `world`, `fed_world`).
@@ -63,15 +64,8 @@ def dead_redis_url() -> str:
 
 @pytest.fixture
 def redis_down(dead_redis_url: str) -> Iterator[str]:
-    """The cache is Redis, and Redis does not answer (the production settings' cache options)."""
-    caches = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": dead_redis_url,
-            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0},
-        }
-    }
-    with override_settings(CACHES=caches):
+    """The cache is Redis as production configures it, and Redis does not answer."""
+    with override_settings(CACHES={"default": redis_cache(dead_redis_url)}):
         yield dead_redis_url
 
 

@@ -5,16 +5,19 @@ import time
 import uuid
 from datetime import UTC, datetime
 
+import httpx2
 import pytest
 import time_machine
 from asgiref.sync import async_to_sync
 from django.core.cache import cache
 from django.test import Client, override_settings
 from prometheus_client import REGISTRY
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from leroy import ratelimit
 from tests.accounts.conftest import REDIRECT_URI
 from tests.mcp.test_transport import modern_call, modern_headers, sse_or_json
+from tests.processes import uvicorn_server
 
 FROZEN = datetime(2026, 8, 3, 14, 0, 10, tzinfo=UTC)
 
@@ -96,3 +99,46 @@ def test_limiter_uses_redis_again_once_the_degraded_window_ends(dead_redis_url, 
         async_to_sync(ratelimit.rate_limit_retry_after)("ip:x", 5)
         assert fail_open_count() - before == 1  # Redis answered
         assert cache.get(f"leroy:rl:ip:x:{int(time.time() // 60)}") == 1
+
+
+def test_read_through_caching_misses_and_skips_writes_when_redis_is_down(redis_down):
+    before = REGISTRY.get_sample_value("leroy_dependency_errors_total", {"dependency": "cache"}) or 0
+
+    cache.set("evaluation", {"cached": True}, 60)
+    assert cache.get("evaluation", "miss") == "miss"
+    assert cache.get_many(["a", "b"]) == {}
+    with pytest.raises(RedisConnectionError):
+        cache.add("counter", 0)  # counters must know: the rate limiter fails open on this
+
+    after = REGISTRY.get_sample_value("leroy_dependency_errors_total", {"dependency": "cache"})
+    assert after - before == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_server_with_redis_down_serves_tool_calls_and_registrations(dead_redis_url):
+    from accounts import services as accounts
+    from billing import services as billing
+
+    billing.plans_ensure()
+    user = accounts.user_create(email="down@example.com", password="correct horse battery staple")
+    accounts.mcp_activate(user=user)
+    key = accounts.api_key_create(user=user, name="agent").plaintext
+    with (
+        uvicorn_server(LEROY_TEST_SERVER_REDIS_URL=dead_redis_url) as server,
+        httpx2.Client(base_url=server.url, timeout=10) as http,
+    ):
+        tool = http.post(
+            "/api/mcp",
+            json=modern_call("probe_metered", {"side": "buy"}),
+            headers={**modern_headers("tools/call", "probe_metered"), "Authorization": f"Bearer {key}"},
+        )
+        registration = http.post("/oauth/register/", json={"redirect_uris": [REDIRECT_URI]})
+        ready = http.get("/readyz")
+        log = server.output()
+
+    assert tool.status_code == 200
+    assert sse_or_json(tool)["result"]["isError"] is False
+    assert registration.status_code == 201
+    assert ready.json()["checks"]["cache"]["status"] == "degraded"
+    assert "failing open" in log
+    assert "Traceback" not in log
