@@ -118,3 +118,19 @@ def test_metrics_token_is_required_when_set_even_from_loopback(client: Client, s
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     remote = client.get("/metrics", REMOTE_ADDR="203.0.113.7", HTTP_AUTHORIZATION="Bearer s3cret-metrics-token")
     assert remote.status_code == 200
+
+
+def test_readyz_is_503_while_a_migration_is_not_applied(client: Client):
+    from django.db import connection
+    from django.db.migrations.recorder import MigrationRecorder
+
+    recorder = MigrationRecorder(connection)
+    last = recorder.migration_qs.filter(app="billing").order_by("-id").first()
+    recorder.record_unapplied("billing", last.name)  # rolled back with the test's transaction
+    response = client.get("/readyz")
+
+    assert response.status_code == 503
+    assert response.json()["checks"]["migrations"]["status"] == "fail"
+    assert response.json()["checks"]["migrations"]["detail"] == (
+        f"CheckFailed: 1 migration(s) not applied, first billing.{last.name}"
+    )
