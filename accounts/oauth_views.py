@@ -24,6 +24,7 @@ from accounts import oauth
 from accounts.forms import ConsentForm
 from accounts.models import SCOPE_READ, SCOPE_WRITE, User
 from accounts.services import AccountError
+from leroy import metrics
 from leroy.ratelimit import rate_limit_retry_after
 
 # The consent page loads nothing and may be framed by nobody. No form-action: browsers apply it to the
@@ -174,6 +175,7 @@ def register(request: HttpRequest) -> JsonResponse:
     limit = settings.LEROY_OAUTH_REGISTRATIONS_PER_MINUTE
     retry_after = async_to_sync(rate_limit_retry_after)(f"dcr:{address}", limit)
     if retry_after is not None:
+        metrics.RATE_LIMIT_REFUSALS.labels("oauth_registration").inc()
         response = JsonResponse(
             {"error": "too_many_requests", "error_description": f"At most {limit} registrations per minute."},
             status=429,

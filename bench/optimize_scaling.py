@@ -43,7 +43,8 @@ django.setup()
 from django.conf import settings
 from leroy.celery import app
 app.conf.broker_transport_options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "polling_interval": 0.05}
-app.worker_main(["worker", "--concurrency", sys.argv[1], "--pool", "prefork", "--loglevel", "WARNING",
+app.worker_main(["worker", "--concurrency", sys.argv[1], "--pool", "prefork", "-Q", "celery,backtests,optimizations",
+                 "--loglevel", "WARNING",
                  "--without-heartbeat", "--without-gossip", "--without-mingle"])
 """
 GRIDS = [{"name": "fast", "min": 5, "max": 25, "step": 5}, {"name": "slow", "min": 30, "max": 60, "step": 10}]

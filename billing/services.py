@@ -295,9 +295,12 @@ def lookup_charge(
             if client_request_id is None:
                 raise
             return _replay(user=user, client_request_id=client_request_id, request_fingerprint=request_fingerprint)
+        # Everything that does not need the period lock is read before it: the lock is taken last and held only
+        # for the few statements of the decision, so an account's concurrent calls queue briefly on it.
+        customer = None if cache_hit else _meter_customer(user.pk)
         period = _lock_period(user, at)
         if not cache_hit:
-            _charge(event, period, units, at)
+            _charge(event, period, units, at, customer)
         usage = selectors.lookup_usage_of_period(period)
         usage.update(lookup_cost=event.units_charged, cache="hit" if cache_hit else "miss")
         UsageEvent.objects.filter(pk=event.pk).update(
@@ -313,7 +316,12 @@ def lookup_charge(
     )
 
 
-def _charge(event: UsageEvent, period: Period, units: int, at: datetime) -> None:
+def _meter_customer(user_id: int) -> StripeCustomer | None:
+    """The Stripe customer an overage is reported to (ledger-only accounts have none)."""
+    return StripeCustomer.objects.filter(user_id=user_id).exclude(subscription_id="").first()
+
+
+def _charge(event: UsageEvent, period: Period, units: int, at: datetime, customer: StripeCustomer | None) -> None:
     accounts = _accounts(period, Unit.LOOKUP)
     allowance = accounts[Kind.ALLOWANCE]
     included = min(units, max(allowance.available, 0))
@@ -346,22 +354,21 @@ def _charge(event: UsageEvent, period: Period, units: int, at: datetime) -> None
             at=at,
             usage_event=event,
         )
-        _meter_report_enqueue(transfer, event.user_id)
+        if customer is not None:
+            _meter_report_enqueue(transfer, customer)
     event.included_qty, event.overage_qty = included, overage
 
 
-def _meter_report_enqueue(transfer: Transfer, user_id: int) -> None:
-    """Queue the overage for Stripe in the charge's own transaction (ledger-only accounts have no customer)."""
-    customer = StripeCustomer.objects.filter(user_id=user_id).exclude(subscription_id="").first()
-    if customer is not None:
-        MeterReport.objects.create(
-            transfer=transfer,
-            identifier=f"lrx_{transfer.pk}",
-            customer_id=customer.customer_id,
-            value=transfer.amount,
-            event_at=transfer.occurred_at,
-        )
-        transaction.on_commit(tasks.meter_reports_send.delay)
+def _meter_report_enqueue(transfer: Transfer, customer: StripeCustomer) -> None:
+    """Queue the overage for Stripe in the charge's own transaction."""
+    MeterReport.objects.create(
+        transfer=transfer,
+        identifier=f"lrx_{transfer.pk}",
+        customer_id=customer.customer_id,
+        value=transfer.amount,
+        event_at=transfer.occurred_at,
+    )
+    transaction.on_commit(tasks.meter_reports_send.delay)
 
 
 def lookup_store_response(*, charge: LookupCharge, response: dict[str, Any]) -> None:

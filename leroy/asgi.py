@@ -15,7 +15,11 @@ from django.core import signals  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from starlette.types import Receive, Scope, Send  # noqa: E402
 
+from leroy.admission import Admission  # noqa: E402
 from leroy.mcp.server import build_mcp_asgi  # noqa: E402
+
+# Liveness, readiness and scrapes must answer even when every slot is taken.
+ADMISSION_EXEMPT = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 class LeroyASGI:
@@ -24,12 +28,25 @@ class LeroyASGI:
     def __init__(self) -> None:
         self.django_app = ASGIStaticFilesHandler(_django_app)
         self.mcp_app, self.session_manager = build_mcp_asgi()
-        self.mcp_paths = {settings.LEROY_MCP_PATH, settings.LEROY_MCP_PATH + "/"}
+        self.mcp_paths = frozenset({settings.LEROY_MCP_PATH, settings.LEROY_MCP_PATH + "/"})
+        self.admission = Admission(
+            self._dispatch,
+            max_inflight=settings.LEROY_ADMISSION_MAX_INFLIGHT,
+            per_principal=settings.LEROY_ADMISSION_PER_PRINCIPAL,
+            wait_seconds=settings.LEROY_ADMISSION_WAIT_SECONDS,
+            exempt_paths=ADMISSION_EXEMPT,
+            exempt_prefixes=("/" + settings.STATIC_URL.lstrip("/"),),
+            rpc_paths=self.mcp_paths,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
-        elif scope["type"] == "http" and scope["path"] in self.mcp_paths:
+        else:
+            await self.admission(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in self.mcp_paths:
             await self._mcp(scope, receive, send)
         else:
             await self.django_app(scope, receive, send)  # type: ignore[arg-type]  # Starlette vs Django ASGI types

@@ -128,9 +128,18 @@ DATABASES = {
         env_str("DATABASE_URL") or f"sqlite:///{LEROY_VAR_DIR / 'leroy.sqlite3'}", conn_max_age=0
     )
 }
+LEROY_DB_POOL_MAX = env_int("LEROY_DB_POOL_MAX", 20)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # A per-process psycopg pool: every MCP request would otherwise open and close its own connection.
-    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": env_int("LEROY_DB_POOL_MAX", 20)}}
+    # A per-process psycopg pool: every MCP request would otherwise open and close its own connection. The
+    # admission limit below keeps in-flight requests under its size; the timeout is only the backstop.
+    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": LEROY_DB_POOL_MAX, "timeout": 5}}
+# Admission (leroy/admission.py): in-flight requests per process stay below the pool (the rest is headroom for
+# /readyz, /metrics and beat-free work), per principal below that; a request waits at most this long for a slot.
+LEROY_ADMISSION_MAX_INFLIGHT = env_int("LEROY_ADMISSION_MAX_INFLIGHT", max(1, LEROY_DB_POOL_MAX - 4))
+LEROY_ADMISSION_PER_PRINCIPAL = env_int("LEROY_ADMISSION_PER_PRINCIPAL", 4)
+LEROY_ADMISSION_WAIT_SECONDS = float(env_str("LEROY_ADMISSION_WAIT_SECONDS") or 2.0)
+if LEROY_ADMISSION_MAX_INFLIGHT >= LEROY_DB_POOL_MAX:
+    raise ImproperlyConfigured("LEROY_ADMISSION_MAX_INFLIGHT must be below LEROY_DB_POOL_MAX")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the web process read while the worker writes; IMMEDIATE avoids lock upgrades mid-transaction.
     DATABASES["default"]["OPTIONS"] = {
@@ -139,9 +148,20 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+
+def redis_cache(url: str) -> dict[str, object]:
+    """The cache on Redis: reads miss and writes are skipped when it fails (leroy.cache); short socket timeouts so
+    a Redis that hangs fails fast and the rate limiter fails open (leroy.ratelimit)."""
+    return {
+        "BACKEND": "leroy.cache.FailSoftRedisCache",
+        "LOCATION": url,
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0},
+    }
+
+
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {"default": redis_cache(REDIS_URL)}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "leroy"}}
 
@@ -176,17 +196,35 @@ if not REDIS_URL:
     }
     for _folder in ("queue", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+if REDIS_URL:
+    # A message a worker took but never acknowledged (its main process died) returns to the queue after this
+    # long. Longer than any task runs (the sandbox wall limit is 3 min), so a live task is never delivered twice.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("LEROY_BROKER_VISIBILITY_TIMEOUT", 900)}
 CELERY_TASK_IGNORE_RESULT = True  # job state lives in our own models
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER")
+# One queue per workload, so a flood of one kind cannot starve another; `celery` keeps the periodic housekeeping
+# (frame feed, reaper, OAuth). Workers pick theirs with -Q (deploy/, `manage.py serve`).
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {
+    "backtests.backtest_run": {"queue": "backtests"},
+    "backtests.optimization_point": {"queue": "optimizations"},
+    "backtests.dry_run*": {"queue": "dryruns"},
+    "evidence.tasks.market_memory_*": {"queue": "builds"},
+    "alerts.*": {"queue": "deliveries"},
+    "billing.*": {"queue": "billing"},
+}
+LEROY_CELERY_QUEUES = ["celery", "backtests", "optimizations", "dryruns", "builds", "deliveries", "billing"]
 
 # MCP bridge.
 LEROY_MCP_PATH = "/api/mcp"
 LEROY_MCP_TOOL_MODULES: list[str] = []  # extra tool modules beyond each app's tools.py (tests use this)
 LEROY_MCP_MAX_BODY_BYTES = 1024 * 1024
+# /metrics: with a token, `Authorization: Bearer <token>` is required; without one only loopback callers get it.
+LEROY_METRICS_TOKEN = env_str("LEROY_METRICS_TOKEN")
 LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE = env_int("LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE", 120)
 LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE = env_int("LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE", 40)
 LEROY_API_KEYS_MAX_ACTIVE = 10
@@ -249,10 +287,18 @@ LOGGING = {
     "version": 1,
     # Keep uvicorn's and the SDK's loggers alive: the default hides tracebacks on the MCP branch.
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "bare": {"format": "%(message)s"},  # the message is already one JSON object
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "json_lines": {"class": "logging.StreamHandler", "formatter": "bare"},
+    },
     "root": {"handlers": ["console"], "level": "INFO"},
     "loggers": {
+        # One JSON line per MCP tool call (leroy.mcp.calllog).
+        "leroy.mcp.calls": {"handlers": ["json_lines"], "level": "INFO", "propagate": False},
         "mcp.server.streamable_http": {"level": "WARNING"},
         "mcp.server.streamable_http_manager": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},

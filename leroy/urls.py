@@ -1,15 +1,10 @@
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import include, path
 
 from leroy.api import api
 from leroy.mcp.discovery import server_card
-
-
-def healthz(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("ok", content_type="text/plain")
-
+from leroy.ops import healthz, metrics_view, readyz
 
 urlpatterns = [
     path("", lambda request: redirect("accounts:account"), name="home"),
@@ -22,5 +17,7 @@ urlpatterns = [
     path(".well-known/mcp/server-card.json", server_card, name="mcp-server-card"),
     path("healthz", healthz, name="healthz"),
     path("", include("evidence.publication.urls")),
+    path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/v1/", api.urls),
 ]

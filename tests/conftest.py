@@ -1,3 +1,4 @@
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx2
@@ -6,9 +7,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connections
+from django.test import override_settings
 
 from accounts import services
 from accounts.models import User
+from leroy import ratelimit
+from leroy.settings import redis_cache
 
 MCP_URL = "http://127.0.0.1/api/mcp"
 # The session-scoped synthetic evidence world (fixtures `world_files`, `world`, `fed_world`).
@@ -43,8 +47,26 @@ def anyio_backend() -> str:
 @pytest.fixture(autouse=True)
 def _clear_cache() -> Iterator[None]:
     cache.clear()
+    ratelimit.degraded_reset()
     yield
     cache.clear()
+    ratelimit.degraded_reset()
+
+
+@pytest.fixture
+def dead_redis_url() -> str:
+    """A Redis URL on a loopback port where nothing listens (Redis down)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"redis://127.0.0.1:{port}/0"
+
+
+@pytest.fixture
+def redis_down(dead_redis_url: str) -> Iterator[str]:
+    """The cache is Redis as production configures it, and Redis does not answer."""
+    with override_settings(CACHES={"default": redis_cache(dead_redis_url)}):
+        yield dead_redis_url
 
 
 @pytest.fixture

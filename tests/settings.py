@@ -24,7 +24,7 @@ os.environ.setdefault(
 )
 
 from leroy.settings import *  # noqa: E402, F403
-from leroy.settings import DATABASES  # noqa: E402
+from leroy.settings import DATABASES, redis_cache  # noqa: E402
 
 LEROY_TEST_DATABASE = "PostgreSQL" if DATABASES["default"]["ENGINE"].endswith("postgresql") else "SQLite"
 if LEROY_TEST_DATABASE == "SQLite":
@@ -42,3 +42,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 LEROY_CORS_ORIGINS = ["https://agent.example"]
+
+# A server process started by a fault test (tests/processes.py) may be given a Redis cache, e.g. one that is down.
+if os.environ.get("LEROY_TEST_SERVER_REDIS_URL"):
+    CACHES = {"default": redis_cache(os.environ["LEROY_TEST_SERVER_REDIS_URL"])}

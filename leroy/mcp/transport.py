@@ -11,6 +11,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import DatabaseError
 from django.urls import reverse
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -20,13 +21,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from accounts import oauth
 from accounts import services as account_services
 from billing import selectors as billing_selectors
+from leroy import metrics
+from leroy.mcp import calllog
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
 from leroy.ratelimit import rate_limit_retry_after
 
 logger = logging.getLogger(__name__)
 
 ALLOWED_HEADERS = "Authorization, Content-Type, Accept, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID"
-EXPOSED_HEADERS = "WWW-Authenticate, Retry-After, MCP-Protocol-Version, Mcp-Session-Id"
+EXPOSED_HEADERS = "WWW-Authenticate, Retry-After, MCP-Protocol-Version, Mcp-Session-Id, X-Request-Id"
+# Deeper JSON than any MCP message needs is refused before it costs anything (json.loads itself raises
+# RecursionError at about 1,000 levels; this is the limit below that).
+MAX_JSON_DEPTH = 64
+UNAVAILABLE_RETRY_AFTER = 2
+PROTOCOL_VERSIONS = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
 
 
 def bearer_challenge(*, error: str | None = None, description: str | None = None, scope: str = "mcp:read") -> str:
@@ -163,6 +171,66 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
             return b"".join(chunks)
 
 
+class InvalidMessage(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
+def parse_message(body: bytes) -> Any:
+    """The JSON-RPC message, or InvalidMessage for a body no handler should see (never a traceback)."""
+    try:
+        message = json.loads(body)
+    except RecursionError:
+        raise InvalidMessage(-32600, f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        raise InvalidMessage(-32700, "Parse error: the body is not JSON") from None
+    if _depth(message) > MAX_JSON_DEPTH:
+        raise InvalidMessage(-32600, f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return message
+
+
+def _id_of(message: Any) -> Any:
+    request_id = message.get("id") if isinstance(message, dict) else None
+    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+
+
+def _with_request_id(send: Send, request_id: str) -> Send:
+    async def tagged_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return tagged_send
+
+
+class _SentTracker:
+    """A `send` that remembers whether the response has started (after that, only the connection can fail)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+
 def _replay(body: bytes, receive: Receive) -> Receive:
     sent = False
 
@@ -196,6 +264,49 @@ class McpTransport:
             await _respond(send, 405, headers={"Allow": "POST, OPTIONS"})
             return
 
+        try:
+            body = await _read_body(receive, settings.LEROY_MCP_MAX_BODY_BYTES)
+        except BodyTooLarge:
+            await _respond(send, 413, {"error": "payload_too_large", "limit_bytes": settings.LEROY_MCP_MAX_BODY_BYTES})
+            return
+        except ConnectionAbortedError:
+            return
+        try:
+            message = parse_message(body)
+        except InvalidMessage as invalid:
+            error = {"code": invalid.code, "message": invalid.message}
+            await _respond(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})
+            return
+
+        request_id = calllog.request_id_of(_header(scope, b"x-request-id"))
+        send = _with_request_id(send, request_id)
+        log = self._call_log(scope, message, request_id)
+        if log is not None:
+            send = log.wrap(send)
+        sent = _SentTracker(send)
+        try:
+            await self._serve(scope, receive, sent, body, message, log)
+        except DatabaseError as error:
+            # The database failed (or its pool timed out) before an answer: a retryable 503, never a 500.
+            if sent.started:
+                raise
+            metrics.DEPENDENCY_ERRORS.labels("database").inc()
+            logger.warning("MCP request refused: database unavailable (%s)", type(error).__name__)
+            rpc_error = {"code": -32000, "message": "Service temporarily unavailable; retry shortly"}
+            rpc_error["data"] = {"code": "database_unavailable", "retry_after_seconds": UNAVAILABLE_RETRY_AFTER}
+            await _respond(
+                sent,
+                503,
+                {"jsonrpc": "2.0", "id": _id_of(message), "error": rpc_error},
+                {"Retry-After": str(UNAVAILABLE_RETRY_AFTER)},
+            )
+        finally:
+            if log is not None:
+                log.finish()
+
+    async def _serve(
+        self, scope: Scope, receive: Receive, send: Send, body: bytes, message: Any, log: calllog.CallLog | None
+    ) -> None:
         token: AccessToken | None = None
         authorization = _header(scope, b"authorization")
         if authorization is not None:
@@ -212,19 +323,25 @@ class McpTransport:
                     {"WWW-Authenticate": challenge},
                 )
                 return
+        if log is not None and token is not None:
+            log.principal = token.client_id
+            log.user_id = int(token.subject) if token.subject and token.subject.isdigit() else None
 
-        try:
-            body = await _read_body(receive, settings.LEROY_MCP_MAX_BODY_BYTES)
-        except BodyTooLarge:
-            await _respond(send, 413, {"error": "payload_too_large", "limit_bytes": settings.LEROY_MCP_MAX_BODY_BYTES})
-            return
-        except ConnectionAbortedError:
-            return
-
-        if await self._refused_tool_call(scope, body, token, send):
+        if await self._refused_tool_call(scope, message, token, send):
             return
         scope["user"] = AuthenticatedUser(token) if token else None
         await self.sdk_app(scope, _replay(body, receive), send)
+
+    @staticmethod
+    def _call_log(scope: Scope, message: Any, request_id: str) -> calllog.CallLog | None:
+        if not isinstance(message, dict) or message.get("method") != "tools/call":
+            return None
+        params = message.get("params")
+        name = params.get("name") if isinstance(params, dict) else None
+        version = _header(scope, b"mcp-protocol-version")
+        era = version if version in PROTOCOL_VERSIONS else ("legacy" if version is None else "unknown")
+        tool = name if isinstance(name, str) and name in REGISTRY else "unknown"
+        return calllog.CallLog(tool=tool, era=era, request_id=request_id)
 
     async def _preflight(self, scope: Scope, send: Send, origin: str | None, cors_origin: str | None) -> None:
         if origin is None:
@@ -242,12 +359,8 @@ class McpTransport:
                 },
             )
 
-    async def _refused_tool_call(self, scope: Scope, body: bytes, token: AccessToken | None, send: Send) -> bool:
+    async def _refused_tool_call(self, scope: Scope, message: Any, token: AccessToken | None, send: Send) -> bool:
         """Rate-limit tool calls and refuse those the caller may not make; True when a response was sent."""
-        try:
-            message = json.loads(body)
-        except ValueError:
-            return False  # the SDK answers malformed JSON with a JSON-RPC parse error
         if not isinstance(message, dict) or message.get("method") != "tools/call":
             return False
         params = message.get("params")
@@ -259,12 +372,14 @@ class McpTransport:
             identity = (
                 token.client_id if token.client_id.startswith("apikey:") else f"{token.client_id}:{token.subject}"
             )
-            limit = settings.LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE
+            limit, kind = settings.LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE, "mcp_principal"
         else:
             client = scope.get("client") or ("unknown", 0)
             identity, limit = f"ip:{client[0]}", settings.LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE
+            kind = "mcp_anonymous"
         retry_after = await rate_limit_retry_after(identity, limit)
         if retry_after is not None:
+            metrics.RATE_LIMIT_REFUSALS.labels(kind).inc()
             error = {"code": -32000, "message": f"Rate limit of {limit} tool calls per minute exceeded"}
             error["data"] = {"code": "rate_limited", "limit_per_minute": limit, "retry_after_seconds": retry_after}
             await _respond(

@@ -28,8 +28,8 @@ django.setup()
 from django.conf import settings
 from leroy.celery import app
 app.conf.broker_transport_options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "polling_interval": 0.1}
-app.worker_main(["worker", "--concurrency", "1", "--loglevel", "WARNING", "--without-heartbeat",
-                 "--without-gossip", "--without-mingle"])
+app.worker_main(["worker", "--concurrency", "1", "-Q", "celery,backtests", "--loglevel", "WARNING",
+                 "--without-heartbeat", "--without-gossip", "--without-mingle"])
 """
 SPIN = "class Spin(bt.Strategy):\n    def next(self):\n        while True:\n            pass\n"
 

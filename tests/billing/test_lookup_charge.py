@@ -201,3 +201,25 @@ def test_upgrade_mid_month_adds_the_difference_and_keeps_usage(owner, small_free
     assert result.usage["used_lookups"] == 5
     assert result.usage["lookups_remaining"] == 1995
     assert Transfer.objects.filter(code=Code.GRANT, unit="lookup").count() == 2
+
+
+def test_the_period_lock_is_taken_last_and_held_for_the_decision_only(owner, charge):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from billing.models import StripeCustomer
+
+    pro(owner)
+    StripeCustomer.objects.create(user=owner, customer_id="cus_1", subscription_id="sub_1")
+    Plan.objects.filter(code="pro").update(included_lookups=0)
+    charge(owner, fingerprint="opens-the-period")
+    with CaptureQueriesContext(connection) as queries:
+        charge(owner, fingerprint="overage")
+
+    sql = [q["sql"] for q in queries.captured_queries]
+    lock = next(i for i, s in enumerate(sql) if s.startswith("SELECT") and 'FROM "billing_period"' in s)
+    assert "FOR UPDATE" in sql[lock] or connection.vendor == "sqlite"  # SQLite locks the whole database instead
+    held = [s for s in sql[lock + 1 :] if not s.startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+    assert not any("billing_stripecustomer" in s for s in held)  # read before the lock
+    assert any("billing_stripecustomer" in s for s in sql[:lock])
+    assert len(held) == 7  # accounts, the transfer and its two balances, the meter report, usage, the event

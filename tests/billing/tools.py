@@ -1,6 +1,9 @@
 """A metered probe tool (test settings only), metered the way every lookup tool is (billing.metering)."""
 
+import tempfile
+import time
 import uuid
+from pathlib import Path
 from typing import Literal
 
 from asgiref.sync import sync_to_async
@@ -16,6 +19,7 @@ class MeteredArgs(ToolArgs):
     side: Literal["buy", "sell", "both"] = Field(description="Direction; both costs two lookups")
     fail: bool = Field(default=False, description="Make the tool's own work fail after the charge")
     client_request_id: str | None = Field(default=None, max_length=255, description="Idempotency key")
+    hold_seconds: float = Field(default=0, ge=0, le=60, description="Stay in the charge's transaction this long")
 
 
 class MeteredOut(BaseModel):
@@ -38,6 +42,10 @@ async def probe_metered(call: ToolCall, args: MeteredArgs) -> MeteredOut:
     def fail_after_the_charge(result: MeteredOut) -> MeteredOut:
         if args.fail:
             raise ToolFailure("probe_failed", "The probe's work failed after the charge.")
+        if args.hold_seconds:
+            # Charged, answer not stored yet: the moment a crash must not turn into a charge without an answer.
+            Path(tempfile.gettempdir(), f"leroy-hold-{args.client_request_id}").touch()
+            time.sleep(args.hold_seconds)
         return result
 
     def run() -> MeteredOut:

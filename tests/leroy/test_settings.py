@@ -54,7 +54,7 @@ def test_production_env_selects_postgres_and_redis(tmp_path):
     assert values["db"]["ENGINE"] == "django.db.backends.postgresql"
     assert values["db"]["HOST"] == "db.internal"
     assert values["hosts"] == ["leroy.example.com"]
-    assert values["cache"] == "django.core.cache.backends.redis.RedisCache"
+    assert values["cache"] == "leroy.cache.FailSoftRedisCache"
     assert values["broker"] == "redis://cache:6379/0"
     assert not (tmp_path / "var" / "secret_key").exists()
 

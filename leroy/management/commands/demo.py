@@ -3,10 +3,8 @@
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
-import time
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from evidence.publication import selectors as publication_selectors
 from evidence.publication import services as publication
 from evidence.schemas import EvaluateArgs, EvaluationOut
 from leroy.clock import now, parse_replay_origin
+from leroy.management.commands.serve import serve
 from leroy.mcp.registry import call_for
 
 DEMO_EMAIL = "demo@leroy.local"
@@ -47,7 +46,7 @@ def issue_demo_credentials() -> tuple[str, str]:
 
 
 class Command(BaseCommand):
-    help = "Migrate, load demo data, build Market Memory, then serve uvicorn and a Celery worker until Ctrl-C."
+    help = "Migrate, load demo data, build Market Memory, then `serve` (uvicorn, a Celery worker, beat) until Ctrl-C."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
@@ -78,7 +77,7 @@ class Command(BaseCommand):
         if options["no_serve"]:
             return
         env.setdefault("LEROY_PUBLIC_ORIGIN", origin)
-        sys.exit(serve(port=options["port"], env=env))
+        sys.exit(serve(port=options["port"], env=env))  # one worker process: no proxy header is trusted
 
     def prepare_evidence(self) -> str:
         """Load the synthetic universe and build Market Memory once; later runs reuse them. Returns LEROY_CLOCK."""
@@ -126,57 +125,3 @@ class Command(BaseCommand):
         if frame is not None:
             command += f" --answer {out / 'answer.json'} --proof {out / 'answer_proof.json'}"
         self.stdout.write(f"  {command}\n")
-
-
-def serve(*, port: int, env: dict[str, str]) -> int:
-    """Run uvicorn and a Celery worker side by side; stop both when either stops or on Ctrl-C/SIGTERM."""
-    bin_dir = Path(sys.executable).parent
-    Path(settings.LEROY_VAR_DIR, "celery").mkdir(parents=True, exist_ok=True)
-    commands = [
-        [
-            str(bin_dir / "uvicorn"),
-            "leroy.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--lifespan",
-            "on",
-        ],
-        # -B embeds the beat scheduler that ticks the frame feed; production runs `celery beat` once, separately.
-        [
-            str(bin_dir / "celery"),
-            "-A",
-            "leroy",
-            "worker",
-            "-B",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            "2",
-            "--schedule",
-            str(Path(settings.LEROY_VAR_DIR, "celery", "beat-schedule")),
-        ],
-    ]
-    children = [subprocess.Popen(command, env=env, start_new_session=True) for command in commands]
-    stopping = False
-
-    def stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    while not stopping and all(child.poll() is None for child in children):
-        time.sleep(0.2)
-    for child in children:
-        if child.poll() is None:
-            child.terminate()  # uvicorn and celery shut their own workers down gracefully
-    deadline = time.monotonic() + 15
-    for child in children:
-        try:
-            child.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-    return 0 if stopping else 1

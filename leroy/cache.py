@@ -1,0 +1,85 @@
+"""The Redis cache backend: read-through caching that fails soft (the ground: imports no app).
+
+A cache is an optimisation, so `get`/`get_many`/`has_key` answer a miss and `set`/`delete`/`touch` do nothing when
+Redis fails: the caller recomputes, the request is served. Failures are counted in
+`leroy_dependency_errors_total{dependency="cache"}` and logged at most once per 5 s, without a traceback. `add` and
+`incr` still raise: their callers (the rate limiter) must know that a count was not kept, and decide.
+"""
+
+import logging
+import math
+import time
+from typing import Any
+
+from django.core.cache.backends.base import DEFAULT_TIMEOUT
+from django.core.cache.backends.redis import RedisCache
+from redis.exceptions import RedisError
+
+from leroy import metrics
+
+logger = logging.getLogger(__name__)
+_warned_at = -math.inf
+
+
+def _failed(operation: str, error: Exception) -> None:
+    global _warned_at
+    metrics.DEPENDENCY_ERRORS.labels("cache").inc()
+    if time.monotonic() - _warned_at >= 5:
+        _warned_at = time.monotonic()
+        logger.warning("cache %s failed (%s: %s); serving without the cache", operation, type(error).__name__, error)
+
+
+class FailSoftRedisCache(RedisCache):
+    def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:
+        try:
+            return super().get(key, default, version)
+        except RedisError as error:
+            _failed("get", error)
+            return default
+
+    def get_many(self, keys: Any, version: int | None = None) -> dict[Any, Any]:
+        try:
+            return super().get_many(keys, version)
+        except RedisError as error:
+            _failed("get_many", error)
+            return {}
+
+    def has_key(self, key: Any, version: int | None = None) -> bool:
+        try:
+            return super().has_key(key, version)
+        except RedisError as error:
+            _failed("has_key", error)
+            return False
+
+    def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> None:
+        try:
+            super().set(key, value, timeout, version)
+        except RedisError as error:
+            _failed("set", error)
+
+    def set_many(self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> list[Any]:
+        try:
+            return super().set_many(data, timeout, version)
+        except RedisError as error:
+            _failed("set_many", error)
+            return list(data)
+
+    def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        try:
+            return super().touch(key, timeout, version)
+        except RedisError as error:
+            _failed("touch", error)
+            return False
+
+    def delete(self, key: Any, version: int | None = None) -> bool:
+        try:
+            return super().delete(key, version)
+        except RedisError as error:
+            _failed("delete", error)
+            return False
+
+    def delete_many(self, keys: Any, version: int | None = None) -> None:
+        try:
+            super().delete_many(keys, version)
+        except RedisError as error:
+            _failed("delete_many", error)

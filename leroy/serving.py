@@ -1,0 +1,67 @@
+"""The process commands of one Leroy: the web server and the Celery worker and beat, as `manage.py serve`,
+`make demo` and deploy/ run them (one definition, so the documented flags are the ones that run)."""
+
+import sys
+from pathlib import Path
+
+from django.conf import settings
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def uvicorn_command(
+    *, port: int, host: str = "127.0.0.1", workers: int = 1, forwarded_allow_ips: str | None = None
+) -> list[str]:
+    """uvicorn for leroy.asgi. Proxy headers are trusted only from the addresses named in `forwarded_allow_ips`
+    (a proxy in front); without it they are ignored, so a caller cannot pick its own rate-limited address."""
+    command = [
+        _bin("uvicorn"),
+        "leroy.asgi:application",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--lifespan",
+        "on",
+        "--timeout-graceful-shutdown",
+        "20",
+    ]
+    if forwarded_allow_ips:
+        command += ["--proxy-headers", "--forwarded-allow-ips", forwarded_allow_ips]
+    else:
+        command += ["--no-proxy-headers"]
+    return command
+
+
+def celery_worker_command(*, queues: list[str], concurrency: int, name: str = "worker") -> list[str]:
+    return [
+        _bin("celery"),
+        "-A",
+        "leroy",
+        "worker",
+        "--hostname",
+        f"{name}@%h",
+        "--queues",
+        ",".join(queues),
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+    ]
+
+
+def celery_beat_command() -> list[str]:
+    return [
+        _bin("celery"),
+        "-A",
+        "leroy",
+        "beat",
+        "--loglevel",
+        "INFO",
+        "--schedule",
+        str(Path(settings.LEROY_VAR_DIR, "celery", "beat-schedule")),
+    ]
