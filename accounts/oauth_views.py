@@ -33,7 +33,9 @@ CONSENT_CSP = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'n
 
 def _harden(response: HttpResponseBase) -> HttpResponseBase:
     response["Content-Security-Policy"] = CONSENT_CSP
-    response["Referrer-Policy"] = "no-referrer"  # the URL carries state and the PKCE challenge
+    # The URL carries state and the PKCE challenge: never sent to another site. Not no-referrer: browsers then
+    # send `Origin: null` on the consent POST, which Django's CSRF check refuses.
+    response["Referrer-Policy"] = "same-origin"
     response["Cache-Control"] = "no-store"
     return response
 

@@ -31,7 +31,7 @@ def test_consent_page_is_hardened_against_framing_caching_and_referrer_leaks(bro
 
     assert response["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in response["Content-Security-Policy"]
-    assert response["Referrer-Policy"] == "no-referrer"
+    assert response["Referrer-Policy"] == "same-origin"
     assert response["Cache-Control"] == "no-store"
 
 
@@ -282,3 +282,25 @@ def test_a_consent_post_without_the_page_is_refused(browser: Client, flow):
 
     assert again.status_code == 400
     assert Grant.objects.count() == 1
+
+
+def test_consent_post_with_the_browsers_same_origin_header_is_accepted(browser: Client, flow):
+    # Under same-origin referrer policy a browser sends the page's own origin; no-referrer made it `null`.
+    started = flow()
+    form = hidden_inputs(browser.get(started.url).content.decode()) | {"allow": "Authorize"}
+
+    response = browser.post(started.url, form, HTTP_ORIGIN="http://testserver")
+
+    assert response.status_code == 302
+    assert query_of(response["Location"])["state"] == started.params["state"]
+    assert Grant.objects.count() == 1
+
+
+def test_consent_post_with_a_null_origin_is_refused(browser: Client, flow):
+    started = flow()
+    form = hidden_inputs(browser.get(started.url).content.decode()) | {"allow": "Authorize"}
+
+    response = browser.post(started.url, form, HTTP_ORIGIN="null")
+
+    assert response.status_code == 403
+    assert Grant.objects.count() == 0
