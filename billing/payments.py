@@ -69,13 +69,9 @@ def stripe_meter_setup(*, client: StripeClient) -> dict[str, str]:
 
 def stripe_subscription_create(*, user: User, plan: Plan, client: StripeClient) -> StripeCustomer:
     """Create (idempotently) the account's Stripe customer and a subscription anchored to the UTC month."""
-    link = StripeCustomer.objects.filter(user=user).first()
-    if link is None:
-        customer = client.v1.customers.create(
-            {"email": user.email, "metadata": {"leroy_account_id": str(user.pk)}},
-            {"idempotency_key": f"customer:{user.pk}"},
-        )
-        link = StripeCustomer.objects.create(user=user, customer_id=customer.id)
+    link = stripe_customer(user=user, client=client)
+    if link.subscription_id and link.subscription_status in {"active", "trialing"}:
+        return link  # subscribed already (e.g. through Checkout, whose webhook assigned this plan)
     params: SubscriptionCreateParams = {
         "customer": link.customer_id,
         # The plan's flat fee (when it has one) and the shared metered overage price.
@@ -88,6 +84,47 @@ def stripe_subscription_create(*, user: User, plan: Plan, client: StripeClient) 
     link.subscription_id, link.subscription_status = subscription.id, subscription.status
     link.save(update_fields=["subscription_id", "subscription_status"])
     return link
+
+
+def stripe_customer(*, user: User, client: StripeClient) -> StripeCustomer:
+    """The account's Stripe customer, created (idempotently) on first need."""
+    link = StripeCustomer.objects.filter(user=user).first()
+    if link is None:
+        customer = client.v1.customers.create(
+            {"email": user.email, "metadata": {"leroy_account_id": str(user.pk)}},
+            {"idempotency_key": f"customer:{user.pk}"},
+        )
+        link = StripeCustomer.objects.create(user=user, customer_id=customer.id)
+    return link
+
+
+def stripe_checkout_url(*, user: User, plan: Plan, client: StripeClient, return_url: str) -> str:
+    """A Stripe Checkout session subscribing the account to `plan`; the webhook assigns the plan once paid."""
+    if not plan.stripe_flat_price_id:
+        raise ValueError(f"plan {plan.code} is not sold through Stripe")
+    link = stripe_customer(user=user, client=client)
+    line_items: list[dict[str, Any]] = [{"price": plan.stripe_flat_price_id, "quantity": 1}]
+    if settings.LEROY_STRIPE_METERED_PRICE_ID:
+        line_items.append({"price": settings.LEROY_STRIPE_METERED_PRICE_ID})
+    session = client.v1.checkout.sessions.create(
+        {
+            "mode": "subscription",
+            "customer": link.customer_id,
+            "client_reference_id": str(user.pk),
+            "line_items": line_items,  # type: ignore[typeddict-item]
+            "subscription_data": {"metadata": {"leroy_account_id": str(user.pk), "plan": plan.code}},
+            "success_url": return_url + "?checkout=done",
+            "cancel_url": return_url,
+        }
+    )
+    return str(session.url)
+
+
+def stripe_portal_url(*, user: User, client: StripeClient, return_url: str) -> str:
+    """A Stripe Customer Portal session: payment methods, invoices, plan changes and cancellation."""
+    link = stripe_customer(user=user, client=client)
+    session = client.v1.billing_portal.sessions.create({"customer": link.customer_id, "return_url": return_url})
+    return str(session.url)
 
 
 def meter_reports_send(*, client: StripeClient, limit: int = 100) -> int:

@@ -1,10 +1,10 @@
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
 from django.urls import include, path
 
 from leroy.api import api
 from leroy.mcp.discovery import server_card
+from leroy.views import landing
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -12,8 +12,10 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 
 urlpatterns = [
-    path("", lambda request: redirect("accounts:account"), name="home"),
+    path("", landing, name="home"),
     path("account/", include("accounts.urls")),
+    path("account/", include("backtests.urls")),
+    path("account/", include("evidence.urls")),
     path("admin/", admin.site.urls),
     path("", include("billing.urls")),
     path("", include("accounts.oauth_urls")),
