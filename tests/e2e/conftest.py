@@ -102,9 +102,14 @@ class Watch:
     errors: list[str] = field(default_factory=list)
     documents: list[str] = field(default_factory=list)
     without_csp: list[str] = field(default_factory=list)
+    allowed: list[str] = field(default_factory=list)
+
+    def allow(self, text: str) -> None:
+        """A console error the test provokes on purpose (e.g. the browser logging an expected 429)."""
+        self.allowed.append(text)
 
     def console(self, message: ConsoleMessage) -> None:
-        if message.type == "error":
+        if message.type == "error" and not any(text in message.text for text in self.allowed):
             self.errors.append(f"console: {message.text} ({message.location.get('url', '')})")
 
     def page_error(self, error: Error) -> None:
@@ -118,9 +123,13 @@ class Watch:
 
 
 @pytest.fixture
-def person(page: Page, origin: str) -> Iterator[Page]:
+def watch(origin: str) -> Watch:
+    return Watch(origin)
+
+
+@pytest.fixture
+def person(page: Page, watch: Watch) -> Iterator[Page]:
     """A browser tab on Leroy; at the end, every page it opened had a CSP and no console error."""
-    watch = Watch(origin)
     page.on("console", watch.console)
     page.on("pageerror", watch.page_error)
     page.on("response", watch.response)
