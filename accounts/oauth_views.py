@@ -26,6 +26,7 @@ from accounts.models import SCOPE_READ, SCOPE_WRITE, User
 from accounts.services import AccountError
 from leroy.ratelimit import rate_limit_retry_after
 
+
 def _harden(response: HttpResponseBase) -> HttpResponseBase:
     # The site-wide policy (settings.SECURE_CSP) already forbids framing and anything but our own files.
     # The URL carries state and the PKCE challenge: never sent to another site. Not no-referrer: browsers then

@@ -61,7 +61,10 @@ def signup_request(*, email: str, next_url: str = "") -> None:
     else:
         path = reverse(
             "accounts:signup-confirm",
-            kwargs={"uidb64": urlsafe_base64_encode(force_bytes(user.pk)), "token": default_token_generator.make_token(user)},
+            kwargs={
+                "uidb64": urlsafe_base64_encode(force_bytes(user.pk)),
+                "token": default_token_generator.make_token(user),
+            },
         )
         link = origin + path + (("?" + urlencode({"next": next_url})) if next_url else "")
         context = {"origin": origin, "email": email, "link": link}

@@ -137,9 +137,7 @@ def _new_key(request: HttpRequest, user: User) -> tuple[ApiKey, str] | None:
     plaintext = request.get_signed_cookie(NEW_KEY_COOKIE, default=None, salt=NEW_KEY_SALT, max_age=300)
     if not plaintext:
         return None
-    api_key = ApiKey.objects.filter(
-        user=user, key_hash=services.hash_key(plaintext), revoked_at__isnull=True
-    ).first()
+    api_key = ApiKey.objects.filter(user=user, key_hash=services.hash_key(plaintext), revoked_at__isnull=True).first()
     return (api_key, plaintext) if api_key else None
 
 

@@ -15,7 +15,9 @@ def _number(value: Any) -> str:
 
 def statistics_table(statistics: dict[str, Any] | None) -> SafeString:
     """The contract's metrics as a two-column table instead of raw JSON."""
-    rows = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", ((n, _number(v)) for n, v in report_statistics(statistics)))
+    rows = format_html_join(
+        "", "<tr><th>{}</th><td>{}</td></tr>", ((n, _number(v)) for n, v in report_statistics(statistics))
+    )
     return format_html("<table>{}</table>", rows)
 
 
@@ -85,7 +87,12 @@ class OptimizationAdmin(ReadOnlyAdmin):
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
-                (run.iteration, ", ".join(f"{k}={v}" for k, v in run.parameters.items()), _number((run.statistics or {}).get(metric)), run.status)
+                (
+                    run.iteration,
+                    ", ".join(f"{k}={v}" for k, v in run.parameters.items()),
+                    _number((run.statistics or {}).get(metric)),
+                    run.status,
+                )
                 for run in runs
             ),
         )

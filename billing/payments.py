@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from stripe import HTTPClient, SignatureVerificationError, StripeClient, StripeError, Webhook
 from stripe.params import SubscriptionCreateParams
+from stripe.params.checkout import SessionCreateParams, SessionCreateParamsLineItem
 
 from accounts.models import User
 from billing import selectors, services
@@ -103,20 +104,19 @@ def stripe_checkout_url(*, user: User, plan: Plan, client: StripeClient, return_
     if not plan.stripe_flat_price_id:
         raise ValueError(f"plan {plan.code} is not sold through Stripe")
     link = stripe_customer(user=user, client=client)
-    line_items: list[dict[str, Any]] = [{"price": plan.stripe_flat_price_id, "quantity": 1}]
+    line_items: list[SessionCreateParamsLineItem] = [{"price": plan.stripe_flat_price_id, "quantity": 1}]
     if settings.LEROY_STRIPE_METERED_PRICE_ID:
         line_items.append({"price": settings.LEROY_STRIPE_METERED_PRICE_ID})
-    session = client.v1.checkout.sessions.create(
-        {
-            "mode": "subscription",
-            "customer": link.customer_id,
-            "client_reference_id": str(user.pk),
-            "line_items": line_items,  # type: ignore[typeddict-item]
-            "subscription_data": {"metadata": {"leroy_account_id": str(user.pk), "plan": plan.code}},
-            "success_url": return_url + "?checkout=done",
-            "cancel_url": return_url,
-        }
-    )
+    params: SessionCreateParams = {
+        "mode": "subscription",
+        "customer": link.customer_id,
+        "client_reference_id": str(user.pk),
+        "line_items": line_items,
+        "subscription_data": {"metadata": {"leroy_account_id": str(user.pk), "plan": plan.code}},
+        "success_url": return_url + "?checkout=done",
+        "cancel_url": return_url,
+    }
+    session = client.v1.checkout.sessions.create(params)
     return str(session.url)
 
 

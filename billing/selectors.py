@@ -9,7 +9,18 @@ from django.db.models.functions import TruncDate
 from django.urls import reverse
 
 from accounts.models import User
-from billing.models import AccountPlan, Code, Kind, LedgerAccount, Period, Plan, StripeCustomer, Transfer, Unit, UsageEvent
+from billing.models import (
+    AccountPlan,
+    Code,
+    Kind,
+    LedgerAccount,
+    Period,
+    Plan,
+    StripeCustomer,
+    Transfer,
+    Unit,
+    UsageEvent,
+)
 from leroy.clock import now
 
 RESEARCH_BOUNDARY = {"broker_write_authority": "none", "paper_trading": False, "live_order": False}
@@ -188,8 +199,8 @@ def usage_page(*, user: User, recent: int = 20) -> dict[str, Any]:
     usage = lookup_usage(user=user)
     rate = period.overage_micros_per_lookup if period else plan_of(user=user).overage_micros_per_lookup
     events = UsageEvent.objects.filter(user=user, period_start=start)
-    per_day = {
-        row["day"]: row
+    per_day: dict[date, dict[str, Any]] = {
+        row["day"]: dict(row)
         for row in events.annotate(day=TruncDate("occurred_at", tzinfo=UTC))
         .values("day")
         .annotate(included=Sum("included_qty"), overage=Sum("overage_qty"), calls=Count("pk"))

@@ -104,7 +104,9 @@ def bar_chart(series: Sequence[tuple[str, int]]) -> BarChart:
     bars = []
     for i, (label, value) in enumerate(series):
         h = value / high * plot
-        bars.append(Bar(x=PAD + i * slot + slot * 0.1, y=HEIGHT - PAD - h, width=slot * 0.8, height=h, value=value, label=label))
+        bars.append(
+            Bar(x=PAD + i * slot + slot * 0.1, y=HEIGHT - PAD - h, width=slot * 0.8, height=h, value=value, label=label)
+        )
     return BarChart(bars=bars, high=high)
 
 

@@ -41,7 +41,12 @@ def charge(user, n, *, cache_hit=False):
     for i in range(n):
         with transaction.atomic():
             services.lookup_charge(
-                user=user, tool="probe", units=1, request_fingerprint=f"fp{i}", client_request_id=None, cache_hit=cache_hit
+                user=user,
+                tool="probe",
+                units=1,
+                request_fingerprint=f"fp{i}",
+                client_request_id=None,
+                cache_hit=cache_hit,
             )
 
 

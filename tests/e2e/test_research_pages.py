@@ -69,7 +69,7 @@ def research(alice: User) -> dict[str, object]:
     optimization = Optimization.objects.create(
         user=alice,
         strategy=current,
-        name="fast × slow",
+        name="fast and slow",
         status=Status.COMPLETED,
         data_ids=["SPY"],
         tickers=["SPY"],
@@ -117,7 +117,9 @@ def test_report_page_draws_exactly_the_reports_equity_curve(person: Page, origin
 
     chart = person.locator("#equity-chart")
     low, high = float(chart.get_attribute("data-low") or "nan"), float(chart.get_attribute("data-high") or "nan")
-    points = [tuple(map(float, p.split(","))) for p in (chart.locator("polyline").get_attribute("points") or "").split()]
+    points = [
+        tuple(map(float, p.split(","))) for p in (chart.locator("polyline").get_attribute("points") or "").split()
+    ]
     assert len(points) == len(CURVE)
     # Invert the drawing: each vertex's height is the curve's value (to the 2-decimal precision drawn).
     top, bottom = 36.0, 220.0 - 36.0
@@ -140,10 +142,15 @@ def test_report_page_draws_exactly_the_reports_equity_curve(person: Page, origin
 def test_optimization_page_has_results_and_a_heat_map_of_the_target(person: Page, origin: str, research, shoot):
     log_in(person, origin, "alice@example.com")
     person.get_by_role("link", name="Strategies").click()
-    person.get_by_role("link", name="fast × slow").click()
+    person.get_by_role("link", name="fast and slow").click()
 
     rows = person.locator("#results tbody tr")
-    assert [rows.nth(i).locator("td").nth(3).inner_text() for i in range(4)] == ["0.0900", "0.0400", "0.0100", "-0.0200"]
+    assert [rows.nth(i).locator("td").nth(3).inner_text() for i in range(4)] == [
+        "0.0900",
+        "0.0400",
+        "0.0100",
+        "-0.0200",
+    ]
     cells = person.locator("#heat-map rect")
     drawn = {
         (cells.nth(i).get_attribute("data-column"), cells.nth(i).get_attribute("data-row")): (
