@@ -35,6 +35,7 @@ PASSWORD = "correct horse battery staple"
 E2E_DIR = Path(__file__).parent
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-django's own reordering (transactional tests first)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     e2e = [item for item in items if Path(str(item.path)).is_relative_to(E2E_DIR)]
     if not e2e:
