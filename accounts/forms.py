@@ -1,27 +1,29 @@
 from django import forms
-from django.contrib.auth.forms import AuthenticationForm
-from django.contrib.auth.password_validation import validate_password
+from django.contrib.auth.forms import AuthenticationForm, SetPasswordForm
 from oauth2_provider.forms import AllowForm
 
 from accounts.models import User
 
 
 class SignupForm(forms.Form):
+    """Only the address: the password is chosen from the link e-mailed to it, so the answer never says
+    whether an account exists."""
+
     email = forms.EmailField(max_length=254)
-    password = forms.CharField(widget=forms.PasswordInput, strip=False)
 
     def clean_email(self) -> str:
-        email = self.cleaned_data["email"].lower()
-        if User.objects.filter(email__iexact=email).exists():
-            raise forms.ValidationError("An account with this email already exists.")
-        return email
+        return self.cleaned_data["email"].strip().lower()
 
-    def clean(self) -> dict:
-        cleaned = super().clean() or {}
-        password = cleaned.get("password")
-        if password:
-            validate_password(password, User(email=cleaned.get("email", "")))
-        return cleaned
+
+class ActivationForm(SetPasswordForm):
+    """The password chosen from the sign-up link; saving it proves the address and activates the account."""
+
+    def save(self, commit: bool = True) -> User:
+        user: User = super().save(commit=False)
+        user.is_active = True
+        if commit:
+            user.save(update_fields=["password", "is_active"])
+        return user
 
 
 class EmailAuthenticationForm(AuthenticationForm):
@@ -32,7 +34,8 @@ class ApiKeyCreateForm(forms.Form):
     name = forms.CharField(max_length=100)
     write = forms.BooleanField(
         required=False,
-        label="Allow mcp:write (create strategies, backtests, optimizations, alerts and journal notes; spend credits)",
+        label="Also allow mcp:write (create strategies, backtests, optimizations, alerts and journal notes; spend "
+        "credits). Leave unticked for a read-only key.",
     )
 
 

@@ -56,6 +56,7 @@ class ApiKey(models.Model):
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=8, db_index=True)  # first 8 characters after "lr_live_"
+    last4 = models.CharField(max_length=4, blank=True, default="")  # shown so the owner can tell keys apart
     key_hash = models.CharField(max_length=64, unique=True)  # HMAC-SHA256(pepper, key), hex
     scopes = models.CharField(max_length=100)  # space-separated, e.g. "mcp:read mcp:write"
     created_at = models.DateTimeField(default=now)

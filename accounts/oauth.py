@@ -316,6 +316,7 @@ class ConnectedClient:
     redirect_host: str
     scopes: list[str]
     last_used_at: datetime  # the last MCP call or token refresh
+    connected_at: datetime  # when the user consented to the grant still in use
 
 
 def oauth_connected_clients(*, user: User) -> list[ConnectedClient]:
@@ -327,8 +328,11 @@ def oauth_connected_clients(*, user: User) -> list[ConnectedClient]:
     live_ids |= set(refresh.values_list("application_id", flat=True))
     clients = []
     for application in Application.objects.filter(pk__in=live_ids):
-        tokens = list(access.filter(application=application).values("scope", "updated"))
+        tokens = list(access.filter(application=application).values("scope", "updated", "created"))
         issued = list(refresh.filter(application=application).values_list("created", flat=True))
+        families = refresh.filter(application=application).values_list("token_family", flat=True)
+        # Rotation replaces refresh tokens; the family's first token dates the consent.
+        first = RefreshToken.objects.filter(user=user, token_family__in=families).values_list("created", flat=True)
         scopes = {scope for token in tokens for scope in token["scope"].split()}
         clients.append(
             ConnectedClient(
@@ -337,6 +341,7 @@ def oauth_connected_clients(*, user: User) -> list[ConnectedClient]:
                 redirect_host=urlsplit(application.redirect_uris.split()[0]).hostname or "",
                 scopes=[scope for scope in (SCOPE_READ, SCOPE_WRITE) if scope in scopes],
                 last_used_at=max([token["updated"] for token in tokens] + issued),
+                connected_at=min([*first, *(token["created"] for token in tokens)]),
             )
         )
     return sorted(clients, key=lambda client: client.last_used_at, reverse=True)

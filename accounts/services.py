@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth.tokens import default_token_generator
+from django.core.mail import send_mail
 from django.db import transaction
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlencode, urlsafe_base64_encode
 
 from accounts.models import SCOPE_READ, SCOPE_WRITE, ApiKey, User
 from leroy.clock import now
@@ -35,6 +41,35 @@ def hash_key(plaintext: str) -> str:
 
 def user_create(*, email: str, password: str | None) -> User:
     return User.objects.create_user(email=email, password=password)
+
+
+def signup_request(*, email: str, next_url: str = "") -> None:
+    """Answer a sign-up by e-mail only: a new or unconfirmed address gets a link to choose its password, an
+    existing account a reminder with a reset link. The caller shows the same page either way."""
+    email = email.strip().lower()
+    origin = settings.LEROY_PUBLIC_ORIGIN
+    with transaction.atomic():
+        user, created = User.objects.select_for_update().get_or_create(
+            email=email, defaults={"is_active": False, "password": ""}
+        )
+        if created:
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+    if user.is_active and user.has_usable_password():
+        context = {"origin": origin, "email": email, "reset_url": origin + reverse("accounts:password-reset")}
+        template = "accounts/email/signup_existing.txt"
+    else:
+        path = reverse(
+            "accounts:signup-confirm",
+            kwargs={
+                "uidb64": urlsafe_base64_encode(force_bytes(user.pk)),
+                "token": default_token_generator.make_token(user),
+            },
+        )
+        link = origin + path + (("?" + urlencode({"next": next_url})) if next_url else "")
+        context = {"origin": origin, "email": email, "link": link}
+        template = "accounts/email/signup_confirm.txt"
+    send_mail("Your Leroy account", render_to_string(template, context), None, [email])
 
 
 @transaction.atomic
@@ -68,6 +103,7 @@ def api_key_create(*, user: User, name: str, write: bool = False) -> IssuedKey:
         user=locked,
         name=name,
         prefix=random_part[:LOOKUP_LENGTH],
+        last4=random_part[-4:],
         key_hash=hash_key(plaintext),
         scopes=f"{SCOPE_READ} {SCOPE_WRITE}" if write else SCOPE_READ,
     )

@@ -1,15 +1,37 @@
+"""The account pages: sign-up, sign-in (with lockout), password reset, MCP keys and connected OAuth clients."""
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.views import LoginView
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
+from django.urls import reverse, reverse_lazy
+from django.utils.decorators import method_decorator
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from accounts import oauth, selectors, services
-from accounts.forms import ApiKeyCreateForm, EmailAuthenticationForm, SignupForm
-from accounts.models import User
+from accounts import oauth, selectors, services, throttle
+from accounts.forms import ActivationForm, ApiKeyCreateForm, EmailAuthenticationForm, SignupForm
+from accounts.models import ApiKey, User
+
+NEW_KEY_COOKIE = "leroy_new_key"
+NEW_KEY_SALT = "accounts.new-key"
+SIGNUP_NEXT = "accounts.signup-next"
+LOCKED_OUT = (
+    "Too many failed sign-ins for this address or from this network. Try again in {minutes} minutes, "
+    "or reset your password."
+)
+
+
+def account_page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Signed-in only, and never stored by a browser or proxy cache."""
+    return never_cache(login_required(view))
 
 
 def _next_on_site(request: HttpRequest) -> str:
@@ -21,41 +43,153 @@ def _next_on_site(request: HttpRequest) -> str:
     return target if on_site else ""
 
 
+@never_cache
 def signup(request: HttpRequest) -> HttpResponse:
     next_url = _next_on_site(request)
     if request.user.is_authenticated:
         return redirect(next_url or "accounts:account")
     form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        user = services.user_create(email=form.cleaned_data["email"], password=form.cleaned_data["password"])
-        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        return redirect(next_url or "accounts:account")
+        services.signup_request(email=form.cleaned_data["email"], next_url=next_url)
+        # The same page whether or not the address has an account: sign-up reveals nothing.
+        return render(request, "accounts/signup_sent.html", {"email": form.cleaned_data["email"]})
     return render(request, "accounts/signup.html", {"form": form, "next": next_url})
 
 
-class EmailLoginView(LoginView):
+@method_decorator(never_cache, name="dispatch")
+class SignupConfirmView(auth_views.PasswordResetConfirmView):
+    """The e-mailed sign-up link: choose a password, which activates the account and signs in."""
+
+    template_name = "accounts/signup_confirm.html"
+    form_class = ActivationForm
+    post_reset_login = True
+    post_reset_login_backend = "django.contrib.auth.backends.ModelBackend"
+    reset_url_token = "set-password"  # noqa: S105  (a URL segment, not a secret)
+
+    def dispatch(self, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        # Django swaps the token for a session marker by redirecting, which drops the query: keep `next`.
+        if next_url := _next_on_site(self.request):
+            self.request.session[SIGNUP_NEXT] = next_url
+        return super().dispatch(*args, **kwargs)
+
+    def get_success_url(self) -> str:
+        return self.request.session.pop(SIGNUP_NEXT, "") or reverse("accounts:account")
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        next_url = self.request.session.get(SIGNUP_NEXT, "")
+        response = super().form_valid(form)  # signs in, which cycles the session
+        if next_url:
+            response["Location"] = next_url
+        messages.success(self.request, "Your account is ready.")
+        return response
+
+
+@method_decorator(never_cache, name="dispatch")
+class EmailLoginView(auth_views.LoginView):
     template_name = "accounts/login.html"
     authentication_form = EmailAuthenticationForm
     redirect_authenticated_user = True
 
+    def _who(self) -> dict[str, str]:
+        return {
+            "email": self.request.POST.get("username", ""),
+            "address": self.request.META.get("REMOTE_ADDR", "unknown"),
+        }
 
-def _account_context(user: User, **extra: object) -> dict[str, object]:
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if throttle.login_locked(**self._who()):
+            # The password is not even checked while locked.
+            form = self.authentication_form(request, initial={"username": self._who()["email"]})
+            minutes = settings.LEROY_LOGIN_LOCKOUT_SECONDS // 60
+            context = self.get_context_data(form=form, locked=LOCKED_OUT.format(minutes=minutes))
+            return self.render_to_response(context, status=429)
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        throttle.login_failed(**self._who())
+        return super().form_invalid(form)
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        throttle.login_succeeded(**self._who())
+        return super().form_valid(form)
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    """Django's reset: the same answer whether or not the address has an account; links use the public origin."""
+
+    template_name = "accounts/password_reset.html"
+    email_template_name = "accounts/email/password_reset.txt"
+    subject_template_name = "accounts/email/password_reset_subject.txt"
+    success_url = reverse_lazy("accounts:password-reset-done")
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        self.extra_email_context = {"origin": settings.LEROY_PUBLIC_ORIGIN}  # never the request's Host header
+        return super().form_valid(form)
+
+
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    template_name = "accounts/password_reset_confirm.html"
+    success_url = reverse_lazy("accounts:password-reset-complete")
+
+
+def _new_key(request: HttpRequest, user: User) -> tuple[ApiKey, str] | None:
+    """The key created just before this redirect, from its one-time signed cookie, if it is this user's."""
+    plaintext = request.get_signed_cookie(NEW_KEY_COOKIE, default=None, salt=NEW_KEY_SALT, max_age=300)
+    if not plaintext:
+        return None
+    api_key = ApiKey.objects.filter(user=user, key_hash=services.hash_key(plaintext), revoked_at__isnull=True).first()
+    return (api_key, plaintext) if api_key else None
+
+
+def client_snippets(*, key: str) -> dict[str, str]:
+    """Ready-made configurations for the new key: generic MCP JSON, Claude Desktop (through mcp-remote), curl."""
+    url = settings.LEROY_PUBLIC_ORIGIN + settings.LEROY_MCP_PATH
+    generic = {"mcpServers": {"leroy": {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {key}"}}}}
+    claude = {
+        "mcpServers": {
+            "leroy": {"command": "npx", "args": ["-y", "mcp-remote", url, "--header", f"Authorization: Bearer {key}"]}
+        }
+    }
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    curl = (
+        f"curl -s {url} \\\n  -H 'Authorization: Bearer {key}' \\\n  -H 'Content-Type: application/json' \\\n"
+        f"  -H 'Accept: application/json, text/event-stream' \\\n  -d '{body}'"
+    )
+    return {"generic": json.dumps(generic, indent=2), "claude": json.dumps(claude, indent=2), "curl": curl}
+
+
+def _keys_context(user: User, **extra: object) -> dict[str, object]:
     return {
         "keys": selectors.api_key_list(user=user),
         "active_count": selectors.api_key_active_count(user=user),
-        "oauth_clients": oauth.oauth_connected_clients(user=user),
+        "max_active": settings.LEROY_API_KEYS_MAX_ACTIVE,
+        "mcp_url": settings.LEROY_PUBLIC_ORIGIN + settings.LEROY_MCP_PATH,
         "form": ApiKeyCreateForm(),
         **extra,
     }
 
 
-@login_required
+@account_page
 def account(request: HttpRequest) -> HttpResponse:
+    """MCP activation and API keys. A new key is shown on the GET after its POST, once, then never again."""
     assert isinstance(request.user, User)
-    return render(request, "accounts/account.html", _account_context(request.user))
+    extra: dict[str, object] = {}
+    new = _new_key(request, request.user)
+    if new is not None:
+        extra = {"issued": new[0], "plaintext": new[1], "snippets": client_snippets(key=new[1])}
+    response = render(request, "accounts/account.html", _keys_context(request.user, **extra))
+    response.delete_cookie(NEW_KEY_COOKIE, path=reverse("accounts:account"))
+    return response
 
 
-@login_required
+@account_page
+def clients(request: HttpRequest) -> HttpResponse:
+    assert isinstance(request.user, User)
+    context = {"oauth_clients": oauth.oauth_connected_clients(user=request.user)}
+    return render(request, "accounts/clients.html", context)
+
+
+@account_page
 @require_POST
 def mcp_activate(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)
@@ -64,27 +198,38 @@ def mcp_activate(request: HttpRequest) -> HttpResponse:
     return redirect("accounts:account")
 
 
-@login_required
+@account_page
 @require_POST
 def api_key_create(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)
     form = ApiKeyCreateForm(request.POST)
     if not form.is_valid():
-        return render(request, "accounts/account.html", _account_context(request.user, form=form), status=400)
+        return render(request, "accounts/account.html", _keys_context(request.user, form=form), status=400)
     try:
         issued = services.api_key_create(
             user=request.user, name=form.cleaned_data["name"], write=form.cleaned_data["write"]
         )
     except services.AccountError as error:
         form.add_error(None, error.message)
-        return render(request, "accounts/account.html", _account_context(request.user, form=form), status=400)
-    # The plaintext is rendered in this response only; it is never stored or shown again.
-    response = render(request, "accounts/account.html", _account_context(request.user, issued=issued), status=201)
-    response["Cache-Control"] = "no-store"
+        return render(request, "accounts/account.html", _keys_context(request.user, form=form), status=400)
+    # Post/redirect/get: a reload cannot create a second key. The plaintext rides to the next GET in a signed,
+    # short-lived cookie (never in the database) and is dropped there.
+    response = redirect("accounts:account")
+    response.status_code = 303
+    response.set_signed_cookie(
+        NEW_KEY_COOKIE,
+        issued.plaintext,
+        salt=NEW_KEY_SALT,
+        max_age=300,
+        path=reverse("accounts:account"),
+        secure=request.is_secure(),
+        httponly=True,
+        samesite="Strict",
+    )
     return response
 
 
-@login_required
+@account_page
 @require_POST
 def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     assert isinstance(request.user, User)

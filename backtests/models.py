@@ -35,6 +35,7 @@ class Strategy(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name_plural = "strategies"
         constraints = [
             models.UniqueConstraint(
                 fields=["lineage"], condition=models.Q(is_current=True), name="backtests_one_current_version"

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from stripe import HTTPClient, SignatureVerificationError, StripeClient, StripeError, Webhook
 from stripe.params import SubscriptionCreateParams
+from stripe.params.checkout import SessionCreateParams, SessionCreateParamsLineItem
 
 from accounts.models import User
 from billing import selectors, services
@@ -69,13 +70,9 @@ def stripe_meter_setup(*, client: StripeClient) -> dict[str, str]:
 
 def stripe_subscription_create(*, user: User, plan: Plan, client: StripeClient) -> StripeCustomer:
     """Create (idempotently) the account's Stripe customer and a subscription anchored to the UTC month."""
-    link = StripeCustomer.objects.filter(user=user).first()
-    if link is None:
-        customer = client.v1.customers.create(
-            {"email": user.email, "metadata": {"leroy_account_id": str(user.pk)}},
-            {"idempotency_key": f"customer:{user.pk}"},
-        )
-        link = StripeCustomer.objects.create(user=user, customer_id=customer.id)
+    link = stripe_customer(user=user, client=client)
+    if link.subscription_id and link.subscription_status in {"active", "trialing"}:
+        return link  # subscribed already (e.g. through Checkout, whose webhook assigned this plan)
     params: SubscriptionCreateParams = {
         "customer": link.customer_id,
         # The plan's flat fee (when it has one) and the shared metered overage price.
@@ -88,6 +85,46 @@ def stripe_subscription_create(*, user: User, plan: Plan, client: StripeClient) 
     link.subscription_id, link.subscription_status = subscription.id, subscription.status
     link.save(update_fields=["subscription_id", "subscription_status"])
     return link
+
+
+def stripe_customer(*, user: User, client: StripeClient) -> StripeCustomer:
+    """The account's Stripe customer, created (idempotently) on first need."""
+    link = StripeCustomer.objects.filter(user=user).first()
+    if link is None:
+        customer = client.v1.customers.create(
+            {"email": user.email, "metadata": {"leroy_account_id": str(user.pk)}},
+            {"idempotency_key": f"customer:{user.pk}"},
+        )
+        link = StripeCustomer.objects.create(user=user, customer_id=customer.id)
+    return link
+
+
+def stripe_checkout_url(*, user: User, plan: Plan, client: StripeClient, return_url: str) -> str:
+    """A Stripe Checkout session subscribing the account to `plan`; the webhook assigns the plan once paid."""
+    if not plan.stripe_flat_price_id:
+        raise ValueError(f"plan {plan.code} is not sold through Stripe")
+    link = stripe_customer(user=user, client=client)
+    line_items: list[SessionCreateParamsLineItem] = [{"price": plan.stripe_flat_price_id, "quantity": 1}]
+    if settings.LEROY_STRIPE_METERED_PRICE_ID:
+        line_items.append({"price": settings.LEROY_STRIPE_METERED_PRICE_ID})
+    params: SessionCreateParams = {
+        "mode": "subscription",
+        "customer": link.customer_id,
+        "client_reference_id": str(user.pk),
+        "line_items": line_items,
+        "subscription_data": {"metadata": {"leroy_account_id": str(user.pk), "plan": plan.code}},
+        "success_url": return_url + "?checkout=done",
+        "cancel_url": return_url,
+    }
+    session = client.v1.checkout.sessions.create(params)
+    return str(session.url)
+
+
+def stripe_portal_url(*, user: User, client: StripeClient, return_url: str) -> str:
+    """A Stripe Customer Portal session: payment methods, invoices, plan changes and cancellation."""
+    link = stripe_customer(user=user, client=client)
+    session = client.v1.billing_portal.sessions.create({"customer": link.customer_id, "return_url": return_url})
+    return str(session.url)
 
 
 def meter_reports_send(*, client: StripeClient, limit: int = 100) -> int:

@@ -4,11 +4,23 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Sum
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import TruncDate
 from django.urls import reverse
 
 from accounts.models import User
-from billing.models import AccountPlan, Code, Kind, LedgerAccount, Period, Plan, Transfer, Unit
+from billing.models import (
+    AccountPlan,
+    Code,
+    Kind,
+    LedgerAccount,
+    Period,
+    Plan,
+    StripeCustomer,
+    Transfer,
+    Unit,
+    UsageEvent,
+)
 from leroy.clock import now
 
 RESEARCH_BOUNDARY = {"broker_write_authority": "none", "paper_trading": False, "live_order": False}
@@ -176,3 +188,103 @@ def ledger_drift() -> list[dict[str, Any]]:
         if have != want:
             drift.append({"ledger_account": account.pk, "label": str(account), "cached": have, "transfers": want})
     return drift
+
+
+# --- the account pages -------------------------------------------------------------------------------------
+
+
+def usage_page(*, user: User, recent: int = 20) -> dict[str, Any]:
+    """This month's lookups for the Usage page: the meter figures, one row per day, cache hits, recent calls."""
+    start, period = _current(user)
+    usage = lookup_usage(user=user)
+    rate = period.overage_micros_per_lookup if period else plan_of(user=user).overage_micros_per_lookup
+    events = UsageEvent.objects.filter(user=user, period_start=start)
+    per_day: dict[date, dict[str, Any]] = {
+        row["day"]: dict(row)
+        for row in events.annotate(day=TruncDate("occurred_at", tzinfo=UTC))
+        .values("day")
+        .annotate(included=Sum("included_qty"), overage=Sum("overage_qty"), calls=Count("pk"))
+    }
+    today = now().astimezone(UTC).date()
+    days = []
+    for day_number in range(1, today.day + 1):
+        day = start.replace(day=day_number)
+        row = per_day.get(day, {})
+        days.append((f"{day:%m-%d}", (row.get("included") or 0) + (row.get("overage") or 0)))
+    counts = events.aggregate(calls=Count("pk"), hits=Count("pk", filter=Q(cache_hit=True)))
+    calls = [
+        {
+            "tool": event.tool,
+            "occurred_at": event.occurred_at,
+            "lookups": event.units_charged,
+            "overage_lookups": event.overage_qty,
+            "overage_usd": micros_to_usd(event.overage_qty * rate),
+            "cache_hit": event.cache_hit,
+        }
+        for event in events.order_by("-occurred_at", "-pk")[:recent]
+    ]
+    included = usage["included_lookups"]
+    return {
+        "period_start": start,
+        "period_resets_at": period_end(start),
+        "plan": plan_of(user=user),
+        **usage,
+        "overage_rate_usd": micros_to_usd(rate),
+        "share_used": usage["used_lookups"] / included if included else 0.0,
+        "daily": days,
+        "calls": counts["calls"],
+        "cache_hits": counts["hits"],
+        "recent": calls,
+    }
+
+
+def plan_rows() -> list[dict[str, Any]]:
+    """Every plan with its overage rate in dollars, for the pricing tables."""
+    return [{"plan": plan, "overage_usd": micros_to_usd(plan.overage_micros_per_lookup)} for plan in Plan.objects.all()]
+
+
+def stripe_subscription(*, user: User) -> StripeCustomer | None:
+    return StripeCustomer.objects.filter(user=user).exclude(subscription_id="").first()
+
+
+def ledger_statement(*, user: User, start: date | None = None) -> list[dict[str, Any]]:
+    """The month's posted transfers touching the account, oldest first, each with what it did and why."""
+    start = start or _current(user)[0]
+    transfers = (
+        Transfer.objects.filter(period_start=start, debit_account__user=user)
+        .exclude(code__in=[Code.RESERVE, Code.VOID])
+        .select_related("debit_account", "credit_account", "usage_event")
+        .order_by("occurred_at", "pk")
+    )
+    return [
+        {
+            "occurred_at": transfer.occurred_at,
+            "unit": transfer.unit,
+            "code": transfer.code,
+            "amount": transfer.amount,
+            "from": transfer.debit_account.kind,
+            "to": transfer.credit_account.kind,
+            "why": transfer.usage_event.tool if transfer.usage_event else transfer.reference,
+        }
+        for transfer in transfers
+    ]
+
+
+def credit_history(*, user: User, limit: int = 50) -> list[dict[str, Any]]:
+    """Credit grants, spends and expiries across months, newest first."""
+    transfers = (
+        Transfer.objects.filter(unit=Unit.CREDIT, debit_account__user=user)
+        .exclude(code__in=[Code.RESERVE, Code.VOID])
+        .select_related("debit_account", "credit_account")
+        .order_by("-occurred_at", "-pk")[:limit]
+    )
+    return [
+        {
+            "occurred_at": transfer.occurred_at,
+            "code": transfer.code,
+            "amount": transfer.amount,
+            "to": transfer.credit_account.kind,
+            "reference": transfer.reference,
+        }
+        for transfer in transfers
+    ]

@@ -1,15 +1,17 @@
 from django.contrib import admin
-from django.shortcuts import redirect
 from django.urls import include, path
 
 from leroy.api import api
 from leroy.mcp.discovery import server_card
 from leroy.ops import healthz, metrics_view, readyz
+from leroy.views import landing
 
 urlpatterns = [
-    path("", lambda request: redirect("accounts:account"), name="home"),
+    path("", landing, name="home"),
     path("account/alerts/", include("alerts.urls")),
     path("account/", include("accounts.urls")),
+    path("account/", include("backtests.urls")),
+    path("account/", include("evidence.urls")),
     path("admin/", admin.site.urls),
     path("", include("billing.urls")),
     path("", include("accounts.oauth_urls")),

@@ -1,3 +1,4 @@
+import re
 from html import escape
 from urllib.parse import quote, urlencode
 
@@ -31,7 +32,7 @@ def test_consent_page_is_hardened_against_framing_caching_and_referrer_leaks(bro
 
     assert response["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in response["Content-Security-Policy"]
-    assert response["Referrer-Policy"] == "no-referrer"
+    assert response["Referrer-Policy"] == "same-origin"
     assert response["Cache-Control"] == "no-store"
 
 
@@ -237,16 +238,18 @@ def test_tampered_consent_form_is_refused_without_a_grant_or_redirect(browser: C
     assert Grant.objects.count() == 0
 
 
-def test_a_new_user_signing_up_from_the_login_page_returns_to_the_consent_page(client: Client, flow):
+def test_a_new_user_signing_up_from_the_login_page_returns_to_the_consent_page(client: Client, flow, mailoutbox):
     authorize_url = flow().url
     login_page = client.get(client.get(authorize_url)["Location"])
     signup_link = f"/account/signup/?next={quote(authorize_url, safe='/')}"
     assert signup_link in login_page.content.decode().replace("&amp;", "&")
 
     signup_page = client.get(signup_link)
-    response = client.post(
-        signup_link, {"email": "newbie@example.com", "password": "a long enough passphrase", "next": authorize_url}
-    )
+    client.post(signup_link, {"email": "newbie@example.com", "next": authorize_url})
+    [link] = re.findall(r"http://\S+/account/signup/confirm/\S+", mailoutbox[0].body)
+    form_page = client.get(link.removeprefix(ORIGIN), follow=True)
+    password = "a long enough passphrase"
+    response = client.post(form_page.redirect_chain[-1][0], {"new_password1": password, "new_password2": password})
 
     assert f'name="next" value="{escape(authorize_url)}"' in signup_page.content.decode()
     assert response.status_code == 302
@@ -254,12 +257,15 @@ def test_a_new_user_signing_up_from_the_login_page_returns_to_the_consent_page(c
     assert 'id="authorizationForm"' in client.get(authorize_url).content.decode()
 
 
-def test_signup_never_continues_to_another_site(client: Client):
-    response = client.post(
-        "/account/signup/?next=https://evil.example/",
-        {"email": "newbie@example.com", "password": "a long enough passphrase"},
-    )
+def test_signup_never_continues_to_another_site(client: Client, mailoutbox):
+    client.post("/account/signup/?next=https://evil.example/", {"email": "newbie@example.com"})
+    [link] = re.findall(r"http://\S+/account/signup/confirm/\S+", mailoutbox[0].body)
+    form_page = client.get(link.removeprefix(ORIGIN), follow=True)
+    password = "a long enough passphrase"
 
+    response = client.post(form_page.redirect_chain[-1][0], {"new_password1": password, "new_password2": password})
+
+    assert "evil.example" not in link
     assert response.status_code == 302
     assert response["Location"] == "/account/"
 
@@ -282,3 +288,25 @@ def test_a_consent_post_without_the_page_is_refused(browser: Client, flow):
 
     assert again.status_code == 400
     assert Grant.objects.count() == 1
+
+
+def test_consent_post_with_the_browsers_same_origin_header_is_accepted(browser: Client, flow):
+    # Under same-origin referrer policy a browser sends the page's own origin; no-referrer made it `null`.
+    started = flow()
+    form = hidden_inputs(browser.get(started.url).content.decode()) | {"allow": "Authorize"}
+
+    response = browser.post(started.url, form, HTTP_ORIGIN="http://testserver")
+
+    assert response.status_code == 302
+    assert query_of(response["Location"])["state"] == started.params["state"]
+    assert Grant.objects.count() == 1
+
+
+def test_consent_post_with_a_null_origin_is_refused(browser: Client, flow):
+    started = flow()
+    form = hidden_inputs(browser.get(started.url).content.decode()) | {"allow": "Authorize"}
+
+    response = browser.post(started.url, form, HTTP_ORIGIN="null")
+
+    assert response.status_code == 403
+    assert Grant.objects.count() == 0

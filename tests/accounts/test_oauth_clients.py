@@ -23,7 +23,7 @@ def disconnect(browser: Client, client_id: str, **kwargs: Any) -> Any:
 def test_account_page_lists_connected_clients_with_access_and_last_use(browser: Client, connect, owner):
     connected = connect()
 
-    page = browser.get("/account/").content.decode()
+    page = browser.get("/account/clients/").content.decode()
 
     assert "Research Agent" in page
     assert "<td>mcp:read</td>" in page
@@ -50,7 +50,7 @@ def test_disconnect_revokes_every_family_and_pending_code_of_that_client_for_tha
     response = disconnect(browser, first["client_id"])
 
     assert response.status_code == 302
-    assert response["Location"] == "/account/"
+    assert response["Location"] == "/account/clients/"
     alice_tokens = AccessToken.objects.filter(user__email="alice@example.com")
     assert alice_tokens.count() == 0
     assert RefreshToken.objects.filter(user__email="alice@example.com", revoked__isnull=True).count() == 0
@@ -58,7 +58,7 @@ def test_disconnect_revokes_every_family_and_pending_code_of_that_client_for_tha
     assert refresh(client, first["client_id"], first["refresh_token"]).status_code == 400
     assert refresh(client, first["client_id"], second["refresh_token"]).status_code == 400
     assert refresh(client, first["client_id"], charlie["refresh_token"]).status_code == 200
-    assert "No connected clients." in browser.get("/account/").content.decode()
+    assert "No connected clients." in browser.get("/account/clients/").content.decode()
 
 
 @pytest.mark.django_db

@@ -158,7 +158,7 @@ def test_sdk_connects_by_oauth_refreshes_and_is_cut_off_by_disconnect(live_origi
     assert RefreshToken.objects.filter(revoked__isnull=False).count() == 1  # the first, rotated away
     assert AccessToken.objects.count() == 1
 
-    assert "SDK Test Agent" in agent.browser.get("/account/").text
+    assert "SDK Test Agent" in agent.browser.get("/account/clients/").text
     disconnected = agent.browser.post(
         f"/account/clients/{application.client_id}/disconnect/",
         data={"csrfmiddlewaretoken": agent.browser.cookies["csrftoken"]},

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -14,30 +16,64 @@ def signed_in(client: Client, owner: User) -> Client:
     return client
 
 
-def test_signup_creates_the_account_and_signs_in(client, db):
-    response = client.post(reverse("accounts:signup"), {"email": "Bob@Example.com", "password": PASSWORD})
+def signup_link(message) -> str:
+    [link] = re.findall(r"http://\S+/account/signup/confirm/\S+", message.body)
+    return link.removeprefix("http://127.0.0.1:8000")
 
-    assert response.status_code == 302
-    assert response["Location"] == reverse("accounts:account")
+
+def test_signup_mails_a_link_that_sets_the_password_activates_and_signs_in(client, db, mailoutbox):
+    response = client.post(reverse("accounts:signup"), {"email": "Bob@Example.com"})
+
+    assert response.status_code == 200
+    assert "Check your e-mail" in response.content.decode()
     user = User.objects.get()
-    assert user.email == "bob@example.com"
-    assert user.mcp_activated_at is None
+    assert (user.email, user.is_active, user.has_usable_password()) == ("bob@example.com", False, False)
+    [message] = mailoutbox
+    assert message.to == ["bob@example.com"]
+    link = signup_link(message)
+    form_page = client.get(link, follow=True)
+    assert "Choose your password" in form_page.content.decode()
+    done = client.post(form_page.redirect_chain[-1][0], {"new_password1": PASSWORD, "new_password2": PASSWORD})
+    assert done.status_code == 302
+    assert done["Location"] == reverse("accounts:account")
+    user.refresh_from_db()
+    assert user.is_active is True
+    assert user.check_password(PASSWORD)
     assert client.get(reverse("accounts:account")).status_code == 200
+    assert "no longer works" in client.get(link, follow=True).content.decode()  # the link works once
 
 
-def test_signup_with_a_taken_email_creates_nothing(client, owner):
-    response = client.post(reverse("accounts:signup"), {"email": "ALICE@example.com", "password": PASSWORD})
+def test_signup_with_a_taken_email_answers_the_same_and_mails_the_owner_a_reminder(client, owner, mailoutbox):
+    fresh = client.post(reverse("accounts:signup"), {"email": "newbie@example.com"}).content.decode()
+    taken = client.post(reverse("accounts:signup"), {"email": "ALICE@example.com"}).content.decode()
+
+    assert taken == fresh.replace("newbie@example.com", "alice@example.com")
+    assert User.objects.count() == 2
+    reminder = mailoutbox[1]
+    assert reminder.to == ["alice@example.com"]
+    assert "already has an account" in reminder.body
+    assert "/account/signup/confirm/" not in reminder.body
+    owner.refresh_from_db()
+    assert owner.check_password(PASSWORD)
+
+
+def test_signup_link_refuses_weak_passwords_and_leaves_the_account_inactive(client, db, mailoutbox):
+    client.post(reverse("accounts:signup"), {"email": "bob@example.com"})
+    form_page = client.get(signup_link(mailoutbox[0]), follow=True)
+
+    response = client.post(form_page.redirect_chain[-1][0], {"new_password1": "123", "new_password2": "123"})
 
     assert response.status_code == 200
-    assert "already exists" in response.content.decode()
-    assert User.objects.count() == 1
+    assert User.objects.get().is_active is False
 
 
-def test_signup_refuses_weak_passwords(client, db):
-    response = client.post(reverse("accounts:signup"), {"email": "bob@example.com", "password": "123"})
+def test_inactive_accounts_cannot_log_in(client, db, mailoutbox):
+    client.post(reverse("accounts:signup"), {"email": "bob@example.com"})
+
+    response = client.post(reverse("accounts:login"), {"username": "bob@example.com", "password": ""})
 
     assert response.status_code == 200
-    assert User.objects.exists() is False
+    assert "_auth_user_id" not in client.session
 
 
 def test_login_and_logout(client, owner):
@@ -67,15 +103,17 @@ def test_key_creation_before_activation_is_refused(client, db):
     assert ApiKey.objects.exists() is False
 
 
-def test_activation_then_key_shown_once(client, db):
+def test_activation_then_key_shown_once_after_the_redirect(client, db):
     user = services.user_create(email="bob@example.com", password=PASSWORD)
     client.force_login(user)
 
     client.post(reverse("accounts:mcp-activate"))
-    response = client.post(reverse("accounts:api-key-create"), {"name": "agent", "write": "on"})
+    created = client.post(reverse("accounts:api-key-create"), {"name": "agent", "write": "on"})
+    assert created.status_code == 303
+    assert created["Location"] == reverse("accounts:account")
+    response = client.get(created["Location"])
 
-    assert response.status_code == 201
-    assert response["Cache-Control"] == "no-store"
+    assert "no-store" in response["Cache-Control"]
     page = response.content.decode()
     start = page.index("lr_live_", page.index('id="new-key"'))
     plaintext = page[start : start + 51]

@@ -63,6 +63,23 @@ class FakeStripeTransport(HTTPClient):
             return {"id": f"prod_{n}", "object": "product", "name": form["name"]}
         if path == "/v1/prices":
             return {"id": f"price_{n}", "object": "price", "unit_amount": int(form["unit_amount"])}
+        if path == "/v1/checkout/sessions":
+            return {
+                "id": f"cs_test_{n}",
+                "object": "checkout.session",
+                "mode": form["mode"],
+                "customer": form["customer"],
+                "status": "open",
+                "url": f"https://checkout.stripe.com/c/pay/cs_test_{n}",
+            }
+        if path == "/v1/billing_portal/sessions":
+            return {
+                "id": f"bps_{n}",
+                "object": "billing_portal.session",
+                "customer": form["customer"],
+                "return_url": form["return_url"],
+                "url": f"https://billing.stripe.com/p/session/test_{n}",
+            }
         if path == "/v1/billing/meter_events":
             return {
                 "object": "billing.meter_event",

@@ -23,3 +23,45 @@ def test_every_admin_changelist_opens_for_staff(client, db, model):
     response = client.get(reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist"))
 
     assert response.status_code == 200
+
+
+def test_report_admin_shows_statistics_as_a_table_and_strategies_are_plural(client, db):
+    from datetime import UTC, date, datetime
+
+    from backtests.models import Report, Status, Strategy
+
+    staff = User.objects.create_superuser(email="admin@example.com", password="x-long-password")
+    client.force_login(staff)
+    at = datetime(2026, 11, 2, tzinfo=UTC)
+    strategy = Strategy.objects.create(user=staff, name="S", code="x", code_sha256="a" * 64, created_at=at)
+    report = Report.objects.create(
+        user=staff,
+        strategy=strategy,
+        status=Status.COMPLETED,
+        data_ids=["SPY"],
+        tickers=["SPY"],
+        frequency="1d",
+        start_date=date(2026, 1, 2),
+        end_date=date(2026, 2, 2),
+        simulation={},
+        statistics={"total_return": 0.125, "profit_factor": None},
+        created_at=at,
+    )
+
+    page = client.get(reverse("admin:backtests_report_change", args=[report.pk])).content.decode()
+    index = client.get(reverse("admin:index")).content.decode()
+
+    assert "<tr><th>Total return</th><td>0.1250</td></tr>" in page
+    assert "<tr><th>Profit factor</th><td>—</td></tr>" in page
+    assert '"total_return"' not in page  # not the raw JSON
+    assert "Strategies" in index and "Strategys" not in index
+
+
+def test_ledger_admin_is_read_only(client, db):
+    from billing.models import LedgerAccount, Transfer
+
+    client.force_login(User.objects.create_superuser(email="admin@example.com", password="x-long-password"))
+
+    for model in (LedgerAccount, Transfer):
+        opts = model._meta
+        assert client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_add")).status_code == 403

@@ -26,3 +26,11 @@ def test_demo_prints_a_working_write_key_and_revokes_the_previous_one(db):
     assert ApiKey.objects.filter(user=user, revoked_at__isnull=True).count() == 1
     assert '"url": "http://127.0.0.1:8000/api/mcp"' in outputs[1]
     assert f'"Authorization": "Bearer {keys[1]}"' in outputs[1]
+
+
+def test_demo_prints_the_landing_page_url(db):
+    out = StringIO()
+
+    call_command("demo", "--no-serve", "--no-data", "--port", "8123", stdout=out)
+
+    assert "Leroy: http://127.0.0.1:8123/\n" in out.getvalue()

@@ -65,6 +65,7 @@ def test_check_deploy_is_clean_under_production_like_env(tmp_path):
         SECRET_KEY="k3y-" + "q8Zr!f2Lp@w9Xm#c4Tn$v7Bh%j1Gd^s6Ky&e0Ua*" * 2,
         LEROY_PUBLIC_ORIGIN="https://leroy.example.com",
         LEROY_ALLOWED_HOSTS="leroy.example.com",
+        LEROY_EMAIL_HOST="smtp.example.com",  # sign-up and reset links need real mail; the check says so without
     )
     result = django(env, "manage.py", "check", "--deploy", "--fail-level", "WARNING")
 

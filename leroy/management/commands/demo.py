@@ -69,7 +69,9 @@ class Command(BaseCommand):
                 "leroy": {"type": "http", "url": f"{origin}/api/mcp", "headers": {"Authorization": f"Bearer {key}"}}
             }
         }
-        self.stdout.write(f"\nAccount page: {origin}/account/  (log in as {DEMO_EMAIL} / {password})")
+        self.stdout.write(f"\nLeroy: {origin}/")
+        self.stdout.write(f"Account page: {origin}/account/  (log in as {DEMO_EMAIL} / {password})")
+        self.stdout.write("E-mail (sign-up and password-reset links) is printed on this console.")
         self.stdout.write("MCP client config:\n" + json.dumps(config, indent=2))
         self.stdout.write(f"LEROY_DEMO_API_KEY={key}\n")
         if not options["no_data"]:

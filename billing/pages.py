@@ -1,0 +1,86 @@
+"""The account's Usage and Plan-and-billing pages, and the two buttons that hand over to Stripe."""
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from stripe import StripeError
+
+from accounts.models import User
+from accounts.views import account_page
+from billing import payments, selectors
+from billing.models import Plan
+from leroy.charts import bar_chart
+
+NOTICE_SHARE = 0.8
+
+
+@account_page
+def usage(request: HttpRequest) -> HttpResponse:
+    assert isinstance(request.user, User)
+    figures = selectors.usage_page(user=request.user)
+    context = {
+        **figures,
+        "chart": bar_chart(figures["daily"]),
+        "notice": figures["included_lookups"] and figures["share_used"] >= NOTICE_SHARE,
+        "percent_used": round(figures["share_used"] * 100),
+    }
+    return render(request, "billing/usage.html", context)
+
+
+@account_page
+def plan(request: HttpRequest) -> HttpResponse:
+    assert isinstance(request.user, User)
+    current = selectors.plan_of(user=request.user)
+    stripe_on = bool(settings.LEROY_STRIPE_SECRET_KEY)
+    context = {
+        "plan": current,
+        "plans": selectors.plan_rows(),
+        "overage_usd": selectors.micros_to_usd(current.overage_micros_per_lookup),
+        "stripe_on": stripe_on,
+        "subscription": selectors.stripe_subscription(user=request.user) if stripe_on else None,
+        "usage": selectors.lookup_usage(user=request.user),
+        "credits": selectors.credit_usage(user=request.user),
+        "statement": selectors.ledger_statement(user=request.user),
+        "credit_history": selectors.credit_history(user=request.user),
+    }
+    return render(request, "billing/plan.html", context)
+
+
+def _return_url() -> str:
+    return settings.LEROY_PUBLIC_ORIGIN + reverse("billing:plan")
+
+
+@account_page
+@require_POST
+def checkout(request: HttpRequest, code: str) -> HttpResponse:
+    assert isinstance(request.user, User)
+    chosen = get_object_or_404(Plan, code=code)
+    client = payments.stripe_client()
+    if client is None or not chosen.stripe_flat_price_id:
+        messages.error(request, "This plan cannot be bought online here.")
+        return redirect("billing:plan")
+    try:
+        url = payments.stripe_checkout_url(user=request.user, plan=chosen, client=client, return_url=_return_url())
+    except StripeError:
+        messages.error(request, "Stripe is not answering; nothing was charged. Try again in a minute.")
+        return redirect("billing:plan")
+    return HttpResponseRedirect(url, status=303)
+
+
+@account_page
+@require_POST
+def portal(request: HttpRequest) -> HttpResponse:
+    assert isinstance(request.user, User)
+    client = payments.stripe_client()
+    if client is None:
+        messages.error(request, "Billing is ledger-only on this installation.")
+        return redirect("billing:plan")
+    try:
+        url = payments.stripe_portal_url(user=request.user, client=client, return_url=_return_url())
+    except StripeError:
+        messages.error(request, "Stripe is not answering. Try again in a minute.")
+        return redirect("billing:plan")
+    return HttpResponseRedirect(url, status=303)

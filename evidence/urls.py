@@ -1,0 +1,6 @@
+from django.urls import path
+
+from evidence import pages
+
+app_name = "evidence"
+urlpatterns = [path("journal/", pages.journal, name="journal")]

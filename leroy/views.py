@@ -1,0 +1,16 @@
+"""The public landing page."""
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from billing import selectors as billing_selectors
+
+
+def landing(request: HttpRequest) -> HttpResponse:
+    context = {
+        "plans": billing_selectors.plan_rows(),
+        "mcp_url": settings.LEROY_PUBLIC_ORIGIN + settings.LEROY_MCP_PATH,
+        "origin": settings.LEROY_PUBLIC_ORIGIN,
+    }
+    return render(request, "landing.html", context)

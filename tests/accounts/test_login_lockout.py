@@ -1,0 +1,52 @@
+"""Sign-in lockout per submitted address and per client address, with the same answer for unknown addresses."""
+
+import pytest
+from django.test import Client
+
+PASSWORD = "correct horse battery staple"
+
+
+def attempt(client: Client, email: str, password: str, address: str = "198.51.100.1"):
+    return client.post("/account/login/", {"username": email, "password": password}, REMOTE_ADDR=address)
+
+
+@pytest.mark.django_db
+def test_five_wrong_passwords_lock_the_account_even_for_the_right_password(client: Client, owner):
+    for _ in range(5):
+        assert attempt(client, "alice@example.com", "wrong").status_code == 200
+
+    locked = attempt(client, "ALICE@example.com", PASSWORD)
+
+    assert locked.status_code == 429
+    assert "Too many failed sign-ins" in locked.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.django_db
+def test_an_unknown_address_locks_the_same_way(client: Client):
+    for _ in range(5):
+        attempt(client, "nobody@example.com", "wrong")
+
+    assert attempt(client, "nobody@example.com", "wrong").status_code == 429
+
+
+@pytest.mark.django_db
+def test_a_success_clears_the_accounts_count(client: Client, owner):
+    for _ in range(4):
+        attempt(client, "alice@example.com", "wrong")
+    assert attempt(client, "alice@example.com", PASSWORD).status_code == 302
+    client.logout()
+
+    for _ in range(4):
+        attempt(client, "alice@example.com", "wrong")
+
+    assert attempt(client, "alice@example.com", PASSWORD).status_code == 302
+
+
+@pytest.mark.django_db
+def test_one_network_guessing_many_addresses_is_locked_out(client: Client, owner, settings):
+    for i in range(settings.LEROY_LOGIN_FAILURES_PER_ADDRESS):
+        attempt(client, f"guess{i}@example.com", "wrong")
+
+    assert attempt(client, "alice@example.com", PASSWORD).status_code == 429
+    assert attempt(client, "alice@example.com", PASSWORD, address="203.0.113.9").status_code == 302
