@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 
 import backtests
+from backtests.policy import MAX_PRINT_BYTES, clean_error, clean_strings, clip
 
 IN_PROCESS_LAYERS = ("ast", "restricted_python")
 CHILD_LAYERS = ("netns", "rlimits", "uid_drop", "no_new_privs", "seccomp")
@@ -54,6 +55,7 @@ class Outcome:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     prints: str = ""
+    prints_truncated: bool = False
     seconds: float = 0.0
 
 
@@ -98,15 +100,17 @@ def _bwrap_prefix() -> list[str]:
     return args
 
 
-def command(layers: frozenset[str]) -> tuple[list[str], bool]:
+def command(layers: frozenset[str], cpu_seconds: int) -> tuple[list[str], bool]:
+    """The child's argv: it ties itself to this process (its parent pid; 0 inside bubblewrap's pid namespace,
+    where `--die-with-parent` ties it) and takes its CPU limit before it imports anything."""
     child = [sys.executable, "-I", "-m", "backtests.sandbox_child"]
     if "bubblewrap" in layers and bubblewrap_usable():
-        return [*_bwrap_prefix(), *child], True
-    return child, False
+        return [*_bwrap_prefix(), *child, "0", str(cpu_seconds)], True
+    return [*child, str(os.getpid()), str(cpu_seconds)], False
 
 
-def start(layers: frozenset[str]) -> tuple[Running, bool]:
-    argv, wrapped = command(layers)
+def start(layers: frozenset[str], cpu_seconds: int) -> tuple[Running, bool]:
+    argv, wrapped = command(layers, cpu_seconds)
     process = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
@@ -137,20 +141,23 @@ def run_job(
     layers: frozenset[str] = ALL_LAYERS,
     limits: Limits | None = None,
     on_start: Any = None,
+    probe: int = 0,
 ) -> Outcome:
-    """Run one backtest of `source` in a fresh sandbox child and return what it produced."""
+    """Run one backtest of `source` in a fresh sandbox child and return what it produced; `probe` > 0 adds the
+    truncation probe with that many cuts (`result["lookahead_check"]`)."""
     limits = limits or Limits()
     job = {
         "source": source,
         "datas": datas,
         "simulation": simulation,
         "parameters": parameters,
+        "probe": probe,
         "layers": sorted(layers),
         "limits": {"cpu_seconds": limits.cpu_seconds, "memory_bytes": limits.memory_bytes, "uid": limits.uid},
     }
     payload = json.dumps(job, allow_nan=False).encode()
     began = time.monotonic()
-    running, wrapped = start(layers)
+    running, wrapped = start(layers, limits.cpu_seconds)
     if on_start is not None:
         on_start(running)
     process = running.process
@@ -198,15 +205,19 @@ def run_job(
     layers_seen = sorted(process_layers)
     if running.killed_by is None and process.returncode == 0:
         try:
-            outcome = json.loads(stdout)
+            # The child's words are untrusted too: every string is escaped and capped again here.
+            outcome = clean_strings(json.loads(stdout))
         except ValueError:
             return Outcome(False, layers_seen, error=_error("sandbox_error", "the sandbox returned no result"))
+        prints, cut = clip(str(outcome.get("prints", "")), MAX_PRINT_BYTES)
+        error = outcome.get("error")
         return Outcome(
             ok=bool(outcome["ok"]),
-            layers=sorted(layers_seen + outcome["layers"]),
-            result=outcome.get("result"),
-            error=outcome.get("error"),
-            prints=outcome.get("prints", ""),
+            layers=sorted(layers_seen + [str(layer) for layer in outcome["layers"] if layer in ALL_LAYERS]),
+            result=outcome.get("result") if outcome["ok"] else None,
+            error=clean_error(error) if isinstance(error, dict) else None,
+            prints=prints,
+            prints_truncated=cut or outcome.get("prints_truncated") is True,
             seconds=seconds,
         )
     return Outcome(False, layers_seen, error=_failure(running, process.returncode, bytes(stderr)), seconds=seconds)

@@ -1,28 +1,55 @@
-"""The sandbox child: `python -I -m backtests.sandbox_child`, one job on stdin, one JSON result on stdout.
+"""The sandbox child: `python -I -m backtests.sandbox_child PARENT_PID CPU_SECONDS`, one job on stdin, one JSON
+result on stdout.
 
-Order matters: read the job and import everything while still privileged, then harden the process (network
-namespace, rlimits, uid drop, no_new_privs, seccomp), and only then compile and run the agent's code. No Django.
+Order matters. First, before any import: die with the parent (PR_SET_PDEATHSIG, then check the parent is still
+the one that started us, since it may have died already) and take the CPU limit, in every layer combination, so
+no child outlives its worker or spins without a limit. Then read the job and import everything while still
+privileged, harden the process (network namespace, rlimits, uid drop, no_new_privs, seccomp), and only then
+compile and run the agent's code. No Django.
 """
 
 import ctypes
-import errno
-import json
 import os
 import resource
 import signal
 import sys
-import traceback
-from typing import Any
 
-from backtests import engine  # imports backtrader before any privilege is dropped
-from backtests.policy import PolicyViolation, PrintBuffer
+PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _tie_to_parent(parent: int) -> None:
+    """Get SIGKILL when the parent dies; `parent` 0 means a pid namespace hides it (bubblewrap ties us then)."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent and os.getppid() != parent:
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    _tie_to_parent(int(sys.argv[1]))
+    _cpu = int(sys.argv[2])
+    resource.setrlimit(resource.RLIMIT_CPU, (_cpu, _cpu + 1))
+
+import errno  # noqa: E402
+import json  # noqa: E402
+import traceback  # noqa: E402
+from typing import Any  # noqa: E402
+
+from backtests import engine  # noqa: E402 - imports backtrader before any privilege is dropped
+from backtests.policy import (  # noqa: E402
+    MAX_PRINT_BYTES,
+    PolicyViolation,
+    PrintBuffer,
+    Refused,
+    clean_error,
+    clean_strings,
+)
 
 try:  # loaded now: after the uid drop, libseccomp could no longer be located
     import pyseccomp as seccomp
 except (ImportError, OSError):  # pragma: no cover - reported as an inactive layer
     seccomp = None
 
-PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_THREAD = 0x00010000
 
@@ -79,9 +106,8 @@ def _seccomp() -> bool:
     return True
 
 
-def harden(requested: set[str], limits: dict[str, int]) -> list[str]:
+def harden(requested: set[str], limits: dict[str, int], parent: int) -> list[str]:
     """Apply the requested OS layers; return those actually in force."""
-    parent = os.getppid()
     active = []
     steps = [
         ("netns", lambda: _netns()),
@@ -93,10 +119,8 @@ def harden(requested: set[str], limits: dict[str, int]) -> list[str]:
     for name, step in steps:
         if name in requested and step():
             active.append(name)
-    # Die with the worker that started us (a uid change clears this setting, so it is set last).
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)
+    # A uid change clears the parent-death signal: set it again now (and recheck that the parent lives).
+    _tie_to_parent(parent)
     return active
 
 
@@ -106,15 +130,26 @@ def _error_line(error: BaseException) -> int | None:
 
 
 def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
-    prints = PrintBuffer()
+    prints = PrintBuffer(MAX_PRINT_BYTES)
     in_process = {"ast", "restricted_python"} & set(job["layers"])
     outcome: dict[str, Any] = {"layers": active + sorted(in_process)}
     try:
         strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
-        outcome["result"] = engine.run(
-            strategy, datas=job["datas"], simulation=job["simulation"], parameters=job["parameters"]
-        )
-        outcome["ok"] = True
+        run = {"datas": job["datas"], "simulation": job["simulation"], "parameters": job["parameters"]}
+        result = engine.run(strategy, **run)
+        decisions = result.pop("decisions")
+        if job.get("probe"):
+            result["lookahead_check"] = engine.lookahead_probe(
+                lambda: engine.load_strategy(job["source"], prints=PrintBuffer(0), layers=in_process),
+                decisions=decisions,
+                k=int(job["probe"]),
+                **run,
+            )
+        outcome.update(ok=True, result=result)
+    except Refused as refusal:
+        lines = job["source"].splitlines()
+        where = f"line {refusal.line} (`{lines[refusal.line - 1].strip()}`): " if refusal.line else ""
+        outcome.update(ok=False, error={**refusal.payload(), "message": where + refusal.message})
     except PolicyViolation as violation:
         outcome.update(ok=False, error=violation.payload())
     except engine.EngineError as error:
@@ -124,6 +159,8 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
         outcome.update(ok=False, error={"code": "execution_error", "message": message, "line": _error_line(error)})
+    if outcome.get("error") is not None:
+        outcome["error"] = clean_error(outcome["error"])
     outcome["prints"] = prints.text()
     outcome["prints_truncated"] = prints.truncated
     return outcome
@@ -132,9 +169,9 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
 def main() -> None:
     job = json.loads(sys.stdin.buffer.read())
     sys.stdin.close()
-    active = harden(set(job["layers"]), job["limits"])
+    active = harden(set(job["layers"]), job["limits"], int(sys.argv[1]))
     outcome = execute(job, active)
-    sys.stdout.write(json.dumps(engine.plain(outcome), allow_nan=False, default=str))
+    sys.stdout.write(json.dumps(clean_strings(engine.plain(outcome)), allow_nan=False, default=str))
     sys.stdout.flush()
 
 

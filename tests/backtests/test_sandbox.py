@@ -101,10 +101,7 @@ def test_static_layer_refuses_escape_with_line_and_column(body, message, line):
         ("self.broker.setcash(10 ** 9)", "`setcash` of BrokerBase is not available", "next"),
         ("self.data.close[1] = 0.0", "market data cannot be modified", "next"),
         ("self.data.setbars({})", "`setbars` of market data is not available", "next"),
-        ("self.data.close.forward()", "`forward` of market data is not available", "next"),
         ("self.position.update(100, 1.0)", "`update` of Position is not available", "next"),
-        ("x = self.data.close[1]", "future bars are not available", "next"),
-        ("x = self.data.close.get(ago=2, size=1)", "future bars are not available", "next"),
     ],
 )
 def test_restricted_layer_refuses_module_hops_and_report_tampering_at_run_time(body, message, where):
