@@ -224,7 +224,7 @@ def clean_error(error: dict[str, Any]) -> dict[str, Any]:
     cleaned: dict[str, Any] = {"code": code, "message": message, "line": line if type(line) is int else None}
     if "column" in error:
         cleaned["column"] = column if type(column) is int else None
-    if cut:
+    if cut or error.get("truncated") is True:
         cleaned["truncated"] = True
     return cleaned
 

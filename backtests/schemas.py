@@ -266,9 +266,10 @@ class RunError(Out):
     """Why a dry run, backtest or grid point failed; line and column point into the strategy source when known."""
 
     code: str
-    message: str
+    message: str = Field(description="Escaped text, at most 4 KiB")
     line: int | None = None
     column: int | None = None
+    truncated: bool = Field(default=False, description="True when the message was cut at 4 KiB")
 
 
 class Statistics(Out):
@@ -341,7 +342,8 @@ class DryRunOut(Out):
     success: bool
     error: RunError | None
     result: DryRunSummary | None
-    prints: str
+    prints: str = Field(description="What the strategy printed: the first 64 KiB, control characters escaped")
+    prints_truncated: bool = Field(description="True when the strategy printed more than 64 KiB")
     sandbox_layers: list[Layer]
 
 
@@ -475,7 +477,8 @@ class Diagnostics(Out):
     final_value: float | None
     final_cash: float | None
     open_positions: list[OpenPosition] | None
-    prints: str
+    prints: str = Field(description="What the strategy printed: the first 64 KiB, control characters escaped")
+    prints_truncated: bool = Field(default=False, description="True when the strategy printed more than 64 KiB")
 
 
 class ChartData(Out):

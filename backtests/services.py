@@ -35,7 +35,6 @@ from leroy.clock import now
 from leroy.errors import DomainError
 
 MAX_GRID_POINTS = 400
-MAX_PRINTS_STORED = 8 * 1024
 DRY_RUN_SIMULATION = {"initial_cash": 100_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
 
 
@@ -57,6 +56,7 @@ class DryRunResult:
     error: dict[str, Any] | None
     result: dict[str, Any] | None
     prints: str
+    prints_truncated: bool
 
 
 def dry_run(*, user: User, code: str) -> DryRunResult:
@@ -73,7 +73,7 @@ def dry_run(*, user: User, code: str) -> DryRunResult:
             "statistics": statistics.compute(result),
         }
         DryRunPass.objects.get_or_create(user=user, code_sha256=code_sha256(code), defaults={"created_at": now()})
-    return DryRunResult(outcome.ok, outcome.layers, outcome.error, summary, outcome.prints[:MAX_PRINTS_STORED])
+    return DryRunResult(outcome.ok, outcome.layers, outcome.error, summary, outcome.prints, outcome.prints_truncated)
 
 
 def _require_dry_run(user: User, code: str) -> None:
@@ -228,7 +228,8 @@ def _diagnostics(outcome: sandbox.Outcome, data_version: str) -> dict[str, Any]:
         "final_value": result.get("final_value"),
         "final_cash": result.get("final_cash"),
         "open_positions": result.get("open_positions"),
-        "prints": outcome.prints[:MAX_PRINTS_STORED],
+        "prints": outcome.prints,  # escaped and capped at 64 KiB by the sandbox
+        "prints_truncated": outcome.prints_truncated,
     }
 
 

@@ -334,6 +334,7 @@ async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
                 "error": outcome.error,
                 "result": outcome.result,
                 "prints": outcome.prints,
+                "prints_truncated": outcome.prints_truncated,
                 "sandbox_layers": outcome.layers,
             }
         )
