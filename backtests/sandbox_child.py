@@ -52,6 +52,8 @@ except (ImportError, OSError):  # pragma: no cover - reported as an inactive lay
 
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_THREAD = 0x00010000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108 - each gets its own private tmpfs
 
 
 def _netns() -> bool:
@@ -59,6 +61,35 @@ def _netns() -> bool:
         os.unshare(os.CLONE_NEWNET)
     except OSError:
         return False
+    return True
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> bool:
+    encoded = [None if value is None else value.encode() for value in (source, target, fstype, data)]
+    return _LIBC.mount(encoded[0], encoded[1], encoded[2], flags, encoded[3]) == 0
+
+
+def _mountns(hide: list[str]) -> bool:
+    """A private mount namespace: a fresh, small tmpfs on each scratch directory (the child's writable temp
+    space, gone with it) and the server's runtime paths covered, so even a child that kept root finds nothing."""
+    try:
+        os.unshare(os.CLONE_NEWNS)
+    except OSError:
+        return False
+    if not _mount("none", "/", None, MS_REC | MS_PRIVATE):
+        return False
+    scratch = [path for path in SCRATCH if os.path.isdir(path)]
+    if not all(_mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=1777") for path in scratch):
+        return False
+    for path in hide:
+        if os.path.isdir(path):
+            covered = _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0")
+        else:
+            covered = not os.path.exists(path) or _mount("/dev/null", path, None, MS_BIND)
+        if not covered:
+            return False
+    os.environ["TMPDIR"] = "/tmp"  # noqa: S108 - the private tmpfs just mounted
+    os.chdir("/tmp")  # noqa: S108
     return True
 
 
@@ -96,7 +127,8 @@ def _seccomp() -> bool:
         return False
     refused = seccomp.ERRNO(errno.EPERM)
     rules = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
-    for name in ("socket", "socketpair", "fork", "vfork", "execve", "execveat", "ptrace", "unshare", "setns"):
+    for name in ("socket", "socketpair", "fork", "vfork", "execve", "execveat", "ptrace", "unshare", "setns", "mount",
+                 "umount2", "pivot_root", "chroot"):  # fmt: skip
         rules.add_rule(refused, name)
     # clone without CLONE_THREAD is a new process; threads stay possible. clone3 hides its flags in memory,
     # so it answers ENOSYS and libc falls back to clone.
@@ -106,11 +138,12 @@ def _seccomp() -> bool:
     return True
 
 
-def harden(requested: set[str], limits: dict[str, int], parent: int) -> list[str]:
+def harden(requested: set[str], limits: dict[str, int], parent: int, hide: list[str]) -> list[str]:
     """Apply the requested OS layers; return those actually in force."""
     active = []
     steps = [
         ("netns", lambda: _netns()),
+        ("mountns", lambda: _mountns(hide)),
         ("rlimits", lambda: _rlimits(limits)),
         ("uid_drop", lambda: _drop_uid(limits["uid"])),
         ("no_new_privs", _no_new_privs),
@@ -169,7 +202,7 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
 def main() -> None:
     job = json.loads(sys.stdin.buffer.read())
     sys.stdin.close()
-    active = harden(set(job["layers"]), job["limits"], int(sys.argv[1]))
+    active = harden(set(job["layers"]), job["limits"], int(sys.argv[1]), job.get("hide", []))
     outcome = execute(job, active)
     sys.stdout.write(json.dumps(clean_strings(engine.plain(outcome)), allow_nan=False, default=str))
     sys.stdout.flush()

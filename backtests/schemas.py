@@ -246,7 +246,8 @@ class Out(BaseModel):
 ReportStatus = Literal["PENDING", "EXECUTING", "COMPLETED", "FAILED"]
 JobStatus = Literal["PENDING", "EXECUTING", "COMPLETED", "FAILED", "CANCELLED"]
 Layer = Literal[
-    "ast", "restricted_python", "process", "bubblewrap", "netns", "rlimits", "uid_drop", "no_new_privs", "seccomp"
+    "ast", "restricted_python", "process", "bubblewrap", "netns", "mountns", "rlimits", "uid_drop", "no_new_privs",
+    "seccomp",
 ]  # fmt: skip
 Frequency = Literal[FREQUENCIES]  # type: ignore[valid-type]
 

@@ -10,6 +10,8 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from leroy.runtime import keep_private
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -59,6 +61,7 @@ LEROY_CLOCK = env_str("LEROY_CLOCK")
 MCP_CONFORMANCE_FIXTURES = env_bool("MCP_CONFORMANCE_FIXTURES")
 
 DEBUG = env_bool("DEBUG")
+keep_private(LEROY_VAR_DIR, data_dir=LEROY_DATA_DIR)  # the sandbox's uid must read nothing of it
 SECRET_KEY = env_str("SECRET_KEY") or _generated_secret(LEROY_VAR_DIR / "secret_key")
 # API keys are HMAC-ed with a pepper derived from SECRET_KEY: a leaked database alone cannot be brute-forced.
 LEROY_API_KEY_PEPPER = hmac.new(SECRET_KEY.encode(), b"leroy.api-key-pepper", hashlib.sha256).digest()
@@ -130,6 +133,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A per-process psycopg pool: every MCP request would otherwise open and close its own connection.
     DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": env_int("LEROY_DB_POOL_MAX", 20)}}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    keep_private(LEROY_VAR_DIR, sqlite_file=str(DATABASES["default"]["NAME"]))
     # WAL lets the web process read while the worker writes; IMMEDIATE avoids lock upgrades mid-transaction.
     DATABASES["default"]["OPTIONS"] = {
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
