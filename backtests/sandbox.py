@@ -7,6 +7,7 @@ caps what the child may print. Plain JSON in, plain JSON out. Every outcome name
 """
 
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,3 +312,25 @@ def startup_notice() -> str:
     if missing:
         line += "; missing: " + "; ".join(f"{name} ({LAYER_HELP.get(name, 'unavailable here')})" for name in missing)
     return line
+
+
+@contextlib.contextmanager
+def worker_slot(slots: int, kind: str = "dry-run") -> Iterator[int | None]:
+    """One of this host's `slots` places for a `kind` of job (advisory file locks: released if the holder dies),
+    or None when all are taken."""
+    directory = Path(settings.LEROY_VAR_DIR, "sandbox-slots")
+    directory.mkdir(parents=True, exist_ok=True)
+    for index in range(slots):
+        handle = open(directory / f"{kind}-{index}.lock", "a")  # noqa: SIM115 - held for the whole job
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        try:
+            yield index
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+        return
+    yield None

@@ -7,19 +7,19 @@ completed points when it ends or is cancelled; the rest of the hold returns to t
 
 import hashlib
 import itertools
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from accounts.models import User
 from backtests import sandbox, statistics
 from backtests.dryrun import dry_run_datas
 from backtests.models import (
+    DryRun,
     DryRunPass,
     Optimization,
     OptimizationRun,
@@ -49,17 +49,10 @@ def code_sha256(code: str) -> str:
 # --- strategies ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DryRunResult:
-    success: bool
-    layers: list[str]
-    error: dict[str, Any] | None
-    result: dict[str, Any] | None
-    prints: str
-    prints_truncated: bool
+DRY_RUN_POLL_SECONDS = 0.1
 
 
-def dry_run(*, user: User, code: str) -> DryRunResult:
+def _dry_run_outcome(user: User, code: str) -> dict[str, Any]:
     """Execute complete source on the fixed dry-run data set; saves no strategy, only that this source passed."""
     outcome = sandbox.run_job(source=code, datas=dry_run_datas(), simulation=DRY_RUN_SIMULATION, parameters={})
     summary = None
@@ -73,7 +66,81 @@ def dry_run(*, user: User, code: str) -> DryRunResult:
             "statistics": statistics.compute(result),
         }
         DryRunPass.objects.get_or_create(user=user, code_sha256=code_sha256(code), defaults={"created_at": now()})
-    return DryRunResult(outcome.ok, outcome.layers, outcome.error, summary, outcome.prints, outcome.prints_truncated)
+    return {
+        "success": outcome.ok,
+        "error": outcome.error,
+        "result": summary,
+        "prints": outcome.prints,
+        "prints_truncated": outcome.prints_truncated,
+        "sandbox_layers": outcome.layers,
+    }
+
+
+def dry_runs_busy(reason: str) -> BacktestError:
+    return BacktestError(
+        "busy",
+        f"{reason} Retry in {DRY_RUN_RETRY_SECONDS} seconds.",
+        retry_after_seconds=DRY_RUN_RETRY_SECONDS,
+    )
+
+
+DRY_RUN_RETRY_SECONDS = 5
+
+
+def dry_run_submit(*, user: User, code: str) -> DryRun:
+    """Queue a dry run for the `dryruns` workers; an account with one still in flight is `busy`."""
+    from backtests import tasks
+
+    _dry_runs_expire(user=user)
+    try:
+        with transaction.atomic():
+            run = DryRun.objects.create(user=user, code=code, created_at=now())
+    except IntegrityError:
+        raise dry_runs_busy("A dry run of this account is still running: one at a time.") from None
+    transaction.on_commit(lambda: tasks.dry_run.delay(str(run.pk)))
+    return run
+
+
+def _dry_runs_expire(*, user: User | None = None) -> int:
+    """Close dry runs no worker took in time (busy) and those whose worker vanished (worker_lost)."""
+    rows = DryRun.objects.all() if user is None else DryRun.objects.filter(user=user)
+    queued = now() - timedelta(seconds=settings.LEROY_DRY_RUN_QUEUE_SECONDS + 5)
+    running = now() - timedelta(seconds=settings.LEROY_SANDBOX_WALL_SECONDS + 60)
+    expired = rows.filter(status=Status.PENDING, created_at__lt=queued).update(
+        status=Status.CANCELLED, busy=True, finished_at=now()
+    )
+    lost = {"success": False, "error": WORKER_LOST, "result": None, "prints": "", "prints_truncated": False,
+            "sandbox_layers": []}  # fmt: skip
+    return expired + rows.filter(status=Status.EXECUTING, started_at__lt=running).update(
+        status=Status.FAILED, outcome=lost, finished_at=now()
+    )
+
+
+def dry_run_execute(*, run_id: str) -> None:
+    """A worker's side: claim the dry run, take one of this worker's dry-run slots (or answer busy), run it."""
+    claimed = DryRun.objects.filter(pk=run_id, status=Status.PENDING).update(status=Status.EXECUTING, started_at=now())
+    if not claimed:
+        return  # cancelled while queued, or a redelivery: the reaper closes a lost one
+    with sandbox.worker_slot(settings.LEROY_DRY_RUNS_PER_WORKER) as slot:
+        if slot is None:
+            DryRun.objects.filter(pk=run_id).update(status=Status.CANCELLED, busy=True, finished_at=now())
+            return
+        run = DryRun.objects.select_related("user").get(pk=run_id)
+        outcome = _dry_run_outcome(run.user, run.code)
+    DryRun.objects.filter(pk=run_id).update(status=Status.COMPLETED, outcome=outcome, finished_at=now())
+
+
+def dry_run_give_up(*, run_id: Any) -> bool:
+    """The caller stops waiting for a queued dry run: it is cancelled (and never runs) unless a worker took it."""
+    return bool(
+        DryRun.objects.filter(pk=run_id, status=Status.PENDING).update(
+            status=Status.CANCELLED, busy=True, finished_at=now()
+        )
+    )
+
+
+def dry_run_state(*, run_id: Any) -> DryRun:
+    return DryRun.objects.get(pk=run_id)
 
 
 def _require_dry_run(user: User, code: str) -> None:
@@ -531,7 +598,7 @@ def optimization_cancel(*, user: User, optimization_id: str) -> Optimization:
 def stale_jobs_reap(*, older_than: timedelta | None = None) -> int:
     """Fail jobs whose worker vanished without a redelivery (EXECUTING past the sandbox's wall clock)."""
     cutoff = now() - (older_than or timedelta(seconds=settings.LEROY_SANDBOX_WALL_SECONDS + 60))
-    reaped = 0
+    reaped = _dry_runs_expire()
     for report_id in Report.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff).values_list("pk", flat=True):
         _report_fail(report_id, WORKER_LOST)
         reaped += 1

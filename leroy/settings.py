@@ -184,6 +184,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER")
+CELERY_TASK_ROUTES = {"backtests.dry_run": {"queue": "dryruns"}}  # never behind long backtests
 
 # MCP bridge.
 LEROY_MCP_PATH = "/api/mcp"
@@ -275,6 +276,12 @@ LEROY_SANDBOX_MEMORY_MB = int(env_str("LEROY_SANDBOX_MEMORY_MB", "1536"))
 LEROY_SANDBOX_OUTPUT_BYTES = int(env_str("LEROY_SANDBOX_OUTPUT_BYTES", str(32 * 1024 * 1024)))
 LEROY_SANDBOX_BWRAP = env_str("LEROY_SANDBOX_BWRAP", "auto")  # auto: use bubblewrap when it works here; off
 LEROY_BACKTEST_CREDITS = int(env_str("LEROY_BACKTEST_CREDITS", "10"))
+# The truncation probe reruns a backtest on 3 cuts of its data (1.5x its bars): priced and shown up front.
+LEROY_LOOKAHEAD_PROBE_CREDITS = int(env_str("LEROY_LOOKAHEAD_PROBE_CREDITS", "5"))
+# Dry runs execute on workers consuming the `dryruns` queue: one in flight per account, at most this many at once
+# per worker host, and a caller waits this long for a worker to take one before the answer is `busy`.
+LEROY_DRY_RUNS_PER_WORKER = int(env_str("LEROY_DRY_RUNS_PER_WORKER", "2"))
+LEROY_DRY_RUN_QUEUE_SECONDS = float(env_str("LEROY_DRY_RUN_QUEUE_SECONDS", "15"))
 LEROY_OPTIMIZATION_POINT_CREDITS = int(env_str("LEROY_OPTIMIZATION_POINT_CREDITS", "5"))
 LEROY_MARKET_DATA_URL = env_str("LEROY_MARKET_DATA_URL", "https://api.tiingo.com")  # a Tiingo-compatible API
 LEROY_MARKET_DATA_TOKEN = env_str("LEROY_MARKET_DATA_TOKEN")

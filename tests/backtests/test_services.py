@@ -42,21 +42,29 @@ def submit(owner, strategy, coin, capture, **overrides):
     return report
 
 
-def test_dry_run_records_a_pass_and_saves_no_strategy(owner):
-    outcome = services.dry_run(user=owner, code=SMA_CROSS)
+def dry_run(owner, code, capture):
+    """Submit a dry run; on commit it is enqueued, and the test settings run Celery eagerly."""
+    with capture(execute=True):
+        run = services.dry_run_submit(user=owner, code=code)
+    return services.dry_run_state(run_id=run.pk).outcome
 
-    assert outcome.success is True
-    assert outcome.result["bars"] == {"DRYA": 260, "DRYB": 260}
-    assert set(outcome.result["statistics"]) == set(services.statistics.METRICS)
+
+def test_dry_run_records_a_pass_and_saves_no_strategy(owner, django_capture_on_commit_callbacks):
+    outcome = dry_run(owner, SMA_CROSS, django_capture_on_commit_callbacks)
+
+    assert outcome["success"] is True
+    assert outcome["result"]["bars"] == {"DRYA": 260, "DRYB": 260}
+    assert set(outcome["result"]["statistics"]) == set(services.statistics.METRICS)
     assert Strategy.objects.exists() is False
     assert DryRunPass.objects.filter(user=owner, code_sha256=services.code_sha256(SMA_CROSS)).count() == 1
 
 
-def test_failed_dry_run_reports_the_error_and_records_nothing(owner):
-    outcome = services.dry_run(user=owner, code="class X(bt.Strategy):\n    def next(self):\n        1 / 0\n")
+def test_failed_dry_run_reports_the_error_and_records_nothing(owner, django_capture_on_commit_callbacks):
+    code = "class X(bt.Strategy):\n    def next(self):\n        1 / 0\n"
+    outcome = dry_run(owner, code, django_capture_on_commit_callbacks)
 
-    assert outcome.success is False
-    assert outcome.error == {"code": "execution_error", "message": "ZeroDivisionError: division by zero", "line": 3}
+    assert outcome["success"] is False
+    assert outcome["error"] == {"code": "execution_error", "message": "ZeroDivisionError: division by zero", "line": 3}
     assert DryRunPass.objects.exists() is False
 
 

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 MODERN = "2026-07-28"
 TOOLS = {
     "get_strategy_documentation": "mcp:read", "list_strategies": "mcp:read", "get_strategy": "mcp:read",
-    "create_strategy": "mcp:write", "update_strategy": "mcp:write", "run_dry_run_backtest": "mcp:read",
+    "create_strategy": "mcp:write", "update_strategy": "mcp:write", "run_dry_run_backtest": "mcp:write",
     "list_symbols": "mcp:read", "search_symbols_by_name": "mcp:read", "get_symbol": "mcp:read",
     "get_market_data_sample": "mcp:read", "download_market_data": "mcp:write", "run_backtest": "mcp:write",
     "list_reports": "mcp:read", "get_report": "mcp:read", "list_report_trades": "mcp:read",

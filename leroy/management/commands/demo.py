@@ -120,6 +120,8 @@ def serve(*, port: int, env: dict[str, str]) -> int:
             "INFO",
             "--concurrency",
             "2",
+            "--queues",
+            "celery,dryruns",
             "--schedule",
             str(Path(settings.LEROY_VAR_DIR, "celery", "beat-schedule")),
         ],
