@@ -93,7 +93,7 @@ async def test_over_mcp_a_queued_dry_run_no_worker_takes_answers_busy(
     monkeypatch.setattr(tasks.dry_run, "delay", lambda run_id: None)
 
     async with client(mcp_http, write_key) as session:
-        text, payload = await refused(session, "run_dry_run_backtest", {"code": SMA_CROSS})
+        _, payload = await refused(session, "run_dry_run_backtest", {"code": SMA_CROSS})
 
     run = await DryRun.objects.aget()
     assert payload["error"] == {
