@@ -413,6 +413,29 @@ class Simulation(Out):
     buy_on_close: bool
 
 
+Decision = dict[str, str | int | float | None]
+
+
+class LookaheadDifference(Out):
+    cut: datetime = Field(description="The cut whose run decided differently")
+    bar: datetime | None = Field(description="The first bar where the decisions differ")
+    full_run: Decision | None = Field(description="What the run on all the data decided there (null: nothing)")
+    cut_run: Decision | None = Field(description="What the run on the data cut there decided (null: nothing)")
+    reason: str | None = Field(description="Why the cut run failed, when it did")
+
+
+class LookaheadCheck(Out):
+    """The truncation probe: the strategy rerun on its data cut at k points, its order decisions compared."""
+
+    status: Literal["passed", "failed", "not_run"]
+    k: int = Field(description="How many cuts")
+    cuts: list[datetime] = Field(description="The cuts checked, in order")
+    reason: str | None = Field(default=None, description="Why the probe did not run")
+    first_difference: LookaheadDifference | None = None
+    iteration: int | None = Field(default=None, description="For an optimization: the run probed (best by target)")
+    parameters: dict[str, int | float] | None = None
+
+
 class ReportSummary(Out):
     id: str
     report_id: str
@@ -427,7 +450,8 @@ class ReportSummary(Out):
     parameters: list[ParameterValue]
     simulation: Simulation
     statistics: Statistics | None = Field(description="Null until the report is COMPLETED")
-    credits_reserved: int
+    lookahead_check: LookaheadCheck | None = Field(description="The look-ahead verdict; null until COMPLETED")
+    credits_reserved: int = Field(description="The backtest and its look-ahead probe")
     credits_charged: int
     error: RunError | None
     created_at: datetime
@@ -549,7 +573,8 @@ class OptimizationSummary(Out):
     failed_iterations: int
     progress: float = Field(description="Finished (completed or failed) share of the grid, 0-1")
     use_free_optimization: bool
-    credits_reserved: int
+    credits_reserved: int = Field(description="Every grid point and the best run's look-ahead probe")
+    lookahead_check: LookaheadCheck | None = Field(description="The best run's look-ahead verdict, once closed")
     credits_charged: int
     error: RunError | None
     created_at: datetime

@@ -35,6 +35,7 @@ from leroy.clock import now
 from leroy.errors import DomainError
 
 MAX_GRID_POINTS = 400
+PROBE_CUTS = 3  # the truncation probe's cuts (engine.PROBE_CUTS; the engine lives in the sandbox child)
 DRY_RUN_SIMULATION = {"initial_cash": 100_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
 
 
@@ -324,7 +325,7 @@ def backtest_submit(
         raise BacktestError("invalid_request", "end_date must not be before start_date.")
     check_parameters(strategy, set(parameters))
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
-    price = settings.LEROY_BACKTEST_CREDITS
+    price = settings.LEROY_BACKTEST_CREDITS + settings.LEROY_LOOKAHEAD_PROBE_CREDITS  # the probe, shown up front
     report = Report.objects.create(
         user=user,
         strategy=strategy,
@@ -379,13 +380,18 @@ def backtest_execute(*, report_id: str) -> None:
         _report_fail(report_id, {"code": error.code, "message": error.message, "line": None})
         return
     outcome = sandbox.run_job(
-        source=report.strategy.code, datas=datas, simulation=report.simulation, parameters=report.parameters
+        source=report.strategy.code,
+        datas=datas,
+        simulation=report.simulation,
+        parameters=report.parameters,
+        probe=PROBE_CUTS,
     )
     diagnostics = _diagnostics(outcome, data_version)
     if not outcome.ok or outcome.result is None:
         _report_fail(report_id, outcome.error or WORKER_LOST, diagnostics)
         return
     result = outcome.result
+    check = result.pop("lookahead_check")
     stats = statistics.compute(result)
     with transaction.atomic():
         locked = Report.objects.select_for_update().get(pk=report_id)
@@ -394,9 +400,11 @@ def backtest_execute(*, report_id: str) -> None:
         locked.status, locked.finished_at = Status.COMPLETED, now()
         locked.statistics, locked.per_symbol = stats, statistics.per_symbol(result)
         locked.trades, locked.equity, locked.diagnostics = result["trades"], result["equity"], diagnostics
-        locked.data_version = data_version
-        locked.report_hash = statistics.report_hash(statistics=stats, result=result)
-        locked.credits_charged = locked.credits_reserved
+        locked.data_version, locked.lookahead_check = data_version, check
+        locked.report_hash = statistics.report_hash(statistics=stats, result=result, lookahead_check=check)
+        # A probe the data were too short for did not run: its credits go back.
+        unused = settings.LEROY_LOOKAHEAD_PROBE_CREDITS if check["status"] == "not_run" else 0
+        locked.credits_charged = max(0, locked.credits_reserved - unused)
         locked.save()
         _settle(locked.hold_id, locked.credits_charged)
 
@@ -452,6 +460,7 @@ def optimization_submit(
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
     points = grid_points(grids)
     price = 0 if use_free_optimization else settings.LEROY_OPTIMIZATION_POINT_CREDITS
+    probe = 0 if use_free_optimization else settings.LEROY_LOOKAHEAD_PROBE_CREDITS
     optimization = Optimization.objects.create(
         user=user,
         strategy=strategy,
@@ -470,7 +479,8 @@ def optimization_submit(
         use_free_optimization=use_free_optimization,
         total_iterations=len(points),
         credits_per_iteration=price,
-        credits_reserved=price * len(points),
+        credits_probe=probe,
+        credits_reserved=price * len(points) + probe,
         created_at=now(),
     )
     reference = f"optimization:{optimization.pk}"
@@ -508,7 +518,7 @@ def optimization_point_execute(*, run_id: int) -> None:
     )
     if not claimed:
         if OptimizationRun.objects.filter(pk=run_id, status=Status.EXECUTING).exists():
-            _point_finish(run_id, error=WORKER_LOST)
+            _point_done(run_id, error=WORKER_LOST)
         return
     run = OptimizationRun.objects.select_related("optimization__strategy").get(pk=run_id)
     optimization = run.optimization
@@ -523,7 +533,7 @@ def optimization_point_execute(*, run_id: int) -> None:
             end=optimization.end_date,
         )
     except BacktestError as error:
-        _point_finish(run_id, error={"code": error.code, "message": error.message, "line": None})
+        _point_done(run_id, error={"code": error.code, "message": error.message, "line": None})
         return
     outcome = sandbox.run_job(
         source=optimization.strategy.code,
@@ -532,14 +542,81 @@ def optimization_point_execute(*, run_id: int) -> None:
         parameters={**optimization.parameters, **run.parameters},
     )
     if not outcome.ok or outcome.result is None:
-        _point_finish(run_id, error=outcome.error or WORKER_LOST, data_version=data_version)
+        _point_done(run_id, error=outcome.error or WORKER_LOST, data_version=data_version)
         return
-    _point_finish(run_id, stats=statistics.compute(outcome.result), data_version=data_version)
+    _point_done(run_id, stats=statistics.compute(outcome.result), data_version=data_version)
+
+
+def _point_done(run_id: int, **finish: Any) -> None:
+    if _point_finish(run_id, **finish):
+        _optimization_probe(OptimizationRun.objects.get(pk=run_id).optimization_id)
+
+
+def _best_run(optimization: Optimization) -> OptimizationRun | None:
+    metric, runs = (
+        optimization.target_metric,
+        OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED),
+    )
+    scored = [run for run in runs if (run.statistics or {}).get(metric) is not None]
+    if not scored:
+        return None
+    key = (lambda run: run.statistics[metric]) if optimization.target_direction == "maximize" else (
+        lambda run: -run.statistics[metric]
+    )  # fmt: skip
+    return max(sorted(scored, key=lambda run: run.iteration), key=key)
+
+
+def _optimization_probe(optimization_id: Any) -> None:
+    """The last point is done: probe the best run by the target metric for look-ahead, then close and settle."""
+    optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
+    best = _best_run(optimization)
+    if best is None:
+        reason = f"no run has a {optimization.target_metric}"
+        check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
+    else:
+        datas, _ = load_bars(
+            tickers=optimization.tickers,
+            frequency=optimization.frequency,
+            start=optimization.start_date,
+            end=optimization.end_date,
+        )
+        outcome = sandbox.run_job(
+            source=optimization.strategy.code,
+            datas=datas,
+            simulation=simulation_of(optimization.simulation_parameters),
+            parameters={**optimization.parameters, **best.parameters},
+            probe=PROBE_CUTS,
+        )
+        if outcome.ok and outcome.result is not None:
+            check = outcome.result["lookahead_check"]
+        else:
+            reason = f"the probe run failed: {(outcome.error or WORKER_LOST)['message']}"
+            check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
+        check |= {"iteration": best.iteration, "parameters": best.parameters}
+    _optimization_close(optimization_id, check)
+
+
+def _optimization_close(optimization_id: Any, check: dict[str, Any] | None) -> None:
+    with transaction.atomic():
+        optimization = Optimization.objects.select_for_update().get(pk=optimization_id)
+        if optimization.status != Status.EXECUTING:
+            return  # cancelled meanwhile: already settled
+        optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
+        optimization.lookahead_check = check
+        probed = check is not None and check["status"] != "not_run"
+        optimization.credits_charged = optimization.completed_iterations * optimization.credits_per_iteration + (
+            optimization.credits_probe if probed else 0
+        )
+        optimization.finished_at = now()
+        optimization.save(update_fields=["status", "lookahead_check", "finished_at", "credits_charged"])
+        _settle(optimization.hold_id, optimization.credits_charged)
 
 
 def _point_finish(
     run_id: int, *, stats: dict[str, Any] | None = None, error: dict[str, Any] | None = None, data_version: str = ""
-) -> None:
+) -> bool:
+    """Record one point; True when it was the last and some point completed (the best run's probe is due; the
+    optimization closes after it). When every point failed, the optimization closes here, charging nothing."""
     with transaction.atomic():
         run = OptimizationRun.objects.select_related("optimization").get(pk=run_id)
         optimization = Optimization.objects.select_for_update().get(pk=run.optimization_id)
@@ -548,7 +625,7 @@ def _point_finish(
             OptimizationRun.objects.filter(pk=run_id, status=Status.EXECUTING).update(
                 status=Status.CANCELLED, finished_at=now()
             )
-            return
+            return False
         ok = error is None
         OptimizationRun.objects.filter(pk=run_id).update(
             status=Status.COMPLETED if ok else Status.FAILED,
@@ -561,18 +638,20 @@ def _point_finish(
         Optimization.objects.filter(pk=optimization.pk).update(**{counter: F(counter) + 1})
         optimization.refresh_from_db()
         if optimization.completed_iterations + optimization.failed_iterations < optimization.total_iterations:
-            return
-        optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
-        if not optimization.completed_iterations:
-            optimization.error = {
-                "code": "all_iterations_failed",
-                "message": "every grid point failed",
-                **(error or {}),
-            }
+            return False
+        if optimization.completed_iterations:
+            return True
+        optimization.status = Status.FAILED
+        optimization.error = {
+            "code": "all_iterations_failed",
+            "message": "every grid point failed",
+            **(error or {}),
+        }
         optimization.finished_at = now()
-        optimization.credits_charged = optimization.completed_iterations * optimization.credits_per_iteration
+        optimization.credits_charged = 0
         optimization.save(update_fields=["status", "error", "finished_at", "credits_charged"])
-        _settle(optimization.hold_id, optimization.credits_charged)
+        _settle(optimization.hold_id, 0)
+        return False
 
 
 @transaction.atomic
@@ -605,6 +684,17 @@ def stale_jobs_reap(*, older_than: timedelta | None = None) -> int:
     for run_id in OptimizationRun.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff).values_list(
         "pk", flat=True
     ):
-        _point_finish(run_id, error=WORKER_LOST)
+        if _point_finish(run_id, error=WORKER_LOST):
+            reason = "the point's worker stopped; no probe was run"
+            check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
+            _optimization_close(OptimizationRun.objects.get(pk=run_id).optimization_id, check)
         reaped += 1
+    # Every point done but the optimization still open: the worker running the best run's probe vanished.
+    for optimization in Optimization.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff):
+        done = optimization.completed_iterations + optimization.failed_iterations == optimization.total_iterations
+        last = OptimizationRun.objects.filter(optimization=optimization).order_by("-finished_at").first()
+        if done and last is not None and last.finished_at is not None and last.finished_at < cutoff:
+            reason = "the worker running the look-ahead probe stopped before it finished"
+            _optimization_close(optimization.pk, {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason})
+            reaped += 1
     return reaped

@@ -117,12 +117,14 @@ def per_symbol(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def report_hash(*, statistics: dict[str, Any], result: dict[str, Any]) -> str:
-    """SHA-256 over the report's content; equal inputs (version, data, parameters) give equal hashes."""
+def report_hash(*, statistics: dict[str, Any], result: dict[str, Any], lookahead_check: dict[str, Any]) -> str:
+    """SHA-256 over the report's content and its look-ahead verdict; equal inputs (version, data, parameters)
+    give equal hashes."""
     body = {
         "statistics": statistics,
         "trades": result["trades"],
         "equity": result["equity"],
         "final_value": result["final_value"],
+        "lookahead_check": lookahead_check,
     }
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

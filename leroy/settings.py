@@ -276,7 +276,7 @@ LEROY_SANDBOX_MEMORY_MB = int(env_str("LEROY_SANDBOX_MEMORY_MB", "1536"))
 LEROY_SANDBOX_OUTPUT_BYTES = int(env_str("LEROY_SANDBOX_OUTPUT_BYTES", str(32 * 1024 * 1024)))
 LEROY_SANDBOX_BWRAP = env_str("LEROY_SANDBOX_BWRAP", "auto")  # auto: use bubblewrap when it works here; off
 LEROY_BACKTEST_CREDITS = int(env_str("LEROY_BACKTEST_CREDITS", "10"))
-# The truncation probe reruns a backtest on 3 cuts of its data (1.5x its bars): priced and shown up front.
+# The truncation probe reruns a backtest on 3 cuts of its data: priced, and reserved with the backtest up front.
 LEROY_LOOKAHEAD_PROBE_CREDITS = int(env_str("LEROY_LOOKAHEAD_PROBE_CREDITS", "5"))
 # Dry runs execute on workers consuming the `dryruns` queue: one in flight per account, at most this many at once
 # per worker host, and a caller waits this long for a worker to take one before the answer is `busy`.
