@@ -354,13 +354,14 @@ class Guards:
         return value
 
     def getitem(self, obj: Any, key: Any) -> Any:
+        line: Any = obj  # isinstance against the tuples of types below narrows to `object` otherwise
         if isinstance(obj, self.containers) or not isinstance(obj, self.series):
-            return obj[key]
+            return line[key]
         if type(key) is not int:
             raise lookahead(f"`[{_short(key)}]` (read whole-number offsets, or .get(ago, size))", agent_line())
-        if key > 0 or key <= -len(obj):
-            raise lookahead(f"`[{key}]` with {len(obj)} bar(s) seen", agent_line())
-        return obj[key]
+        if key > 0 or key <= -len(line):
+            raise lookahead(f"`[{key}]` with {len(line)} bar(s) seen", agent_line())
+        return line[key]
 
     def write(self, obj: Any) -> Any:
         if id(obj) in self.protected:
@@ -390,6 +391,7 @@ class _Writer:
     """The strategy's handle for assigning to its own objects: the engine's names stay out of reach."""
 
     __slots__ = ("target",)
+    target: Any
 
     def __init__(self, target: Any) -> None:
         object.__setattr__(self, "target", target)
