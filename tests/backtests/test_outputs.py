@@ -133,3 +133,36 @@ async def test_arguments_no_database_can_store_are_refused_in_band(mcp_http, own
     assert response.status_code == 400  # the transport's JSON parser refuses a lone surrogate outright
     assert response.json()["error"]["code"] == -32700
     assert await Strategy.objects.aexists() is False
+
+
+FLOOD_THEN_FAIL = printing("print(chr(0xD800) + 'x' * 10_000_000)\n            x = {}['k' * 4_000_000]")
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+async def test_the_official_client_reads_a_failed_report_with_a_flood_and_a_huge_error(mcp_http, owner, write_key):
+    from backtests.models import DryRunPass
+    from backtests.services import code_sha256
+    from leroy.clock import now
+
+    coin = await sync_to_async(import_walk)("TSTUSD")
+    # Saving needs a passing dry run; this code never passes one, so its pass is recorded by hand.
+    await DryRunPass.objects.acreate(user=owner, code_sha256=code_sha256(FLOOD_THEN_FAIL), created_at=now())
+    async with client(mcp_http, write_key) as session:
+        saved = await ok(session, "create_strategy", {"name": "flood", "code": FLOOD_THEN_FAIL})
+        submitted = await ok(session, "run_backtest", {
+            "strategy_id": saved["id"], "data_ids": [str(coin.pk)], "frequency": "1d",
+            "start_date": "2024-01-01", "end_date": "2024-12-31",
+        })  # fmt: skip
+        await ok(session, "wait_for_reports", {"report_ids": [submitted["report_id"]]})
+        report = await ok(session, "get_report", {"id": submitted["report_id"]})
+
+    assert report["status"] == "FAILED"
+    assert (report["error"]["code"], report["error"]["truncated"]) == ("execution_error", True)
+    assert len(report["error"]["message"].encode()) == 4 * KIB
+    assert report["diagnostics"]["prints"].startswith("\\ud800xxx")
+    assert (len(report["diagnostics"]["prints"].encode()), report["diagnostics"]["prints_truncated"]) == (
+        64 * KIB,
+        True,
+    )
+    assert report["credits_charged"] == 0
