@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from backtests.models import DryRunPass, Optimization, OptimizationRun, Report, Strategy
+from backtests.models import DryRun, DryRunPass, Optimization, OptimizationRun, Report, Strategy
 from leroy.admin import ReadOnlyAdmin
 
 
@@ -15,6 +15,13 @@ class StrategyAdmin(ReadOnlyAdmin):
 class DryRunPassAdmin(ReadOnlyAdmin):
     list_display = ["user", "code_sha256", "created_at"]
     search_fields = ["user__email", "code_sha256"]
+
+
+@admin.register(DryRun)
+class DryRunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "user", "status", "busy", "created_at", "finished_at"]
+    list_filter = ["status", "busy"]
+    search_fields = ["user__email"]
 
 
 @admin.register(Report)
