@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from backtests.models import DryRunPass, Optimization, OptimizationRun, Report, Strategy
+from backtests.models import DryRun, DryRunPass, Optimization, OptimizationRun, Report, Strategy
 from backtests.pages import report_statistics
 from leroy.admin import ReadOnlyAdmin
 
@@ -32,6 +32,13 @@ class StrategyAdmin(ReadOnlyAdmin):
 class DryRunPassAdmin(ReadOnlyAdmin):
     list_display = ["user", "code_sha256", "created_at"]
     search_fields = ["user__email", "code_sha256"]
+
+
+@admin.register(DryRun)
+class DryRunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "user", "status", "busy", "created_at", "finished_at"]
+    list_filter = ["status", "busy"]
+    search_fields = ["user__email"]
 
 
 @admin.register(Report)

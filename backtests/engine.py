@@ -5,19 +5,29 @@ Bars arrive as plain lists and feed a list-backed data feed (1.7x the stock pand
 backtrader's TradeAnalyzer output; statistics are computed from them by `statistics.py` outside the sandbox.
 """
 
+import bisect
+import functools
+import inspect
 import math
+import sys
 import types
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import backtrader as bt
 
+from backtests import policy
 from backtests.policy import (
+    ORDER_TYPES_HELP,
     Guards,
     PolicyViolation,
     PrintBuffer,
+    Refused,
+    agent_line,
     compile_plain,
     compile_strategy,
+    lookahead,
     strategy_classes,
     validate_source,
 )
@@ -45,10 +55,12 @@ def _facade() -> types.SimpleNamespace:
     return types.SimpleNamespace(**members)
 
 
-ORDER_STATES = frozenset(bt.Order.Status) | frozenset(bt.Order.ExecTypes) | {"Buy", "Sell"}
+ORDER_STATES = frozenset(bt.Order.Status) | (frozenset(bt.Order.ExecTypes) - {"Historical"}) | {"Buy", "Sell"}
 READ_ONLY = (
     (bt.BrokerBase, frozenset({"getvalue", "getcash", "get_value", "get_cash", "getposition", "startingcash",
-                               "get_fundvalue", "get_fundshares", "fundvalue", "fundshares"})),
+                               "get_fundvalue", "get_fundshares", "fundvalue", "fundshares", "getcommissioninfo"})),
+    (bt.CommInfoBase, frozenset({"getcommission", "getoperationcost", "getvaluesize", "getsize", "get_leverage",
+                                 "getvalue", "profitandloss", "p", "params"})),
     (bt.Position, frozenset({"size", "price", "adjbase", "datetime", "upopened", "upclosed"})),
     (bt.Trade, frozenset({"ref", "tradeid", "data", "size", "price", "value", "commission", "pnl", "pnlcomm",
                           "justopened", "isopen", "isclosed", "baropen", "dtopen", "barclose", "dtclose", "barlen",
@@ -60,7 +72,7 @@ READ_ONLY = (
                               "psize", "pprice"})),
 )  # fmt: skip
 FEED_NAMES = frozenset(
-    {"open", "high", "low", "close", "volume", "openinterest", "datetime", "lines", "get", "buflen", "date", "time",
+    {"open", "high", "low", "close", "volume", "openinterest", "datetime", "lines", "get", "date", "time",
      "num2date", "date2num", "getlinealiases"}
 )  # fmt: skip
 GUARDS = Guards(
@@ -68,8 +80,173 @@ GUARDS = Guards(
     writable=(bt.LineRoot, bt.lineseries.Lines),
     read_only=READ_ONLY,
     protected_names=FEED_NAMES,
-    series=(bt.LineRoot, bt.lineseries.Lines),
+    series=(bt.LineRoot,),
+    containers=(bt.lineseries.Lines,),
+    orders=(bt.OrderBase,),
 )
+# Filled from the bars by the broker's own simulation; `Historical` fills at whatever price the strategy names.
+SIMULATED_ORDER_TYPES = frozenset(
+    {None, bt.Order.Market, bt.Order.Close, bt.Order.Limit, bt.Order.Stop, bt.Order.StopLimit, bt.Order.StopTrail,
+     bt.Order.StopTrailLimit}
+)  # fmt: skip
+
+
+# --- the runtime look-ahead layer -------------------------------------------------------------------------------
+# RestrictedPython's guards see `obj[key]` and `obj.name` in agent code, but not the reads that happen on its
+# behalf: `sum(line)`, `sorted(line)`, unpacking, iteration, a lambda the engine calls. So the line objects
+# themselves refuse, whenever agent code is on the stack, every read that would reach past the current bar
+# (Backtrader wraps a negative offset to the end of the preloaded series). Engine reads (the feed peeking at its
+# next timestamp, runonce indicators filling their buffers) carry no agent frame and are unchanged, so built-in
+# indicators keep their exact values. The first refusal is kept (policy.REFUSALS), so catching it changes nothing.
+def _outside(buffer: Any, ago: int) -> bool:
+    return ago > 0 or buffer.idx + ago < 0
+
+
+def _guard_ago(method: Callable[..., Any], position: int) -> Callable[..., Any]:
+    """Wrap a LineBuffer method whose argument at `position` (after self) is a bar offset `ago`."""
+    default = inspect.signature(method).parameters["ago"].default
+
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        ago = kwargs["ago"] if "ago" in kwargs else args[position] if len(args) > position else default
+        if type(ago) is int and _outside(self, ago) and (line := agent_line()) is not None:
+            raise lookahead(f"`.{method.__name__}(ago={ago})`", line)
+        return method(self, *args, **kwargs)
+
+    return guarded
+
+
+def _guard_always(method: Callable[..., Any], what: str) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if (line := agent_line()) is not None:
+            raise lookahead(what, line)
+        return method(self, *args, **kwargs)
+
+    return guarded
+
+
+AGENT_FILES = frozenset({policy.STRATEGY_FILENAME, policy.__file__})
+
+
+def _raw_array(buffer: Any) -> Any:
+    return buffer.__dict__["_leroy_array"]
+
+
+def _array_property(kind: str) -> property:
+    def get(self: Any) -> Any:
+        if sys._getframe(1).f_code.co_filename in AGENT_FILES:
+            raise lookahead("`.array` (every bar of the series, future ones included)", agent_line())
+        return self.lines[0].array if kind == "series" else self.__dict__["_leroy_array"]
+
+    def put(self: Any, value: Any) -> None:
+        self.__dict__["_leroy_array"] = value
+
+    return property(get, put if kind == "buffer" else None)
+
+
+def _lookahead_guards() -> None:
+    """Install the runtime layer on Backtrader's line classes (once per process: the sandbox child)."""
+    buffer = bt.linebuffer.LineBuffer
+    if getattr(buffer, "_leroy_guarded", False):
+        return
+    buffer._leroy_guarded = True  # type: ignore[attr-defined]
+
+    def getitem(self: Any, ago: int) -> Any:
+        if _outside(self, ago) and (line := agent_line()) is not None:
+            raise lookahead(f"`[{ago}]` with {self.idx + 1} bar(s) seen", line)
+        return self.__dict__["_leroy_array"][self.idx + ago]
+
+    original_get = buffer.get
+
+    def get(self: Any, ago: int = 0, size: int = 1) -> Any:
+        if (ago > 0 or self.idx + ago < 0) and (line := agent_line()) is not None:
+            raise lookahead(f"`.get(ago={ago}, size={size})` with {self.idx + 1} bar(s) seen", line)
+        return original_get(self, ago, size)
+
+    original_zeroval, original_zero = buffer.getzeroval, buffer.getzero
+
+    def getzeroval(self: Any, idx: int = 0) -> Any:
+        if not 0 <= idx <= self.idx and (line := agent_line()) is not None:
+            raise lookahead(f"`.getzeroval({idx})` with {self.idx + 1} bar(s) seen", line)
+        return original_zeroval(self, idx)
+
+    def getzero(self: Any, idx: int = 0, size: int = 1) -> Any:
+        if not (idx >= 0 and idx + size - 1 <= self.idx) and (line := agent_line()) is not None:
+            raise lookahead(f"`.getzero({idx}, {size})` with {self.idx + 1} bar(s) seen", line)
+        return original_zero(self, idx, size)
+
+    buffer.__getitem__ = getitem  # type: ignore[method-assign]
+    buffer.get = get  # type: ignore[method-assign]
+    buffer.getzeroval = getzeroval  # type: ignore[method-assign]
+    buffer.getzero = getzero  # type: ignore[method-assign]
+    buffer.buflen = _guard_always(buffer.buflen, "`.buflen()` (the length of the whole series)")  # type: ignore[method-assign]
+    buffer.plotrange = _guard_always(buffer.plotrange, "`.plotrange()` (absolute positions)")  # type: ignore[method-assign]
+    for name in ("datetime", "date", "time", "dt", "tm_raw", "tm"):
+        setattr(buffer, name, _guard_ago(getattr(buffer, name), 0))
+    for name in ("tm_lt", "tm_le", "tm_eq", "tm_gt", "tm_ge", "tm2dtime", "tm2datetime"):
+        setattr(buffer, name, _guard_ago(getattr(buffer, name), 1))
+    buffer.array = _array_property("buffer")  # type: ignore[assignment]
+    bt.lineseries.LineSeries.array = _array_property("series")  # type: ignore[assignment]
+    forward_init = bt.linebuffer._LineForward.__init__
+
+    def forward(self: Any, a: Any, ago: int) -> None:
+        if (line := agent_line()) is not None:
+            what = f"a line shifted {ago} bar(s) forward (`line({ago})`, or Ichimoku's chikou span)"
+            raise lookahead(what, line)
+        forward_init(self, a, ago)
+
+    bt.linebuffer._LineForward.__init__ = forward  # type: ignore[method-assign]
+
+
+class GuardedBroker(bt.brokers.BackBroker):
+    """The stock broker, taking only the order types it fills from the bars, and keeping every order decision
+    (when, which data, what) for the truncation probe. Decisions taken in `stop()` are not kept: a run on cut
+    data calls `stop()` earlier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decisions: list[dict[str, Any]] = []
+        self.decided: dict[int, int] = {}  # order ref -> index of its decision
+        self.stopping = False
+
+    def _decide(self, owner: Any, decision: dict[str, Any], order: Any = None) -> None:
+        if self.stopping:
+            return
+        if order is not None:
+            self.decided[order.ref] = len(self.decisions)
+        clock = owner.lines.datetime
+        bar = _raw_array(clock)[clock.idx] if clock.idx >= 0 else None
+        self.decisions.append({"bar": bar, **decision})
+
+    def _order(self, side: str, owner: Any, data: Any, size: Any, args: dict[str, Any]) -> Any:
+        if args["exectype"] not in SIMULATED_ORDER_TYPES or args["histnotify"] or args["_checksubmit"] is not True:
+            raise Refused("order_refused", ORDER_TYPES_HELP, agent_line())
+        make = super().buy if side == "buy" else super().sell
+        order = make(owner, data, size, **args)
+        self._decide(owner, {"side": side, "data": data._name, "size": size, "exectype": order.exectype,
+                             "price": args["price"], "plimit": args["plimit"], "trailamount": args["trailamount"],
+                             "trailpercent": args["trailpercent"]}, order)  # fmt: skip
+        return order
+
+    def buy(self, owner: Any, data: Any, size: Any, price: Any = None, plimit: Any = None, exectype: Any = None,
+            valid: Any = None, tradeid: int = 0, oco: Any = None, trailamount: Any = None, trailpercent: Any = None,
+            parent: Any = None, transmit: bool = True, histnotify: bool = False, _checksubmit: bool = True,
+            **kwargs: Any) -> Any:  # fmt: skip
+        args = {k: v for k, v in locals().items() if k not in ("self", "owner", "data", "size", "kwargs", "__class__")}
+        return self._order("buy", owner, data, size, args | kwargs)
+
+    def sell(self, owner: Any, data: Any, size: Any, price: Any = None, plimit: Any = None, exectype: Any = None,
+             valid: Any = None, tradeid: int = 0, oco: Any = None, trailamount: Any = None, trailpercent: Any = None,
+             parent: Any = None, transmit: bool = True, histnotify: bool = False, _checksubmit: bool = True,
+             **kwargs: Any) -> Any:  # fmt: skip
+        args = {k: v for k, v in locals().items() if k not in ("self", "owner", "data", "size", "kwargs", "__class__")}
+        return self._order("sell", owner, data, size, args | kwargs)
+
+    def cancel(self, order: Any, bracket: bool = False) -> Any:
+        if order.ref in self.decided:
+            self._decide(order.owner, {"cancel": self.decided[order.ref]})
+        return super().cancel(order, bracket=bracket)
 
 
 def protect(feed: bt.feed.DataBase) -> None:
@@ -158,11 +335,13 @@ class TradeLog(bt.Analyzer):
 
 
 class Diagnostics(bt.Analyzer):
-    """Per-bar account value and order outcomes."""
+    """Per-bar account value and order outcomes; the strategy's own clock line becomes read-only to it."""
 
     def start(self) -> None:
         self.equity: list[tuple[float, float]] = []
         self.orders = {"submitted": 0, "completed": 0, "canceled": 0, "margin": 0, "rejected": 0, "expired": 0}
+        clock = self.strategy.lines
+        GUARDS.protected.update({id(clock), *(id(clock[i]) for i in range(clock.fullsize()))})
 
     def next(self) -> None:
         self.equity.append((self.strategy.datetime[0], self.strategy.broker.getvalue()))
@@ -194,6 +373,42 @@ def plain(value: Any) -> Any:
     return value
 
 
+def _decided(strategy: type) -> type:
+    """The strategy as it runs here: identical, except that its broker learns when `stop()` begins."""
+
+    def _stop(self: Any) -> None:
+        self.broker.stopping = True
+        strategy._stop(self)  # type: ignore[attr-defined]
+
+    return type(strategy.__name__, (strategy,), {"_stop": _stop, "__module__": strategy.__module__})
+
+
+def _cerebro(strategy: type, datas: list[dict[str, Any]], simulation: dict[str, Any], parameters: dict[str, Any]):
+    GUARDS.protected.clear()  # ids of an earlier run's objects may be reused by this run's
+    cerebro = bt.Cerebro(stdstats=False, preload=True, runonce=True, optreturn=False)
+    cerebro.broker = GuardedBroker()
+    for data in datas:
+        feed = ArrayData(name=data["name"])
+        feed.setbars(data)
+        protect(feed)
+        cerebro.adddata(feed, name=data["name"])
+    cerebro.addstrategy(_decided(strategy), **parameters)
+    cerebro.broker.setcash(float(simulation["initial_cash"]))
+    cerebro.broker.setcommission(commission=float(simulation["commission"]), leverage=float(simulation["leverage"]))
+    cerebro.broker.set_coc(bool(simulation["buy_on_close"]))
+    return cerebro
+
+
+def _execute(cerebro: bt.Cerebro) -> Any:
+    """Run, and fail the run on a refusal even when the strategy caught it."""
+    _lookahead_guards()
+    policy.REFUSALS.clear()
+    (result,) = cerebro.run()
+    if policy.REFUSALS:
+        raise policy.REFUSALS[0]
+    return result
+
+
 def run(
     strategy: type,
     *,
@@ -208,23 +423,16 @@ def run(
         raise EngineError(
             "unknown_parameter", f"the strategy has no parameter(s) {', '.join(unknown)}; it has {sorted(known)}"
         )
-    cerebro = bt.Cerebro(stdstats=False, preload=True, runonce=True, optreturn=False)
-    for data in datas:
-        feed = ArrayData(name=data["name"])
-        feed.setbars(data)
-        protect(feed)
-        cerebro.adddata(feed, name=data["name"])
-    cerebro.addstrategy(strategy, **parameters)
-    cerebro.broker.setcash(float(simulation["initial_cash"]))
-    cerebro.broker.setcommission(commission=float(simulation["commission"]), leverage=float(simulation["leverage"]))
-    cerebro.broker.set_coc(bool(simulation["buy_on_close"]))
+    cerebro = _cerebro(strategy, datas, simulation, parameters)
     cerebro.addanalyzer(bt.analyzers.TradeAnalyzer, _name="trade_analyzer")
     cerebro.addanalyzer(bt.analyzers.TimeReturn, _name="daily_returns", timeframe=bt.TimeFrame.Days)
+    cerebro.addanalyzer(bt.analyzers.DrawDown, _name="drawdown")
     cerebro.addanalyzer(TradeLog, _name="trade_log")
     cerebro.addanalyzer(Diagnostics, _name="diagnostics")
-    (result,) = cerebro.run()
+    result = _execute(cerebro)
     analyzers = result.analyzers
     diagnostics = analyzers.diagnostics.get_analysis()
+    drawdown = analyzers.drawdown.get_analysis()
     return {
         "initial_cash": float(simulation["initial_cash"]),
         "final_value": cerebro.broker.getvalue(),
@@ -232,12 +440,108 @@ def run(
         "bars": {data["name"]: len(data["ts_us"]) for data in datas},
         "trade_analyzer": plain(analyzers.trade_analyzer.get_analysis()),
         "daily_returns": [[day.date().isoformat(), ret] for day, ret in analyzers.daily_returns.get_analysis().items()],
+        # bar by bar, at the data's own frequency (Backtrader's DrawDown analyzer on the broker value)
+        "max_drawdown": {"percentage": drawdown.max.drawdown, "money": drawdown.max.moneydown},
         "trades": analyzers.trade_log.get_analysis(),
         "equity": diagnostics["equity"],
         "orders": diagnostics["orders"],
+        "decisions": cerebro.broker.decisions,
         "open_positions": [
             {"symbol": data._name, "size": result.getposition(data).size, "price": result.getposition(data).price}
             for data in result.datas
             if result.getposition(data).size
         ],
+    }
+
+
+# --- the truncation probe ----------------------------------------------------------------------------------------
+PROBE_CUTS = 3
+PROBE_MIN_BARS = 40  # below this many common bars the probe is not run
+
+
+def probe_cuts(datas: list[dict[str, Any]], decisions: list[dict[str, Any]], k: int = PROBE_CUTS) -> list[int] | str:
+    """k deterministic cut timestamps (µs) inside the bars every data has, or the reason there are none.
+
+    A strategy that peeks n bars ahead decides differently only where the cut hides those n bars, that is when
+    it decides within n bars of the cut: so the cuts fall on bars where the full run decided (spread evenly
+    over its decisions), topped up with evenly spaced bars when it decided on fewer than k."""
+    first, last = max(d["ts_us"][0] for d in datas), min(d["ts_us"][-1] for d in datas)
+    timeline = sorted({ts for d in datas for ts in d["ts_us"] if first <= ts <= last})
+    if len(timeline) < PROBE_MIN_BARS:
+        return f"the data have {len(timeline)} common bars; the probe needs at least {PROBE_MIN_BARS}"
+    decided = sorted({_nearest(timeline, d["bar"]) for d in decisions if d["bar"] is not None} - {None})
+    cuts = [decided[len(decided) * i // (k + 1)] for i in range(1, k + 1)] if len(decided) >= k else decided
+    spaced = (timeline[len(timeline) * i // (k + 1)] for i in range(1, k + 1))
+    return sorted(set(cuts) | set(list(dict.fromkeys(t for t in spaced if t not in cuts))[: k - len(set(cuts))]))
+
+
+def _nearest(timeline: list[int], bar: float) -> int | None:
+    """The timeline's timestamp of a bar's date number (which does not round-trip to the microsecond)."""
+    us = round((bar - EPOCH_ORDINAL) * 86_400_000_000)
+    at = bisect.bisect_left(timeline, us)
+    near = [ts for ts in timeline[max(0, at - 1) : at + 1] if abs(ts - us) < 1000]
+    return near[0] if near else None
+
+
+def cut(data: dict[str, Any], until_us: int) -> dict[str, Any]:
+    keep = sum(1 for ts in data["ts_us"] if ts <= until_us)
+    return {key: (value[:keep] if isinstance(value, list) else value) for key, value in data.items()}
+
+
+def _decisions_on(strategy: type, datas: list[dict[str, Any]], simulation: dict[str, Any], parameters: dict[str, Any]):
+    cerebro = _cerebro(strategy, datas, simulation, parameters)
+    try:
+        _execute(cerebro)
+    except (Refused, PolicyViolation, EngineError):
+        raise
+    except Exception as error:
+        if not cerebro.broker.stopping:
+            return cerebro.broker.decisions, f"{type(error).__name__}: {error}"
+    return cerebro.broker.decisions, None
+
+
+def lookahead_probe(
+    load: Callable[[], type],
+    *,
+    datas: list[dict[str, Any]],
+    simulation: dict[str, Any],
+    parameters: dict[str, Any],
+    decisions: list[dict[str, Any]],
+    k: int = PROBE_CUTS,
+) -> dict[str, Any]:
+    """Rerun the strategy on the data cut at k points and compare every order decision taken up to each cut
+    with the full run's: a strategy that reads only past bars decides the same; any difference means it used
+    bars after the one it was on. `load` compiles the source afresh, so no state carries over between runs."""
+    cuts = probe_cuts(datas, decisions, k)
+    if isinstance(cuts, str):
+        return {"status": "not_run", "k": k, "cuts": [], "reason": cuts}
+    checked = []
+    for until in cuts:
+        until_num = until / 86_400_000_000.0 + EPOCH_ORDINAL
+        expected = [d for d in decisions if d["bar"] is not None and d["bar"] <= until_num]
+        got, crash = _decisions_on(load(), [cut(d, until) for d in datas], simulation, parameters)
+        got = [d for d in got if d["bar"] is not None]
+        checked.append(iso(until_num))
+        if crash is not None:
+            return _failed(k, checked, iso(until_num), None, None, f"the run on data cut at {iso(until_num)} "
+                           f"failed before its end: {crash}")  # fmt: skip
+        for index in range(max(len(expected), len(got))):
+            full = expected[index] if index < len(expected) else None
+            short = got[index] if index < len(got) else None
+            if full != short:
+                bar = min(d["bar"] for d in (full, short) if d is not None)
+                return _failed(k, checked, iso(until_num), _shown(full), _shown(short), None, bar=iso(bar))
+    return {"status": "passed", "k": k, "cuts": checked}
+
+
+def _shown(decision: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if decision is None else {**decision, "bar": iso(decision["bar"])}
+
+
+def _failed(k: int, cuts: list[str], at: str, full: Any, short: Any, reason: str | None, bar: str | None = None):
+    return {
+        "status": "failed",
+        "k": k,
+        "cuts": cuts,
+        "first_difference": {"cut": at, "bar": bar, "full_run": full, "cut_run": short, "reason": reason},
     }

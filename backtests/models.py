@@ -58,6 +58,29 @@ class DryRunPass(models.Model):
         constraints = [models.UniqueConstraint(fields=["user", "code_sha256"], name="backtests_dry_run_pass_unique")]
 
 
+class DryRun(models.Model):
+    """One dry run, executed by a worker off the `dryruns` queue; at most one in flight per account."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    code = models.TextField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    outcome = models.JSONField(null=True, blank=True)  # success, layers, error, result, prints, prints_truncated
+    busy = models.BooleanField(default=False)  # cancelled because no worker could take it in time
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user"],
+                condition=models.Q(status__in=["PENDING", "EXECUTING"]),
+                name="backtests_one_dry_run_in_flight",
+            )
+        ]
+
+
 class Report(models.Model):
     """One asynchronous backtest and, once it has run, its report."""
 
@@ -82,6 +105,7 @@ class Report(models.Model):
     trades = models.JSONField(default=list)
     equity = models.JSONField(default=list)
     diagnostics = models.JSONField(null=True, blank=True)
+    lookahead_check = models.JSONField(null=True, blank=True)  # the truncation probe's verdict
     error = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -121,9 +145,11 @@ class Optimization(models.Model):
     completed_iterations = models.PositiveIntegerField(default=0)
     failed_iterations = models.PositiveIntegerField(default=0)
     credits_per_iteration = models.PositiveIntegerField(default=0)
+    credits_probe = models.PositiveIntegerField(default=0)  # the look-ahead probe of the best run
     credits_reserved = models.PositiveIntegerField(default=0)
     credits_charged = models.PositiveIntegerField(default=0)
     hold_id = models.BigIntegerField(null=True, blank=True)
+    lookahead_check = models.JSONField(null=True, blank=True)  # the probe of the best run by the target metric
     error = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)

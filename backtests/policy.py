@@ -27,8 +27,10 @@ from RestrictedPython.Guards import (
 )
 
 MAX_SOURCE_BYTES = 64 * 1024
-MAX_PRINT_CHARS = 64 * 1024
+MAX_PRINT_BYTES = 64 * 1024  # the documented cap on what `print` returns (UTF-8 bytes)
+MAX_ERROR_BYTES = 4 * 1024  # the cap on an error message
 STRATEGY_MODULE = "strategy"
+STRATEGY_FILENAME = "<strategy>"
 
 FORBIDDEN_CALLS = frozenset(
     {
@@ -74,6 +76,40 @@ class PolicyViolation(Exception):
 
     def payload(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "line": self.line, "column": self.column}
+
+
+REFUSALS: list["Refused"] = []
+
+
+class Refused(Exception):
+    """Agent code asked for something a strategy may not have (a future bar, an invented fill, a write to the
+    engine); raised at run time, where it happens, and named by the strategy line that asked."""
+
+    def __init__(self, code: str, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.line = code, message, line
+        if not REFUSALS:  # the first refusal fails the run even if the strategy catches it
+            REFUSALS.append(self)
+
+    def payload(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "line": self.line}
+
+
+def agent_line() -> int | None:
+    """The line of the innermost strategy frame on the current stack, or None when no agent code is running."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == STRATEGY_FILENAME:
+            return frame.f_lineno
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+LOOKAHEAD_HELP = "read [0] for the current bar and [-n] (n < len(self)) for past ones"
+
+
+def lookahead(what: str, line: int | None = None) -> Refused:
+    return Refused("lookahead_refused", f"{what} would read bars after the current one; {LOOKAHEAD_HELP}", line)
 
 
 def _refuse(node: ast.AST, message: str) -> PolicyViolation:
@@ -157,10 +193,57 @@ def declared_parameters(source: str) -> set[str] | None:
     return None
 
 
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_text(text: str) -> str:
+    """Text that is valid UTF-8 and safe in JSON and PostgreSQL: control characters (newline and tab excepted)
+    and lone surrogates become visible escapes (`\\x00`, `\\ud800`); NUL never survives."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def clip(text: str, limit: int) -> tuple[str, bool]:
+    """`text` cut to at most `limit` UTF-8 bytes on a character boundary, and whether anything was cut."""
+    encoded = text.encode("utf-8", "backslashreplace")
+    if len(encoded) <= limit:
+        return text, False
+    return encoded[:limit].decode("utf-8", "ignore"), True
+
+
+def clean_error(error: dict[str, Any]) -> dict[str, Any]:
+    """A run error as it may leave the sandbox: a short code, an escaped message capped at 4 KiB (`truncated`
+    says it was cut), an integer line or null."""
+    message, cut = clip(escape_text(str(error.get("message", ""))), MAX_ERROR_BYTES)
+    code, _ = clip(escape_text(str(error.get("code", "execution_error"))), 40)
+    line, column = error.get("line"), error.get("column")
+    cleaned: dict[str, Any] = {"code": code, "message": message, "line": line if type(line) is int else None}
+    if "column" in error:
+        cleaned["column"] = column if type(column) is int else None
+    if cut or error.get("truncated") is True:
+        cleaned["truncated"] = True
+    return cleaned
+
+
+def clean_strings(value: Any) -> Any:
+    """Every string inside plain JSON data (keys too) escaped as `escape_text` does."""
+    if isinstance(value, str):
+        return escape_text(value)
+    if isinstance(value, dict):
+        return {escape_text(str(k)): clean_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean_strings(v) for v in value]
+    return value
+
+
 class PrintBuffer:
     """Where `print` inside strategies goes: one bounded buffer per run (RestrictedPython's `_print_`)."""
 
-    def __init__(self, limit: int = MAX_PRINT_CHARS) -> None:
+    def __init__(self, limit: int = MAX_PRINT_BYTES) -> None:
         self.limit = limit
         self.parts: list[str] = []
         self.size = 0
@@ -172,12 +255,12 @@ class PrintBuffer:
     def write(self, text: str) -> None:
         room = self.limit - self.size
         if room <= 0:
-            self.truncated = True
+            self.truncated = self.truncated or bool(text)
             return
-        if len(text) > room:
-            text, self.truncated = text[:room], True
-        self.parts.append(text)
-        self.size += len(text)
+        kept, cut = clip(escape_text(text[:room]), room)  # `room` bytes never hold more than `room` characters
+        self.truncated = self.truncated or cut or len(text) > room
+        self.parts.append(kept)
+        self.size += len(kept.encode())
 
     def text(self) -> str:
         return "".join(self.parts)
@@ -211,6 +294,21 @@ def _inplacevar(op: str, target: Any, value: Any) -> Any:
     return _INPLACE[op](target, value)
 
 
+# Reads that reach bars after the current one whatever the argument: the raw buffer, absolute positions, the
+# series' total length, or moving a line's cursor. Refused on every line series (data, indicator, strategy).
+LOOKAHEAD_ATTRIBUTES = frozenset(
+    {"array", "getzeroval", "getzero", "plotrange", "buflen", "advance_peek", "advance", "forward", "backwards",
+     "safebackwards", "rewind", "home", "set_idx", "extend", "reset", "qbuffer", "minbuffer", "preload", "load"}
+)  # fmt: skip
+# Names a strategy may not rebind on itself or its lines: the engine's objects and a line's cursor and storage.
+ENGINE_NAMES = frozenset(
+    {"broker", "datas", "data", "ddatas", "dnames", "position", "positions", "sizer", "env", "cerebro", "lines", "l",
+     "params", "p", "datetime", "array", "idx", "lencount", "extension", "analyzers", "observers", "stats", "owner"}
+)  # fmt: skip
+_DATA_ALIAS = re.compile(r"^data(\d+|_.*)$")
+REFUSED_ORDER_TYPES = frozenset({"Historical"})
+
+
 @dataclass(frozen=True)
 class Guards:
     """What RestrictedPython's rewritten code calls for every attribute read, item access and write."""
@@ -223,13 +321,21 @@ class Guards:
     # ids of the data feeds and their lines (registered by the engine before the run): read-only, allow-listed.
     protected: set[int] = field(default_factory=set)
     protected_names: frozenset[str] = frozenset()
-    # Line series (data, indicators): with preload/runonce their future values are already computed, so
-    # reading ahead (`[1]`, `.get(ago=1)`) is refused rather than silently allowed.
+    # Line series (data, indicators, the strategy): `[ago]` counts back from the current bar. With
+    # preload/runonce every future value is already in memory, so each read is bounded to the bars seen so far.
     series: tuple[type, ...] = ()
+    # Line containers (`.lines`): `[i]` picks the i-th line, it is not a bar offset.
+    containers: tuple[type, ...] = ()
+    # Order classes: `Historical` (fills at a price the strategy names) is not an order type strategies get.
+    orders: tuple[type, ...] = ()
 
     def getattr(self, obj: Any, name: str) -> Any:
+        if name in LOOKAHEAD_ATTRIBUTES and isinstance(obj, self.series + self.containers):
+            raise lookahead(f"`.{name}`", agent_line())
         if name in FORBIDDEN_ATTRIBUTES or name.startswith("_"):
             raise AttributeError(f"the attribute `{name}` is not available in strategies")
+        if name in REFUSED_ORDER_TYPES and (isinstance(obj, self.orders) or _subclass(obj, self.orders)):
+            raise Refused("order_refused", ORDER_TYPES_HELP, agent_line())
         if id(obj) in self.protected and name not in self.protected_names:
             raise AttributeError(f"the attribute `{name}` of market data is not available in strategies")
         for kind, names in self.read_only:
@@ -240,30 +346,71 @@ class Guards:
             raise AttributeError(f"`{name}` is a module and is not available in strategies")
         if isinstance(value, (types.FrameType, types.CodeType, types.TracebackType)):
             raise AttributeError(f"the attribute `{name}` is not available in strategies")
-        if name == "get" and isinstance(obj, self.series):
-            return _past_only(value)
+        if isinstance(obj, self.series):
+            if name == "get":
+                return _past_only(obj, value)
+            if name == "datas" and isinstance(value, list):
+                return tuple(value)  # the feed list is the engine's: readable, not reorderable
         return value
 
     def getitem(self, obj: Any, key: Any) -> Any:
-        if isinstance(obj, self.series) and isinstance(key, int) and key > 0:
-            raise IndexError(FUTURE_REFUSED)
-        return obj[key]
+        line: Any = obj  # isinstance against the tuples of types below narrows to `object` otherwise
+        if isinstance(obj, self.containers) or not isinstance(obj, self.series):
+            return line[key]
+        if type(key) is not int:
+            raise lookahead(f"`[{_short(key)}]` (read whole-number offsets, or .get(ago, size))", agent_line())
+        if key > 0 or key <= -len(line):
+            raise lookahead(f"`[{key}]` with {len(line)} bar(s) seen", agent_line())
+        return line[key]
 
     def write(self, obj: Any) -> Any:
         if id(obj) in self.protected:
             raise TypeError("market data cannot be modified by strategies")
-        if isinstance(obj, (dict, list)) or (isinstance(obj, self.writable) and not isinstance(obj, type)):
+        if isinstance(obj, (dict, list)):
             return obj
+        if isinstance(obj, self.writable) and not isinstance(obj, type):
+            return _Writer(obj)
         raise TypeError(f"objects of type {type(obj).__name__} cannot be modified by strategies")
 
 
-FUTURE_REFUSED = "future bars are not available: read [0] for the current bar and [-n] for past ones"
+ORDER_TYPES_HELP = (
+    "only order types whose fills the broker simulates from the bars are available: Market, Close, Limit, Stop, "
+    "StopLimit, StopTrail and StopTrailLimit"
+)
 
 
-def _past_only(get: Callable[..., Any]) -> Callable[..., Any]:
+def _subclass(obj: Any, kinds: tuple[type, ...]) -> bool:
+    return isinstance(obj, type) and issubclass(obj, kinds)
+
+
+def _short(key: Any) -> str:
+    return repr(key)[:40]
+
+
+class _Writer:
+    """The strategy's handle for assigning to its own objects: the engine's names stay out of reach."""
+
+    __slots__ = ("target",)
+    target: Any
+
+    def __init__(self, target: Any) -> None:
+        object.__setattr__(self, "target", target)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ENGINE_NAMES or _DATA_ALIAS.match(name) or name.startswith("_"):
+            raise Refused("write_refused", f"`{name}` belongs to the engine and cannot be assigned", agent_line())
+        setattr(self.target, name, value)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.target[key] = value
+
+
+def _past_only(line: Any, get: Callable[..., Any]) -> Callable[..., Any]:
     def past(ago: int = 0, size: int = 1) -> Any:
-        if ago > 0:
-            raise IndexError(FUTURE_REFUSED)
+        if type(ago) is not int or type(size) is not int:
+            raise lookahead("`.get()` with offsets that are not whole numbers", agent_line())
+        if ago > 0 or ago <= -len(line):
+            raise lookahead(f"`.get(ago={ago})` with {len(line)} bar(s) seen", agent_line())
         return get(ago=ago, size=size)
 
     return past

@@ -276,7 +276,8 @@ class Out(BaseModel):
 ReportStatus = Literal["PENDING", "EXECUTING", "COMPLETED", "FAILED"]
 JobStatus = Literal["PENDING", "EXECUTING", "COMPLETED", "FAILED", "CANCELLED"]
 Layer = Literal[
-    "ast", "restricted_python", "process", "bubblewrap", "netns", "rlimits", "uid_drop", "no_new_privs", "seccomp"
+    "ast", "restricted_python", "process", "bubblewrap", "netns", "mountns", "rlimits", "uid_drop", "no_new_privs",
+    "seccomp",
 ]  # fmt: skip
 Frequency = Literal[FREQUENCIES]  # type: ignore[valid-type]
 
@@ -302,9 +303,10 @@ class RunError(Out):
     """Why a dry run, backtest or grid point failed; line and column point into the strategy source when known."""
 
     code: str
-    message: str
+    message: str = Field(description="Escaped text, at most 4 KiB")
     line: int | None = None
     column: int | None = None
+    truncated: bool = Field(default=False, description="True when the message was cut at 4 KiB")
 
 
 class Statistics(Out):
@@ -403,7 +405,8 @@ class DryRunOut(Out):
     success: bool
     error: RunError | None
     result: DryRunSummary | None
-    prints: str
+    prints: str = Field(description="What the strategy printed: the first 64 KiB, control characters escaped")
+    prints_truncated: bool = Field(description="True when the strategy printed more than 64 KiB")
     sandbox_layers: list[Layer]
 
     @classmethod
@@ -537,6 +540,29 @@ class Simulation(Out):
     buy_on_close: bool
 
 
+Decision = dict[str, str | int | float | None]
+
+
+class LookaheadDifference(Out):
+    cut: datetime = Field(description="The cut whose run decided differently")
+    bar: datetime | None = Field(description="The first bar where the decisions differ")
+    full_run: Decision | None = Field(description="What the run on all the data decided there (null: nothing)")
+    cut_run: Decision | None = Field(description="What the run on the data cut there decided (null: nothing)")
+    reason: str | None = Field(description="Why the cut run failed, when it did")
+
+
+class LookaheadCheck(Out):
+    """The truncation probe: the strategy rerun on its data cut at k points, its order decisions compared."""
+
+    status: Literal["passed", "failed", "not_run"]
+    k: int = Field(description="How many cuts")
+    cuts: list[datetime] = Field(description="The cuts checked, in order")
+    reason: str | None = Field(default=None, description="Why the probe did not run")
+    first_difference: LookaheadDifference | None = None
+    iteration: int | None = Field(default=None, description="For an optimization: the run probed (best by target)")
+    parameters: dict[str, int | float] | None = None
+
+
 class ReportSummary(Out):
     id: str
     report_id: str
@@ -551,7 +577,8 @@ class ReportSummary(Out):
     parameters: list[ParameterValue]
     simulation: Simulation
     statistics: Statistics | None = Field(description="Null until the report is COMPLETED")
-    credits_reserved: int
+    lookahead_check: LookaheadCheck | None = Field(description="The look-ahead verdict; null until COMPLETED")
+    credits_reserved: int = Field(description="The backtest and its look-ahead probe")
     credits_charged: int
     error: RunError | None
     created_at: datetime
@@ -578,6 +605,7 @@ def _report_fields(report: Report) -> dict[str, Any]:
         "parameters": [{"name": k, "value": v} for k, v in report.parameters.items()],
         "simulation": report.simulation,
         "statistics": report.statistics,
+        "lookahead_check": report.lookahead_check,
         "credits_reserved": report.credits_reserved,
         "credits_charged": report.credits_charged,
         "error": report.error,
@@ -630,7 +658,8 @@ class Diagnostics(Out):
     final_value: float | None
     final_cash: float | None
     open_positions: list[OpenPosition] | None
-    prints: str
+    prints: str = Field(description="What the strategy printed: the first 64 KiB, control characters escaped")
+    prints_truncated: bool = Field(default=False, description="True when the strategy printed more than 64 KiB")
 
 
 class ChartData(Out):
@@ -750,7 +779,8 @@ class OptimizationSummary(Out):
     failed_iterations: int
     progress: float = Field(description="Finished (completed or failed) share of the grid, 0-1")
     use_free_optimization: bool
-    credits_reserved: int
+    credits_reserved: int = Field(description="Every grid point and the best run's look-ahead probe")
+    lookahead_check: LookaheadCheck | None = Field(description="The best run's look-ahead verdict, once closed")
     credits_charged: int
     error: RunError | None
     created_at: datetime
@@ -784,6 +814,7 @@ class OptimizationSummary(Out):
                 "progress": done / optimization.total_iterations if optimization.total_iterations else 0.0,
                 "use_free_optimization": optimization.use_free_optimization,
                 "credits_reserved": optimization.credits_reserved,
+                "lookahead_check": optimization.lookahead_check,
                 "credits_charged": optimization.credits_charged,
                 "error": optimization.error,
                 "created_at": optimization.created_at,

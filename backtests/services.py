@@ -7,19 +7,19 @@ completed points when it ends or is cancelled; the rest of the hold returns to t
 
 import hashlib
 import itertools
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from accounts.models import User
 from backtests import sandbox, selectors, statistics
 from backtests.dryrun import dry_run_datas
 from backtests.models import (
+    DryRun,
     DryRunPass,
     Optimization,
     OptimizationRun,
@@ -35,7 +35,7 @@ from leroy.clock import now
 from leroy.errors import DomainError
 
 MAX_GRID_POINTS = 400
-MAX_PRINTS_STORED = 8 * 1024
+PROBE_CUTS = 3  # the truncation probe's cuts (engine.PROBE_CUTS; the engine lives in the sandbox child)
 DRY_RUN_SIMULATION = {"initial_cash": 100_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
 
 
@@ -50,16 +50,10 @@ def code_sha256(code: str) -> str:
 # --- strategies ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DryRunResult:
-    success: bool
-    layers: list[str]
-    error: dict[str, Any] | None
-    result: dict[str, Any] | None
-    prints: str
+DRY_RUN_POLL_SECONDS = 0.1
 
 
-def dry_run(*, user: User, code: str) -> DryRunResult:
+def _dry_run_outcome(user: User, code: str) -> dict[str, Any]:
     """Execute complete source on the fixed dry-run data set; saves no strategy, only that this source passed."""
     outcome = sandbox.run_job(source=code, datas=dry_run_datas(), simulation=DRY_RUN_SIMULATION, parameters={})
     summary = None
@@ -73,7 +67,81 @@ def dry_run(*, user: User, code: str) -> DryRunResult:
             "statistics": statistics.compute(result),
         }
         DryRunPass.objects.get_or_create(user=user, code_sha256=code_sha256(code), defaults={"created_at": now()})
-    return DryRunResult(outcome.ok, outcome.layers, outcome.error, summary, outcome.prints[:MAX_PRINTS_STORED])
+    return {
+        "success": outcome.ok,
+        "error": outcome.error,
+        "result": summary,
+        "prints": outcome.prints,
+        "prints_truncated": outcome.prints_truncated,
+        "sandbox_layers": outcome.layers,
+    }
+
+
+def dry_runs_busy(reason: str) -> BacktestError:
+    return BacktestError(
+        "busy",
+        f"{reason} Retry in {DRY_RUN_RETRY_SECONDS} seconds.",
+        retry_after_seconds=DRY_RUN_RETRY_SECONDS,
+    )
+
+
+DRY_RUN_RETRY_SECONDS = 5
+
+
+def dry_run_submit(*, user: User, code: str) -> DryRun:
+    """Queue a dry run for the `dryruns` workers; an account with one still in flight is `busy`."""
+    from backtests import tasks
+
+    _dry_runs_expire(user=user)
+    try:
+        with transaction.atomic():
+            run = DryRun.objects.create(user=user, code=code, created_at=now())
+    except IntegrityError:
+        raise dry_runs_busy("A dry run of this account is still running: one at a time.") from None
+    transaction.on_commit(lambda: tasks.dry_run.delay(str(run.pk)))
+    return run
+
+
+def _dry_runs_expire(*, user: User | None = None) -> int:
+    """Close dry runs no worker took in time (busy) and those whose worker vanished (worker_lost)."""
+    rows = DryRun.objects.all() if user is None else DryRun.objects.filter(user=user)
+    queued = now() - timedelta(seconds=settings.LEROY_DRY_RUN_QUEUE_SECONDS + 5)
+    running = now() - timedelta(seconds=settings.LEROY_SANDBOX_WALL_SECONDS + 60)
+    expired = rows.filter(status=Status.PENDING, created_at__lt=queued).update(
+        status=Status.CANCELLED, busy=True, finished_at=now()
+    )
+    lost = {"success": False, "error": WORKER_LOST, "result": None, "prints": "", "prints_truncated": False,
+            "sandbox_layers": []}  # fmt: skip
+    return expired + rows.filter(status=Status.EXECUTING, started_at__lt=running).update(
+        status=Status.FAILED, outcome=lost, finished_at=now()
+    )
+
+
+def dry_run_execute(*, run_id: str) -> None:
+    """A worker's side: claim the dry run, take one of this worker's dry-run slots (or answer busy), run it."""
+    claimed = DryRun.objects.filter(pk=run_id, status=Status.PENDING).update(status=Status.EXECUTING, started_at=now())
+    if not claimed:
+        return  # cancelled while queued, or a redelivery: the reaper closes a lost one
+    with sandbox.worker_slot(settings.LEROY_DRY_RUNS_PER_WORKER) as slot:
+        if slot is None:
+            DryRun.objects.filter(pk=run_id).update(status=Status.CANCELLED, busy=True, finished_at=now())
+            return
+        run = DryRun.objects.select_related("user").get(pk=run_id)
+        outcome = _dry_run_outcome(run.user, run.code)
+    DryRun.objects.filter(pk=run_id).update(status=Status.COMPLETED, outcome=outcome, finished_at=now())
+
+
+def dry_run_give_up(*, run_id: Any) -> bool:
+    """The caller stops waiting for a queued dry run: it is cancelled (and never runs) unless a worker took it."""
+    return bool(
+        DryRun.objects.filter(pk=run_id, status=Status.PENDING).update(
+            status=Status.CANCELLED, busy=True, finished_at=now()
+        )
+    )
+
+
+def dry_run_state(*, run_id: Any) -> DryRun:
+    return DryRun.objects.get(pk=run_id)
 
 
 def _require_dry_run(user: User, code: str) -> None:
@@ -240,7 +308,8 @@ def _diagnostics(outcome: sandbox.Outcome, data_version: str) -> dict[str, Any]:
         "final_value": result.get("final_value"),
         "final_cash": result.get("final_cash"),
         "open_positions": result.get("open_positions"),
-        "prints": outcome.prints[:MAX_PRINTS_STORED],
+        "prints": outcome.prints,  # escaped and capped at 64 KiB by the sandbox
+        "prints_truncated": outcome.prints_truncated,
     }
 
 
@@ -267,7 +336,7 @@ def backtest_submit(
     require_period(start_date, end_date)
     check_parameters(strategy, set(parameters))
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
-    price = settings.LEROY_BACKTEST_CREDITS
+    price = settings.LEROY_BACKTEST_CREDITS + settings.LEROY_LOOKAHEAD_PROBE_CREDITS  # the probe, shown up front
     report = Report.objects.create(
         user=user,
         strategy=strategy,
@@ -322,13 +391,18 @@ def backtest_execute(*, report_id: str) -> None:
         _report_fail(report_id, {"code": error.code, "message": error.message, "line": None})
         return
     outcome = sandbox.run_job(
-        source=report.strategy.code, datas=datas, simulation=report.simulation, parameters=report.parameters
+        source=report.strategy.code,
+        datas=datas,
+        simulation=report.simulation,
+        parameters=report.parameters,
+        probe=PROBE_CUTS,
     )
     diagnostics = _diagnostics(outcome, data_version)
     if not outcome.ok or outcome.result is None:
         _report_fail(report_id, outcome.error or WORKER_LOST, diagnostics)
         return
     result = outcome.result
+    check = result.pop("lookahead_check")
     stats = statistics.compute(result)
     with transaction.atomic():
         locked = Report.objects.select_for_update().get(pk=report_id)
@@ -337,9 +411,11 @@ def backtest_execute(*, report_id: str) -> None:
         locked.status, locked.finished_at = Status.COMPLETED, now()
         locked.statistics, locked.per_symbol = stats, statistics.per_symbol(result)
         locked.trades, locked.equity, locked.diagnostics = result["trades"], result["equity"], diagnostics
-        locked.data_version = data_version
-        locked.report_hash = statistics.report_hash(statistics=stats, result=result)
-        locked.credits_charged = locked.credits_reserved
+        locked.data_version, locked.lookahead_check = data_version, check
+        locked.report_hash = statistics.report_hash(statistics=stats, result=result, lookahead_check=check)
+        # A probe the data were too short for did not run: its credits go back.
+        unused = settings.LEROY_LOOKAHEAD_PROBE_CREDITS if check["status"] == "not_run" else 0
+        locked.credits_charged = max(0, locked.credits_reserved - unused)
         locked.save()
         _settle(locked.hold_id, locked.credits_charged)
 
@@ -394,6 +470,7 @@ def optimization_submit(
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
     points = grid_points(grids)
     price = 0 if use_free_optimization else settings.LEROY_OPTIMIZATION_POINT_CREDITS
+    probe = 0 if use_free_optimization else settings.LEROY_LOOKAHEAD_PROBE_CREDITS
     optimization = Optimization.objects.create(
         user=user,
         strategy=strategy,
@@ -412,7 +489,8 @@ def optimization_submit(
         use_free_optimization=use_free_optimization,
         total_iterations=len(points),
         credits_per_iteration=price,
-        credits_reserved=price * len(points),
+        credits_probe=probe,
+        credits_reserved=price * len(points) + probe,
         created_at=now(),
     )
     reference = f"optimization:{optimization.pk}"
@@ -450,7 +528,7 @@ def optimization_point_execute(*, run_id: int) -> None:
     )
     if not claimed:
         if OptimizationRun.objects.filter(pk=run_id, status=Status.EXECUTING).exists():
-            _point_finish(run_id, error=WORKER_LOST)
+            _point_done(run_id, error=WORKER_LOST)
         return
     run = OptimizationRun.objects.select_related("optimization__strategy").get(pk=run_id)
     optimization = run.optimization
@@ -465,7 +543,7 @@ def optimization_point_execute(*, run_id: int) -> None:
             end=optimization.end_date,
         )
     except BacktestError as error:
-        _point_finish(run_id, error={"code": error.code, "message": error.message, "line": None})
+        _point_done(run_id, error={"code": error.code, "message": error.message, "line": None})
         return
     outcome = sandbox.run_job(
         source=optimization.strategy.code,
@@ -474,14 +552,81 @@ def optimization_point_execute(*, run_id: int) -> None:
         parameters={**optimization.parameters, **run.parameters},
     )
     if not outcome.ok or outcome.result is None:
-        _point_finish(run_id, error=outcome.error or WORKER_LOST, data_version=data_version)
+        _point_done(run_id, error=outcome.error or WORKER_LOST, data_version=data_version)
         return
-    _point_finish(run_id, stats=statistics.compute(outcome.result), data_version=data_version)
+    _point_done(run_id, stats=statistics.compute(outcome.result), data_version=data_version)
+
+
+def _point_done(run_id: int, **finish: Any) -> None:
+    if _point_finish(run_id, **finish):
+        _optimization_probe(OptimizationRun.objects.get(pk=run_id).optimization_id)
+
+
+def _best_run(optimization: Optimization) -> OptimizationRun | None:
+    metric, runs = (
+        optimization.target_metric,
+        OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED),
+    )
+    scored = [run for run in runs if (run.statistics or {}).get(metric) is not None]
+    if not scored:
+        return None
+    key = (lambda run: run.statistics[metric]) if optimization.target_direction == "maximize" else (
+        lambda run: -run.statistics[metric]
+    )  # fmt: skip
+    return max(sorted(scored, key=lambda run: run.iteration), key=key)
+
+
+def _optimization_probe(optimization_id: Any) -> None:
+    """The last point is done: probe the best run by the target metric for look-ahead, then close and settle."""
+    optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
+    best = _best_run(optimization)
+    if best is None:
+        reason = f"no run has a {optimization.target_metric}"
+        check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
+    else:
+        datas, _ = load_bars(
+            tickers=optimization.tickers,
+            frequency=optimization.frequency,
+            start=optimization.start_date,
+            end=optimization.end_date,
+        )
+        outcome = sandbox.run_job(
+            source=optimization.strategy.code,
+            datas=datas,
+            simulation=simulation_of(optimization.simulation_parameters),
+            parameters={**optimization.parameters, **best.parameters},
+            probe=PROBE_CUTS,
+        )
+        if outcome.ok and outcome.result is not None:
+            check = outcome.result["lookahead_check"]
+        else:
+            reason = f"the probe run failed: {(outcome.error or WORKER_LOST)['message']}"
+            check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
+        check |= {"iteration": best.iteration, "parameters": best.parameters}
+    _optimization_close(optimization_id, check)
+
+
+def _optimization_close(optimization_id: Any, check: dict[str, Any] | None) -> None:
+    with transaction.atomic():
+        optimization = Optimization.objects.select_for_update().get(pk=optimization_id)
+        if optimization.status != Status.EXECUTING:
+            return  # cancelled meanwhile: already settled
+        optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
+        optimization.lookahead_check = check
+        probed = check is not None and check["status"] != "not_run"
+        optimization.credits_charged = optimization.completed_iterations * optimization.credits_per_iteration + (
+            optimization.credits_probe if probed else 0
+        )
+        optimization.finished_at = now()
+        optimization.save(update_fields=["status", "lookahead_check", "finished_at", "credits_charged"])
+        _settle(optimization.hold_id, optimization.credits_charged)
 
 
 def _point_finish(
     run_id: int, *, stats: dict[str, Any] | None = None, error: dict[str, Any] | None = None, data_version: str = ""
-) -> None:
+) -> bool:
+    """Record one point; True when it was the last and some point completed (the best run's probe is due; the
+    optimization closes after it). When every point failed, the optimization closes here, charging nothing."""
     with transaction.atomic():
         run = OptimizationRun.objects.select_related("optimization").get(pk=run_id)
         optimization = Optimization.objects.select_for_update().get(pk=run.optimization_id)
@@ -490,7 +635,7 @@ def _point_finish(
             OptimizationRun.objects.filter(pk=run_id, status=Status.EXECUTING).update(
                 status=Status.CANCELLED, finished_at=now()
             )
-            return
+            return False
         ok = error is None
         OptimizationRun.objects.filter(pk=run_id).update(
             status=Status.COMPLETED if ok else Status.FAILED,
@@ -503,18 +648,20 @@ def _point_finish(
         Optimization.objects.filter(pk=optimization.pk).update(**{counter: F(counter) + 1})
         optimization.refresh_from_db()
         if optimization.completed_iterations + optimization.failed_iterations < optimization.total_iterations:
-            return
-        optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
-        if not optimization.completed_iterations:
-            optimization.error = {
-                "code": "all_iterations_failed",
-                "message": "every grid point failed",
-                **(error or {}),
-            }
+            return False
+        if optimization.completed_iterations:
+            return True
+        optimization.status = Status.FAILED
+        optimization.error = {
+            "code": "all_iterations_failed",
+            "message": "every grid point failed",
+            **(error or {}),
+        }
         optimization.finished_at = now()
-        optimization.credits_charged = optimization.completed_iterations * optimization.credits_per_iteration
+        optimization.credits_charged = 0
         optimization.save(update_fields=["status", "error", "finished_at", "credits_charged"])
-        _settle(optimization.hold_id, optimization.credits_charged)
+        _settle(optimization.hold_id, 0)
+        return False
 
 
 @transaction.atomic
@@ -541,13 +688,24 @@ def optimization_cancel(*, user: User, optimization_id: str) -> Optimization:
 def stale_jobs_reap(*, older_than: timedelta | None = None) -> int:
     """Fail jobs whose worker vanished without a redelivery (EXECUTING past the sandbox's wall clock)."""
     cutoff = now() - (older_than or timedelta(seconds=settings.LEROY_SANDBOX_WALL_SECONDS + 60))
-    reaped = 0
+    reaped = _dry_runs_expire()
     for report_id in Report.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff).values_list("pk", flat=True):
         _report_fail(report_id, WORKER_LOST)
         reaped += 1
     for run_id in OptimizationRun.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff).values_list(
         "pk", flat=True
     ):
-        _point_finish(run_id, error=WORKER_LOST)
+        if _point_finish(run_id, error=WORKER_LOST):
+            reason = "the point's worker stopped; no probe was run"
+            check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
+            _optimization_close(OptimizationRun.objects.get(pk=run_id).optimization_id, check)
         reaped += 1
+    # Every point done but the optimization still open: the worker running the best run's probe vanished.
+    for optimization in Optimization.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff):
+        done = optimization.completed_iterations + optimization.failed_iterations == optimization.total_iterations
+        last = OptimizationRun.objects.filter(optimization=optimization).order_by("-finished_at").first()
+        if done and last is not None and last.finished_at is not None and last.finished_at < cutoff:
+            reason = "the worker running the look-ahead probe stopped before it finished"
+            _optimization_close(optimization.pk, {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason})
+            reaped += 1
     return reaped

@@ -1,8 +1,11 @@
-"""The contract's 14 metrics, from well-kept libraries only (notes/backtesting.md §4).
+"""The contract's 14 metrics, from well-kept libraries only (notes/backtesting.md §4); formulas and units are in
+documentation.md.
 
 Trade metrics come from backtrader's TradeAnalyzer output; return metrics from empyrical-reloaded applied to
-daily returns (TimeReturn, Days) with a 0 % risk-free rate. A metric that is undefined for the run (no losing
-trade, no returns) is null, never a substitute value.
+daily returns (TimeReturn, Days) with a 0 % risk-free rate. The maximum drawdown is not: it is Backtrader's
+DrawDown analyzer over the account value at every bar, at the data's own frequency (daily returns would hide an
+intraday trough). A metric that is undefined for the run (no losing trade, no returns) is null, never a
+substitute value.
 """
 
 import hashlib
@@ -39,25 +42,33 @@ def _ratio(numerator: Any, denominator: Any) -> float | None:
     return _finite(numerator / abs(denominator))
 
 
-def return_metrics(daily_returns: list[list[Any]]) -> dict[str, float | None]:
+def return_metrics(
+    daily_returns: list[list[Any]], *, drawdown: dict[str, float] | None = None, net_profit: float | None = None
+) -> dict[str, float | None]:
+    """Return metrics; `drawdown` is the bar-level maximum drawdown ({percentage, money}) and `net_profit` the
+    final account value less the initial cash, in money."""
     import empyrical
     import pandas as pd
 
+    worst = _finite((drawdown or {}).get("percentage"))
+    worst_money = _finite((drawdown or {}).get("money"))
     if not daily_returns:
-        names = ("total_return", "cagr", "calmar_ratio", "recovery_factor", "annualized_sharpe_ratio")
-        return dict.fromkeys((*names, "maximum_drawdown_percentage", "std_dev_returns"))
+        names = ("total_return", "cagr", "calmar_ratio", "annualized_sharpe_ratio", "std_dev_returns")
+        return dict.fromkeys(names) | {
+            "maximum_drawdown_percentage": worst,
+            "recovery_factor": _ratio(net_profit, worst_money),
+        }
     returns = pd.Series(
         [float(r) for _, r in daily_returns], index=pd.DatetimeIndex([d for d, _ in daily_returns], tz="UTC")
     )
-    total = _finite(empyrical.cum_returns_final(returns))
-    drawdown = _finite(empyrical.max_drawdown(returns))
+    cagr = _finite(empyrical.cagr(returns, period="daily"))
     return {
-        "total_return": total,
-        "cagr": _finite(empyrical.cagr(returns, period="daily")),
-        "calmar_ratio": _finite(empyrical.calmar_ratio(returns, period="daily")) if drawdown else None,
-        "recovery_factor": _ratio(total, drawdown),
+        "total_return": _finite(empyrical.cum_returns_final(returns)),
+        "cagr": cagr,
+        "calmar_ratio": _ratio(cagr, worst / 100) if worst else None,
+        "recovery_factor": _ratio(net_profit, worst_money),
         "annualized_sharpe_ratio": _finite(empyrical.sharpe_ratio(returns, risk_free=0.0, period="daily")),
-        "maximum_drawdown_percentage": abs(drawdown) * 100 if drawdown is not None else None,
+        "maximum_drawdown_percentage": worst,
         "std_dev_returns": _finite(returns.std()) if len(returns) > 1 else None,
     }
 
@@ -79,7 +90,9 @@ def trade_metrics(analysis: dict[str, Any]) -> dict[str, float | None]:
 
 def compute(result: dict[str, Any]) -> dict[str, float | None]:
     """All 14 metrics for one engine result, in the contract's order."""
-    values = return_metrics(result["daily_returns"]) | trade_metrics(result["trade_analyzer"])
+    net_profit = result["final_value"] - result["initial_cash"]
+    returns = return_metrics(result["daily_returns"], drawdown=result["max_drawdown"], net_profit=net_profit)
+    values = returns | trade_metrics(result["trade_analyzer"])
     return {name: values[name] for name in METRICS}
 
 
@@ -104,12 +117,14 @@ def per_symbol(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def report_hash(*, statistics: dict[str, Any], result: dict[str, Any]) -> str:
-    """SHA-256 over the report's content; equal inputs (version, data, parameters) give equal hashes."""
+def report_hash(*, statistics: dict[str, Any], result: dict[str, Any], lookahead_check: dict[str, Any]) -> str:
+    """SHA-256 over the report's content and its look-ahead verdict; equal inputs (version, data, parameters)
+    give equal hashes."""
     body = {
         "statistics": statistics,
         "trades": result["trades"],
         "equity": result["equity"],
         "final_value": result["final_value"],
+        "lookahead_check": lookahead_check,
     }
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -6,6 +6,11 @@ from celery import shared_task
 from backtests import services
 
 
+@shared_task(name="backtests.dry_run")
+def dry_run(run_id: str) -> None:
+    services.dry_run_execute(run_id=run_id)
+
+
 @shared_task(name="backtests.backtest_run")
 def backtest_run(report_id: str) -> None:
     services.backtest_execute(report_id=report_id)

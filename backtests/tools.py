@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import QuerySet
 from pydantic import BaseModel
 
 from accounts.models import User
 from backtests import selectors, services
-from backtests.models import TERMINAL, Optimization
+from backtests.models import TERMINAL, DryRun, Optimization, Status
 from backtests.schemas import (
     BacktestSubmitted,
     CreateStrategyArgs,
@@ -183,17 +184,33 @@ async def update_strategy(call: ToolCall, args: UpdateStrategyArgs) -> StrategyU
     return await _run(run)
 
 
-@_tool("run_dry_run_backtest", "Dry-run strategy code", DryRunArgs, DryRunOut, rest=False)  # runs agent code: MCP only
+@_tool("run_dry_run_backtest", "Dry-run strategy code", DryRunArgs, DryRunOut, write=True)
 async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
     """Execute complete strategy source on Leroy's fixed small data set (two daily symbols) without saving it.
 
-    Returns {success, error (code, message, line, column), result (bars, final_value, trades, orders,
-    statistics), prints, sandbox_layers}. A fixed environment check, not a historical report."""
+    Runs on a dry-run worker, one at a time per account: `busy` (with retry_after_seconds) when one is still
+    running or no worker takes it in time. Returns {success, error (code, message, line, column), result (bars,
+    final_value, trades, orders, statistics), prints, prints_truncated, sandbox_layers}. A fixed environment
+    check, not a historical report."""
 
-    def run() -> DryRunOut:
-        return DryRunOut.from_result(services.dry_run(user=call.user(), code=args.code))
+    def read() -> DryRun:
+        found = services.dry_run_state(run_id=run.pk)
+        close_old_connections()
+        return found
 
-    return await _run(run)
+    run = await sync_to_async(lambda: services.dry_run_submit(user=call.user(), code=args.code))()
+    queued_until = time.monotonic() + settings.LEROY_DRY_RUN_QUEUE_SECONDS
+    finish_by = queued_until + settings.LEROY_SANDBOX_WALL_SECONDS + 10
+    while (state := await sync_to_async(read)()).status not in TERMINAL:
+        late = time.monotonic() > queued_until and state.status == Status.PENDING
+        if late and await sync_to_async(services.dry_run_give_up)(run_id=run.pk):
+            raise services.dry_runs_busy("No dry-run worker was free.")
+        if time.monotonic() > finish_by:
+            raise services.dry_runs_busy("The dry run has not finished yet.")
+        await asyncio.sleep(services.DRY_RUN_POLL_SECONDS)
+    if state.busy or state.outcome is None:
+        raise services.dry_runs_busy("No dry-run worker was free.")
+    return DryRunOut.model_validate(state.outcome)
 
 
 # --- symbols and market data -------------------------------------------------------------------------------------

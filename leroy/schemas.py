@@ -1,15 +1,37 @@
 """Schema pieces every app's tool arguments share; the ground floor: imports no app and nothing of leroy.mcp."""
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
+
+# NUL cannot be stored in PostgreSQL text and a lone surrogate is not UTF-8: neither is a valid argument.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str) and _UNSTORABLE.search(value):
+        raise ValueError("text must not contain NUL characters or lone surrogates")
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _storable(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _storable(key)
+            _storable(item)
+    return value
 
 
 class ToolArgs(BaseModel):
-    """Base of every tool's arguments: unknown fields are refused, never ignored."""
+    """Base of every tool's arguments: unknown fields are refused, never ignored; so is text no database keeps."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text_is_storable(cls, value: Any) -> Any:
+        return _storable(value)
 
 
 @dataclass(frozen=True)

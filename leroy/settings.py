@@ -12,6 +12,8 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
+from leroy.runtime import keep_private
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -61,6 +63,7 @@ LEROY_CLOCK = env_str("LEROY_CLOCK")
 MCP_CONFORMANCE_FIXTURES = env_bool("MCP_CONFORMANCE_FIXTURES")
 
 DEBUG = env_bool("DEBUG")
+keep_private(LEROY_VAR_DIR, data_dir=LEROY_DATA_DIR)  # the sandbox's uid must read nothing of it
 SECRET_KEY = env_str("SECRET_KEY") or _generated_secret(LEROY_VAR_DIR / "secret_key")
 # API keys are HMAC-ed with a pepper derived from SECRET_KEY: a leaked database alone cannot be brute-forced.
 LEROY_API_KEY_PEPPER = hmac.new(SECRET_KEY.encode(), b"leroy.api-key-pepper", hashlib.sha256).digest()
@@ -154,6 +157,7 @@ LEROY_ADMISSION_WAIT_SECONDS = float(env_str("LEROY_ADMISSION_WAIT_SECONDS") or 
 if LEROY_ADMISSION_MAX_INFLIGHT >= LEROY_DB_POOL_MAX:
     raise ImproperlyConfigured("LEROY_ADMISSION_MAX_INFLIGHT must be below LEROY_DB_POOL_MAX")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    keep_private(LEROY_VAR_DIR, sqlite_file=str(DATABASES["default"]["NAME"]))
     # WAL lets the web process read while the worker writes; IMMEDIATE avoids lock upgrades mid-transaction.
     DATABASES["default"]["OPTIONS"] = {
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
@@ -356,6 +360,12 @@ LEROY_SANDBOX_MEMORY_MB = int(env_str("LEROY_SANDBOX_MEMORY_MB", "1536"))
 LEROY_SANDBOX_OUTPUT_BYTES = int(env_str("LEROY_SANDBOX_OUTPUT_BYTES", str(32 * 1024 * 1024)))
 LEROY_SANDBOX_BWRAP = env_str("LEROY_SANDBOX_BWRAP", "auto")  # auto: use bubblewrap when it works here; off
 LEROY_BACKTEST_CREDITS = int(env_str("LEROY_BACKTEST_CREDITS", "10"))
+# The truncation probe reruns a backtest on 3 cuts of its data: priced, and reserved with the backtest up front.
+LEROY_LOOKAHEAD_PROBE_CREDITS = int(env_str("LEROY_LOOKAHEAD_PROBE_CREDITS", "5"))
+# Dry runs execute on workers consuming the `dryruns` queue: one in flight per account, at most this many at once
+# per worker host, and a caller waits this long for a worker to take one before the answer is `busy`.
+LEROY_DRY_RUNS_PER_WORKER = int(env_str("LEROY_DRY_RUNS_PER_WORKER", "2"))
+LEROY_DRY_RUN_QUEUE_SECONDS = float(env_str("LEROY_DRY_RUN_QUEUE_SECONDS", "15"))
 LEROY_OPTIMIZATION_POINT_CREDITS = int(env_str("LEROY_OPTIMIZATION_POINT_CREDITS", "5"))
 LEROY_MARKET_DATA_URL = env_str("LEROY_MARKET_DATA_URL", "https://api.tiingo.com")  # a Tiingo-compatible API
 LEROY_MARKET_DATA_TOKEN = env_str("LEROY_MARKET_DATA_TOKEN")

@@ -8,7 +8,9 @@ import pandas as pd
 import polars as pl
 
 CALENDAR_NAME = "XNYS"
-CALENDAR_START = "2005-01-03"
+# exchange-calendars sets XNYS no lower bound and carries its rules back to the 19th century (its default window
+# is only 20 years): take them all, so no real history is refused as "not a session".
+CALENDAR_START = "1885-01-01"
 CALENDAR_END = "2030-12-31"
 
 

@@ -48,7 +48,7 @@ class Closed(bt.Analyzer):
         return self.rows
 
 
-def direct(code, datas, simulation, parameters):
+def direct(code, datas, simulation, parameters, timeframe=bt.TimeFrame.Days):
     """The same source run by plain Backtrader in this process with its stock pandas feed."""
     module = types.ModuleType("direct_strategy")
     sys.modules[module.__name__] = module  # backtrader's metaclass looks the class's module up there
@@ -64,14 +64,16 @@ def direct(code, datas, simulation, parameters):
             {k: data[k] for k in ("open", "high", "low", "close", "volume")},
             index=pd.to_datetime(data["ts_us"], unit="us"),
         )
-        cerebro.adddata(bt.feeds.PandasData(dataname=frame), name=data["name"])
+        cerebro.adddata(bt.feeds.PandasData(dataname=frame, timeframe=timeframe), name=data["name"])
     cerebro.addstrategy(strategy, **parameters)
     cerebro.broker.setcash(simulation["initial_cash"])
     cerebro.broker.setcommission(commission=simulation["commission"], leverage=simulation["leverage"])
     cerebro.broker.set_coc(simulation["buy_on_close"])
     cerebro.addanalyzer(Closed, _name="closed")
+    cerebro.addanalyzer(bt.analyzers.DrawDown, _name="drawdown")
     (result,) = cerebro.run()
-    return cerebro.broker.getvalue(), result.analyzers.closed.get_analysis()
+    drawdown = result.analyzers.drawdown.get_analysis().max
+    return cerebro.broker.getvalue(), result.analyzers.closed.get_analysis(), (drawdown.drawdown, drawdown.moneydown)
 
 
 def sandboxed(code, datas, simulation, parameters):
@@ -81,24 +83,37 @@ def sandboxed(code, datas, simulation, parameters):
         (t["symbol"], t["entry_time"], t["exit_time"], t["entry_price"], t["gross_pnl"], t["total"], t["bars_held"])
         for t in outcome.result["trades"]
     ]
-    return outcome.result["final_value"], trades
+    drawdown = outcome.result["max_drawdown"]
+    return outcome.result["final_value"], trades, (drawdown["percentage"], drawdown["money"])
 
 
 def test_sandboxed_run_equals_direct_backtrader_exactly():
     datas = [walk("ONE", bars=400)]
     simulation = {"initial_cash": 50_000.0, "commission": 0.001, "leverage": 1.0, "buy_on_close": False}
 
-    value, trades = sandboxed(SMA_CROSS, datas, simulation, {"fast": 7})
+    value, trades, drawdown = sandboxed(SMA_CROSS, datas, simulation, {"fast": 7})
 
-    assert (value, trades) == direct(SMA_CROSS, datas, simulation, {"fast": 7})
-    assert len(trades) >= 5
+    assert (value, trades, drawdown) == direct(SMA_CROSS, datas, simulation, {"fast": 7})
+    assert len(trades) >= 5 and drawdown[0] > 0
 
 
 def test_multi_data_buy_on_close_run_equals_direct_backtrader_exactly():
     datas = [walk("ONE", bars=300), walk("TWO", bars=300)]
     simulation = {"initial_cash": 20_000.0, "commission": 0.0005, "leverage": 2.0, "buy_on_close": True}
 
-    value, trades = sandboxed(PAIR_CODE, datas, simulation, {})
+    value, trades, drawdown = sandboxed(PAIR_CODE, datas, simulation, {})
 
-    assert (value, trades) == direct(PAIR_CODE, datas, simulation, {})
+    assert (value, trades, drawdown) == direct(PAIR_CODE, datas, simulation, {})
     assert {t[0] for t in trades} == {"ONE", "TWO"}
+
+
+def test_intraday_run_equals_direct_backtrader_exactly():
+    from tests.backtests.test_statistics import minute_bars
+
+    datas = [minute_bars("MIN", days=2)]
+    simulation = {"initial_cash": 10_000.0, "commission": 0.0002, "leverage": 1.0, "buy_on_close": False}
+
+    value, trades, drawdown = sandboxed(SMA_CROSS, datas, simulation, {"size": 50})
+
+    assert (value, trades, drawdown) == direct(SMA_CROSS, datas, simulation, {"size": 50}, bt.TimeFrame.Minutes)
+    assert len(trades) >= 5 and drawdown[0] > 0

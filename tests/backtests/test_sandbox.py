@@ -1,7 +1,9 @@
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -101,10 +103,7 @@ def test_static_layer_refuses_escape_with_line_and_column(body, message, line):
         ("self.broker.setcash(10 ** 9)", "`setcash` of BrokerBase is not available", "next"),
         ("self.data.close[1] = 0.0", "market data cannot be modified", "next"),
         ("self.data.setbars({})", "`setbars` of market data is not available", "next"),
-        ("self.data.close.forward()", "`forward` of market data is not available", "next"),
         ("self.position.update(100, 1.0)", "`update` of Position is not available", "next"),
-        ("x = self.data.close[1]", "future bars are not available", "next"),
-        ("x = self.data.close.get(ago=2, size=1)", "future bars are not available", "next"),
     ],
 )
 def test_restricted_layer_refuses_module_hops_and_report_tampering_at_run_time(body, message, where):
@@ -281,16 +280,25 @@ sandbox.run_job(source=code, datas=[walk("T", bars=60)], simulation={"initial_ca
 """
 
 
-@pytest.mark.parametrize("layers", ["ast,restricted_python,rlimits,uid_drop,seccomp", "bubblewrap"])
-def test_the_child_dies_with_a_killed_worker(tmp_path, layers):
+# Every layer combination, down to none: the child is tied to its worker from its first instruction (before
+# it imports anything), so a worker killed early or late takes it along, bubblewrap or not.
+COMBINATIONS = [
+    ("", 1.0), ("", 0.0), ("mountns", 1.0), ("uid_drop", 0.0), ("seccomp", 1.0),
+    ("ast,restricted_python,rlimits,uid_drop,seccomp", 1.0), (",".join(sorted(ALL_LAYERS - {"bubblewrap"})), 1.0),
+    ("bubblewrap", 1.0), (",".join(sorted(ALL_LAYERS)), 0.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("layers", "after"), COMBINATIONS, ids=[f"{c[0] or 'none'}@{c[1]}s" for c in COMBINATIONS])
+def test_the_child_dies_with_a_killed_worker(tmp_path, layers, after):
     pid_file = tmp_path / "child.pid"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     worker = subprocess.Popen([sys.executable, "-c", PARENT, str(pid_file), layers], env=env)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.01)
     child = int(pid_file.read_text())
-    time.sleep(1.0)  # the child is now hardened and spinning
+    time.sleep(after)  # 1 s: the child is hardened and spinning; 0 s: it is still importing
 
     worker.kill()
     worker.wait()
@@ -298,6 +306,131 @@ def test_the_child_dies_with_a_killed_worker(tmp_path, layers):
     while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
         assert time.monotonic() < deadline + 10, "the sandbox child outlived its worker"
         time.sleep(0.05)
+
+
+def test_the_cpu_limit_holds_with_no_layer_at_all():
+    outcome = run(plain("while True:\n    pass"), layers=frozenset(), limits=Limits(1, 30, FAST.memory_bytes, 10**6, 0))
+
+    assert outcome.error["code"] == "cpu_limit"
+    assert outcome.layers == ["process"]
+
+
+OS_LAYERS = frozenset({"netns", "rlimits", "uid_drop", "no_new_privs", "seccomp"})
+SNOOP = """
+found = []
+for top, dirs, files in os.walk({root!r}, onerror=lambda error: found.append("walk " + type(error).__name__)):
+    for name in files:
+        try:
+            found.append(name + " " + open(os.path.join(top, name), "rb").read(16).hex())
+        except OSError as error:
+            found.append(name + " " + type(error).__name__)
+for name in ("secret_key", "leroy.sqlite3", "leroy.sqlite3-wal", "data/bars.parquet"):
+    try:
+        found.append(name + " " + open(os.path.join({root!r}, name), "rb").read(16).hex())
+    except OSError as error:
+        found.append(name + " " + type(error).__name__)
+raise RuntimeError(repr(found))
+"""
+
+
+@pytest.fixture
+def open_dir():
+    """A directory the sandbox uid may traverse, outside the scratch mounts (/tmp, /var/tmp, /dev/shm)."""
+    path = Path(tempfile.mkdtemp(prefix=".sandbox-test-", dir=Path(__file__).resolve().parents[2]))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def private_runtime(tmp_path):
+    """A runtime directory set up by the server's own code, inside a directory the sandbox uid may traverse."""
+    import sqlite3
+
+    from leroy.runtime import keep_private
+
+    var = tmp_path / "var"
+    umask = os.umask(0o022)
+    try:
+        keep_private(var, data_dir=str(var / "data"))
+        (var / "secret_key").write_text("s3cret")
+        db = sqlite3.connect(var / "leroy.sqlite3")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE keys (hashed TEXT)")
+        db.execute("INSERT INTO keys VALUES ('hash')")
+        db.commit()
+        (var / "data" / "bars.parquet").write_bytes(b"PAR1")
+        (tmp_path / "public.txt").write_text("readable")
+        (tmp_path / "public.txt").chmod(0o644)
+        keep_private(var, sqlite_file=str(var / "leroy.sqlite3"))
+    finally:
+        os.umask(umask)
+    return var, db
+
+
+def test_the_runtime_directory_is_private_to_the_server_user(open_dir):
+    var, db = private_runtime(open_dir)
+
+    modes = {path.name: oct(path.stat().st_mode & 0o777) for path in [var, *var.iterdir()]}
+    db.close()
+
+    assert modes == {"var": "0o700", "data": "0o700", "secret_key": "0o600", "leroy.sqlite3": "0o600",
+                     "leroy.sqlite3-wal": "0o600", "leroy.sqlite3-shm": "0o600"}  # fmt: skip
+
+
+def test_the_os_layers_alone_open_nothing_under_the_runtime_directory(open_dir):
+    var, db = private_runtime(open_dir)
+    control = run(plain(f"raise RuntimeError(open({str(open_dir / 'public.txt')!r}).read())"), layers=OS_LAYERS)
+
+    outcome = run(plain(SNOOP.format(root=str(var))), layers=OS_LAYERS)
+    db.close()
+
+    assert control.error["message"] == "RuntimeError: readable"  # the sandbox uid does reach the parent dir
+    found = eval(outcome.error["message"].removeprefix("RuntimeError: "))  # noqa: S307 - our own repr
+    assert found == ["walk PermissionError", "secret_key PermissionError", "leroy.sqlite3 PermissionError",
+                     "leroy.sqlite3-wal PermissionError", "data/bars.parquet PermissionError"]  # fmt: skip
+
+
+def test_the_mount_namespace_hides_the_runtime_directory_even_from_root(open_dir, settings):
+    var, db = private_runtime(open_dir)
+    settings.LEROY_VAR_DIR = var
+
+    outcome = run(plain(SNOOP.format(root=str(var))), layers=frozenset({"mountns"}))
+    db.close()
+
+    assert outcome.layers == ["mountns", "process"]
+    found = eval(outcome.error["message"].removeprefix("RuntimeError: "))  # noqa: S307 - our own repr
+    assert found == ["secret_key FileNotFoundError", "leroy.sqlite3 FileNotFoundError",
+                     "leroy.sqlite3-wal FileNotFoundError", "data/bars.parquet FileNotFoundError"]  # fmt: skip
+
+
+def test_the_private_temp_space_is_removed_and_never_the_hosts(tmp_path):
+    marker = f"leroy-escape-{os.getpid()}"
+    started = []
+    body = (
+        f"open(os.path.join(os.environ['TMPDIR'], 'scratch'), 'w').write('x')\n"
+        f"open('/tmp/{marker}', 'w').write('x')\nos.mkdir('/dev/shm/{marker}')\n"
+        "raise RuntimeError(os.getcwd())"
+    )
+
+    outcome = run(plain(body), layers=frozenset({"mountns", "uid_drop"}), on_start=started.append)
+
+    assert outcome.error["message"] == "RuntimeError: /tmp"
+    assert not Path(started[0].scratch).exists()
+    assert not Path(f"/tmp/{marker}").exists() and not Path(f"/dev/shm/{marker}").exists()
+
+
+def test_without_a_mount_namespace_the_scratch_directory_is_private_and_removed():
+    started = []
+
+    outcome = run(
+        plain("raise RuntimeError(repr((os.getcwd(), oct(os.stat('.').st_mode & 0o777), os.stat('.').st_uid)))"),
+        layers=frozenset({"uid_drop"}),
+        on_start=started.append,
+    )
+
+    cwd, mode, uid = eval(outcome.error["message"].removeprefix("RuntimeError: "))  # noqa: S307 - our own repr
+    assert (cwd, mode, uid) == (started[0].scratch, "0o700", FAST.uid)
+    assert not Path(cwd).exists()
 
 
 def test_current_and_past_bars_stay_readable():

@@ -42,21 +42,29 @@ def submit(owner, strategy, coin, capture, **overrides):
     return report
 
 
-def test_dry_run_records_a_pass_and_saves_no_strategy(owner):
-    outcome = services.dry_run(user=owner, code=SMA_CROSS)
+def dry_run(owner, code, capture):
+    """Submit a dry run; on commit it is enqueued, and the test settings run Celery eagerly."""
+    with capture(execute=True):
+        run = services.dry_run_submit(user=owner, code=code)
+    return services.dry_run_state(run_id=run.pk).outcome
 
-    assert outcome.success is True
-    assert outcome.result["bars"] == {"DRYA": 260, "DRYB": 260}
-    assert set(outcome.result["statistics"]) == set(services.statistics.METRICS)
+
+def test_dry_run_records_a_pass_and_saves_no_strategy(owner, django_capture_on_commit_callbacks):
+    outcome = dry_run(owner, SMA_CROSS, django_capture_on_commit_callbacks)
+
+    assert outcome["success"] is True
+    assert outcome["result"]["bars"] == {"DRYA": 260, "DRYB": 260}
+    assert set(outcome["result"]["statistics"]) == set(services.statistics.METRICS)
     assert Strategy.objects.exists() is False
     assert DryRunPass.objects.filter(user=owner, code_sha256=services.code_sha256(SMA_CROSS)).count() == 1
 
 
-def test_failed_dry_run_reports_the_error_and_records_nothing(owner):
-    outcome = services.dry_run(user=owner, code="class X(bt.Strategy):\n    def next(self):\n        1 / 0\n")
+def test_failed_dry_run_reports_the_error_and_records_nothing(owner, django_capture_on_commit_callbacks):
+    code = "class X(bt.Strategy):\n    def next(self):\n        1 / 0\n"
+    outcome = dry_run(owner, code, django_capture_on_commit_callbacks)
 
-    assert outcome.success is False
-    assert outcome.error == {"code": "execution_error", "message": "ZeroDivisionError: division by zero", "line": 3}
+    assert outcome["success"] is False
+    assert outcome["error"] == {"code": "execution_error", "message": "ZeroDivisionError: division by zero", "line": 3}
     assert DryRunPass.objects.exists() is False
 
 
@@ -108,9 +116,10 @@ def test_backtest_completes_settles_credits_and_is_deterministic(owner, coin, dj
     assert first.diagnostics["sandbox_layers"] == expected_layers()
     assert len(first.data_version) == 64
     assert (second.data_version, second.report_hash) == (first.data_version, first.report_hash)
-    assert first.credits_charged == 10
+    assert first.credits_charged == 15  # 10 for the backtest, 5 for its look-ahead probe
+    assert (first.lookahead_check["status"], len(first.lookahead_check["cuts"])) == ("passed", 3)
     usage = credit_usage(user=owner)
-    assert (usage["credits_consumed"], usage["credits_remaining"]) == (20, 980)
+    assert (usage["credits_consumed"], usage["credits_remaining"]) == (30, 970)
 
 
 def test_failing_strategy_fails_the_report_and_voids_credits(owner, coin, django_capture_on_commit_callbacks):
@@ -244,14 +253,20 @@ def test_optimization_runs_every_point_and_charges_them(owner, coin, django_capt
     runs = list(OptimizationRun.objects.filter(optimization=result))
     assert [r.parameters for r in runs][:2] == [{"fast": 3, "slow": 10}, {"fast": 3, "slow": 20}]
     assert all(set(r.statistics) == set(services.statistics.METRICS) for r in runs)
-    assert result.credits_charged == 30
-    assert credit_usage(user=owner)["credits_remaining"] == 970
+    assert result.credits_charged == 35  # 6 points x 5 and the best run's look-ahead probe
+    assert credit_usage(user=owner)["credits_remaining"] == 965
+    best = max(runs, key=lambda r: (r.statistics["realized_pnl"], -r.iteration))
+    assert result.lookahead_check["status"] == "passed"
+    assert (result.lookahead_check["iteration"], result.lookahead_check["parameters"]) == (
+        best.iteration,
+        best.parameters,
+    )
 
 
 def test_cancel_mid_optimization_stops_the_rest_and_refunds_exactly(owner, coin, django_capture_on_commit_callbacks):
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
-    assert credit_usage(user=owner)["credits_remaining"] == 970  # 6 points x 5 credits reserved
+    assert credit_usage(user=owner)["credits_remaining"] == 965  # 6 points x 5 credits and the probe's 5 reserved
 
     services.optimization_point_execute(run_id=runs[0].pk)
     services.optimization_point_execute(run_id=runs[1].pk)
@@ -382,3 +397,43 @@ def test_bars_are_read_once_per_symbol_and_versioned_as_bars_data_version_gives(
     assert [d["name"] for d in datas] == ["TSTUSD", "XAUUSD"]
     each = [bars_data_version(symbol=s, frequency="1d", start=start, end=end) for s in (coin, other_coin)]
     assert version == hashlib.sha256("|".join(each).encode()).hexdigest()
+
+
+def test_a_report_carries_the_probes_failure_and_its_hash_covers_it(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    from backtests import sandbox
+    from tests.backtests.test_lookahead import PRIVATE_FUTURE, RUNTIME_ONLY
+
+    run_job = sandbox.run_job
+    # The engine's private bars are out of reach of the in-process layers; without them the probe is what sees it.
+    monkeypatch.setattr(sandbox, "run_job", lambda **kwargs: run_job(**kwargs | {"layers": RUNTIME_ONLY}))
+    cheat = submit(owner, saved(owner, PRIVATE_FUTURE), coin, django_capture_on_commit_callbacks)
+    honest = submit(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+
+    check = cheat.lookahead_check
+    assert (cheat.status, check["status"], check["first_difference"]["cut"]) == (
+        Status.COMPLETED, "failed", check["cuts"][0]
+    )  # fmt: skip
+    assert cheat.statistics["percentage_of_winning_trades"] == 100.0  # a perfect-foresight record, flagged
+    assert cheat.credits_charged == 15
+    assert honest.lookahead_check["status"] == "passed"
+    assert cheat.report_hash == services.statistics.report_hash(
+        statistics=cheat.statistics,
+        result={"trades": cheat.trades, "equity": cheat.equity, "final_value": cheat.diagnostics["final_value"]},
+        lookahead_check=check,
+    )
+
+
+def test_a_probe_the_data_are_too_short_for_is_not_run_and_not_charged(owner, django_capture_on_commit_callbacks):
+    from tests.backtests.conftest import import_walk
+
+    short = import_walk("SHTUSD", bars=30)
+
+    report = submit(owner, saved(owner), short, django_capture_on_commit_callbacks)
+
+    assert report.lookahead_check == {
+        "status": "not_run", "k": 3, "cuts": [],
+        "reason": "the data have 30 common bars; the probe needs at least 40",
+    }  # fmt: skip
+    assert (report.credits_reserved, report.credits_charged) == (15, 10)

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 MODERN = "2026-07-28"
 TOOLS = {
     "get_strategy_documentation": "mcp:read", "list_strategies": "mcp:read", "get_strategy": "mcp:read",
-    "create_strategy": "mcp:write", "update_strategy": "mcp:write", "run_dry_run_backtest": "mcp:read",
+    "create_strategy": "mcp:write", "update_strategy": "mcp:write", "run_dry_run_backtest": "mcp:write",
     "list_symbols": "mcp:read", "search_symbols_by_name": "mcp:read", "get_symbol": "mcp:read",
     "get_market_data_sample": "mcp:read", "download_market_data": "mcp:write", "run_backtest": "mcp:write",
     "list_reports": "mcp:read", "get_report": "mcp:read", "list_report_trades": "mcp:read",
@@ -79,7 +79,8 @@ async def test_agent_authors_dry_runs_saves_versions_and_backtests(mcp_http, own
         page = await ok(session, "list_report_trades", {"id": submitted["report_id"], "limit": 1})
         reports = await ok(session, "list_reports", {"strategy_id": updated["id"]})
 
-    assert submitted["usage"]["credits_remaining"] == 990
+    assert (submitted["credits_reserved"], submitted["usage"]["credits_remaining"]) == (15, 985)  # with the probe
+    assert report["lookahead_check"]["status"] == "passed"
     assert waited["results"] == [{"report_id": submitted["report_id"], "status": "COMPLETED"}]
     assert report["status"] == "COMPLETED"
     assert report["parameters"] == [{"name": "fast", "value": 4}]
@@ -128,7 +129,8 @@ async def test_agent_optimizes_reads_results_and_cannot_cancel_a_finished_grid(m
         listing = await ok(session, "list_optimizations", {})
         _, cancel = await refused(session, "cancel_optimization", {"id": started["optimization_id"]})
 
-    assert (started["success"], started["total_iterations"], started["credits_reserved"]) == (True, 4, 20)
+    assert (started["success"], started["total_iterations"], started["credits_reserved"]) == (True, 4, 25)
+    assert detail["lookahead_check"]["status"] == "passed"
     assert (waited["status"], waited["completed_iterations"], waited["failed_iterations"]) == ("COMPLETED", 4, 0)
     assert "best" not in str(sorted(detail)) and "top" not in detail
     assert detail["simulation_parameters"] == {

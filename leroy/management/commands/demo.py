@@ -62,6 +62,9 @@ class Command(BaseCommand):
             env["LEROY_CLOCK"] = self.prepare_evidence()
             # One feed tick before serving, on the replay clock, so the first evaluation already has a frame.
             subprocess.run([sys.executable, "manage.py", "feed_frames"], env=env, check=True, cwd=settings.BASE_DIR)
+        from backtests.sandbox import startup_notice
+
+        self.stdout.write(startup_notice())
         password, key = issue_demo_credentials()
         origin = f"http://127.0.0.1:{options['port']}"
         config = {

@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('backtests', '0001_initial'),
+        ('backtests', '0002_dry_runs_and_lookahead_check'),
     ]
 
     operations = [

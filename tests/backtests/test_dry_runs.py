@@ -1,0 +1,123 @@
+"""Dry runs execute on the `dryruns` workers: one in flight per account, a per-worker cap, `busy` beyond."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from backtests import sandbox, services, tasks
+from backtests.models import DryRun, DryRunPass, Status
+from leroy.clock import now
+from tests.backtests.conftest import SMA_CROSS
+from tests.backtests.test_tools import client, ok, refused
+
+
+def test_dry_runs_are_routed_to_their_own_queue(settings):
+    assert settings.CELERY_TASK_ROUTES["backtests.dry_run"] == {"queue": "dryruns"}
+    assert tasks.dry_run.name == "backtests.dry_run"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_dry_runs_of_one_account_let_one_in_and_answer_busy(owner, monkeypatch):
+    monkeypatch.setattr(tasks.dry_run, "delay", lambda run_id: None)  # queued, not yet taken by a worker
+    barrier, answers = threading.Barrier(6), []
+
+    def submit():
+        barrier.wait()
+        try:
+            answers.append(services.dry_run_submit(user=owner, code=SMA_CROSS).status)
+        except services.BacktestError as error:
+            answers.append((error.code, error.details))
+
+    threads = [threading.Thread(target=submit) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(answers, key=str) == [("busy", {"retry_after_seconds": 5})] * 5 + [Status.PENDING]
+    assert DryRun.objects.filter(user=owner).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_full_worker_answers_busy_and_runs_nothing(owner, settings, tmp_path, monkeypatch):
+    settings.LEROY_VAR_DIR = tmp_path
+    settings.LEROY_DRY_RUNS_PER_WORKER = 1
+    monkeypatch.setattr(tasks.dry_run, "delay", lambda run_id: None)
+    run = services.dry_run_submit(user=owner, code=SMA_CROSS)
+
+    with sandbox.worker_slot(1) as held:
+        services.dry_run_execute(run_id=str(run.pk))
+
+    run.refresh_from_db()
+    assert held == 0
+    assert (run.status, run.busy, run.outcome) == (Status.CANCELLED, True, None)
+    assert DryRunPass.objects.exists() is False
+
+
+@pytest.mark.django_db
+def test_a_dry_run_nobody_took_or_whose_worker_vanished_does_not_block_the_account(owner, monkeypatch):
+    monkeypatch.setattr(tasks.dry_run, "delay", lambda run_id: None)
+    queued = services.dry_run_submit(user=owner, code=SMA_CROSS)
+    DryRun.objects.filter(pk=queued.pk).update(created_at=now() - timedelta(minutes=5))
+    running = services.dry_run_submit(user=owner, code=SMA_CROSS)
+    DryRun.objects.filter(pk=running.pk).update(status=Status.EXECUTING, started_at=now() - timedelta(hours=1))
+
+    services.stale_jobs_reap()
+
+    queued.refresh_from_db()
+    running.refresh_from_db()
+    assert (queued.status, queued.busy) == (Status.CANCELLED, True)
+    assert (running.status, running.outcome["error"]["code"]) == (Status.FAILED, "worker_lost")
+    assert services.dry_run_submit(user=owner, code=SMA_CROSS).status == Status.PENDING
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+async def test_over_mcp_a_dry_run_runs_on_the_worker_and_returns_its_result(mcp_http, owner, write_key):
+    async with client(mcp_http, write_key) as session:
+        dry = await ok(session, "run_dry_run_backtest", {"code": SMA_CROSS})
+
+    run = await DryRun.objects.aget()
+    assert dry["success"] is True and dry["result"]["bars"] == {"DRYA": 260, "DRYB": 260}
+    assert (run.status, run.outcome) == (Status.COMPLETED, dry)
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+async def test_over_mcp_a_queued_dry_run_no_worker_takes_answers_busy(
+    mcp_http, owner, write_key, settings, monkeypatch
+):
+    settings.LEROY_DRY_RUN_QUEUE_SECONDS = 0.3
+    monkeypatch.setattr(tasks.dry_run, "delay", lambda run_id: None)
+
+    async with client(mcp_http, write_key) as session:
+        _, payload = await refused(session, "run_dry_run_backtest", {"code": SMA_CROSS})
+
+    run = await DryRun.objects.aget()
+    assert payload["error"] == {
+        "code": "busy",
+        "message": "No dry-run worker was free. Retry in 5 seconds.",
+        "retry_after_seconds": 5,
+    }
+    assert (run.status, run.busy) == (Status.CANCELLED, True)
+    await sync_to_async(services.dry_run_execute)(run_id=str(run.pk))  # a late worker runs nothing
+    await run.arefresh_from_db()
+    assert run.outcome is None
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+async def test_a_read_only_key_cannot_dry_run(mcp_http, owner, api_key):
+    async with mcp_http(api_key) as http:
+        response = await http.post(
+            "/api/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                  "params": {"name": "run_dry_run_backtest", "arguments": {"code": SMA_CROSS}}},
+            headers={"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"},
+        )  # fmt: skip
+
+    assert response.status_code == 403
+    assert 'error="insufficient_scope"' in response.headers["www-authenticate"]
+    assert await DryRun.objects.aexists() is False

@@ -1,0 +1,122 @@
+"""Strategies that try to invent fills or tamper with the broker, the feeds or the engine: refused."""
+
+import pytest
+
+from backtests import sandbox
+from backtests.dryrun import walk
+from backtests.sandbox import ALL_LAYERS, Limits
+
+DATA = [walk("TEST", bars=60)]
+SIM = {"initial_cash": 10_000, "commission": 0, "leverage": 1, "buy_on_close": False}
+FAST = Limits(cpu_seconds=5, wall_seconds=30, memory_bytes=768 * 1024 * 1024, output_bytes=1024 * 1024, uid=61000)
+OS_ONLY = frozenset(ALL_LAYERS - {"ast", "restricted_python"})
+
+
+def run(source, layers=ALL_LAYERS):
+    return sandbox.run_job(source=source, datas=DATA, simulation=SIM, parameters={}, layers=layers, limits=FAST)
+
+
+def on_bar_five(body: str) -> str:
+    return f"class Cheat(bt.Strategy):\n    def next(self):\n        if len(self) == 5:\n            {body}\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "layers", "code"),
+    [
+        ("self.buy(size=1000, exectype=bt.Order.Historical, price=0.01)", ALL_LAYERS, "order_refused"),
+        ("self.buy(size=1000, exectype=bt.Order.Historical, price=0.01)", OS_ONLY, "order_refused"),
+        ("self.sell(size=1000, exectype=7, price=10 ** 6)", ALL_LAYERS, "order_refused"),
+        ("self.buy(size=1000, exectype=7.0, price=0.01)", OS_ONLY, "order_refused"),
+        ("self.buy(size=1000, price=0.01, histnotify=True)", ALL_LAYERS, "order_refused"),
+        ("self.buy(size=10 ** 9, _checksubmit=False)", OS_ONLY, "order_refused"),
+        ("self.buy(size=1, exectype=self.buy(size=1).Historical)", ALL_LAYERS, "order_refused"),
+        ("self.order_target_size(target=1000, exectype=7, price=0.01)", ALL_LAYERS, "order_refused"),
+    ],
+)
+def test_orders_the_broker_does_not_simulate_are_refused_with_the_line(body, layers, code):
+    outcome = run(on_bar_five(body), layers=layers)
+
+    assert outcome.ok is False
+    assert outcome.result is None
+    assert outcome.error["code"] == code
+    assert outcome.error["line"] == 4
+    assert "Market, Close, Limit, Stop, StopLimit, StopTrail and StopTrailLimit" in outcome.error["message"]
+
+
+def test_a_price_on_a_market_order_does_not_set_its_fill():
+    source = (
+        "class Priced(bt.Strategy):\n"
+        "    def next(self):\n"
+        "        if len(self) == 5:\n"
+        "            self.buy(size=10, price=0.01)\n"
+        "        elif len(self) == 10:\n"
+        "            self.close(price=10 ** 6)\n"
+    )
+
+    outcome = run(source)
+
+    (trade,) = outcome.result["trades"]
+    opens = DATA[0]["open"]
+    assert (trade["entry_price"], trade["exit_price"]) == (opens[5], pytest.approx(opens[10], rel=1e-12))
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "message"),
+    [
+        ("self.broker = None", "write_refused", "`broker` belongs to the engine"),
+        ("self.datas = []", "write_refused", "`datas` belongs to the engine"),
+        ("self.data0 = self.data", "write_refused", "`data0` belongs to the engine"),
+        ("self.position = None", "write_refused", "`position` belongs to the engine"),
+        ("self.lines.datetime[0] = 0.0", "execution_error", "market data cannot be modified"),
+        ("self.datas[0] = None", "execution_error", "objects of type tuple cannot be modified"),
+        ("self.broker.cash = 10 ** 9", "execution_error", "cannot be modified by strategies"),
+        ("self.broker.setcash(10 ** 9)", "execution_error", "`setcash` of BrokerBase is not available"),
+        ("self.broker.add_cash(10 ** 9)", "execution_error", "`add_cash` of BrokerBase is not available"),
+        ("self.broker.set_coc(True)", "execution_error", "`set_coc` of BrokerBase is not available"),
+        ("self.broker.getposition(self.data).size = 100", "execution_error", "cannot be modified"),
+        ("self.position.size = 100", "execution_error", "cannot be modified"),
+        ("self.data.close[0] = 0.01", "execution_error", "market data cannot be modified"),
+        ("self.datas[0].open.array[5] = 0.01", "lookahead_refused", "`.array`"),
+        ("self.broker.getcommissioninfo(self.data).p.commission = 0", "execution_error", "cannot be modified"),
+    ],
+)
+def test_broker_feeds_and_engine_cannot_be_written(body, code, message):
+    outcome = run(on_bar_five(body), layers=frozenset({"restricted_python"}))
+
+    assert outcome.ok is False
+    assert outcome.error["code"] == code
+    assert message in outcome.error["message"]
+    assert outcome.error["line"] == 4
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("c = self.env", "`env` is not available"),
+        ("c = self.cerebro", "`cerebro` is not available"),
+        ("self.analyzers.trade_log.trades.clear()", "`analyzers` is not available"),
+        ("b = self.broker.positions", "`positions` of BrokerBase is not available"),
+    ],
+)
+def test_cerebro_and_the_analyzers_are_out_of_reach(body, message):
+    outcome = run(on_bar_five(body), layers=frozenset({"restricted_python"}))
+
+    assert outcome.error["code"] == "execution_error"
+    assert message in outcome.error["message"]
+
+
+def test_cash_value_and_position_stay_readable():
+    source = on_bar_five(
+        "self.buy(size=3)\n        if len(self) == 7:\n"
+        "            print(self.broker.getcash(), self.broker.getvalue(), self.position.size, self.position.price,"
+        " self.getposition(self.data).size)"
+    )
+
+    outcome = run(source)
+
+    cash, value, size, price, again = outcome.prints.split()
+    opens, closes = DATA[0]["open"], DATA[0]["close"]
+    assert outcome.ok is True
+    assert float(cash) == pytest.approx(10_000 - 3 * opens[5], rel=1e-12)
+    assert float(value) == pytest.approx(float(cash) + 3 * closes[6], rel=1e-12)
+    assert (float(size), float(price), float(again)) == (3.0, opens[5], 3.0)

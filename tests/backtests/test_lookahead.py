@@ -1,0 +1,186 @@
+"""Strategies that try to read bars after the current one: every path is refused, none completes a report."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from backtests import sandbox
+from backtests.dryrun import walk
+from backtests.sandbox import ALL_LAYERS, Limits
+from tests.backtests.conftest import SMA_CROSS
+from tests.backtests.test_engine import PAIR_CODE
+
+DATA = [walk("TEST", bars=80)]
+SIM = {"initial_cash": 10_000, "commission": 0, "leverage": 1, "buy_on_close": False}
+FAST = Limits(cpu_seconds=5, wall_seconds=30, memory_bytes=768 * 1024 * 1024, output_bytes=1024 * 1024, uid=61000)
+RUNTIME_ONLY = frozenset(ALL_LAYERS - {"ast", "restricted_python"})  # the agent's code runs as plain Python
+
+
+def day(data, index):
+    return f"{datetime.fromtimestamp(data['ts_us'][index] / 1e6, UTC):%Y-%m-%dT%H:%M:%SZ}"
+
+
+def run(source, layers=ALL_LAYERS, datas=DATA, probe=0):
+    return sandbox.run_job(
+        source=source, datas=datas, simulation=SIM, parameters={}, layers=layers, limits=FAST, probe=probe
+    )
+
+
+def peeking(body: str, init: str = "self.sma = bt.ind.SMA(self.data.close, period=3)") -> str:
+    """A strategy that buys when `body` (an expression over the future) says the price will rise."""
+    return (
+        "class Peek(bt.Strategy):\n"
+        "    def __init__(self):\n"
+        f"        {init}\n\n"
+        "    def next(self):\n"
+        f"        ahead = {body}\n"
+        "        if ahead > self.data.close[0] and not self.position:\n"
+        "            self.buy(size=1)\n"
+    )
+
+
+# (name, strategy source, the error code with every layer on, the line it names)
+FUTURE_READERS = [
+    ("negative wrap", peeking("self.data.close[-len(self)]"), "lookahead_refused", 6),
+    ("positive index", peeking("self.data.close[1]"), "lookahead_refused", 6),
+    ("indicator positive index", peeking("self.sma[2]"), "lookahead_refused", 6),
+    ("get ago +n", peeking("self.data.close.get(ago=1)[0]"), "lookahead_refused", 6),
+    ("get wrapping past the first bar", peeking("self.data.close.get(ago=-len(self), size=1)[0]"),
+     "lookahead_refused", 6),
+    ("raw array", peeking("self.data.close.array[len(self)]"), "validation_error", 6),
+    ("lines[0].array", peeking("self.sma.lines[0].array[len(self)]"), "validation_error", 6),
+    ("getzeroval", peeking("self.sma.lines[0].getzeroval(len(self) + 1)"), "lookahead_refused", 6),
+    ("getzero slice", peeking("self.data.close.getzero(0, len(self) + 2)[-1]"), "lookahead_refused", 6),
+    ("plotrange", peeking("self.data.close.plotrange(0, 10 ** 6)[-1]"), "lookahead_refused", 6),
+    ("buflen", peeking("self.data.close[0] + self.data.buflen() - len(self)"), "lookahead_refused", 6),
+    ("buffer slicing", peeking("max(self.data.close[0:3])"), "lookahead_refused", 6),
+    ("iteration by sum", peeking("sum(self.data.close) / len(self)"), "lookahead_refused", 6),
+    ("iteration by sorted", peeking("sorted(self.sma)[-1]"), "lookahead_refused", 6),
+    ("unpacking", peeking("list(self.data.close)[len(self)]"), "lookahead_refused", 6),
+    ("future timestamp", peeking("self.data.close[0] + self.data.datetime.date(1).day"), "lookahead_refused", 6),
+    ("forward-shifted line", peeking("self.sma[0]", init="self.sma = self.data.close(1)"),
+     "lookahead_refused", 3),
+    ("Ichimoku's chikou span", peeking("self.ichi.chikou_span[0]", init="self.ichi = bt.ind.Ichimoku()"),
+     "lookahead_refused", 3),
+    ("moving an indicator's cursor", peeking("self.sma.lines[0].forward() or self.sma[0]"), "lookahead_refused", 6),
+    ("reading in __init__ (before the first bar)", peeking("self.last", init="self.last = self.data.close[0]"),
+     "lookahead_refused", 3),
+    ("a lambda the engine calls", peeking(
+        "self.apply[0]",
+        init="self.apply = bt.ind.ApplyN(self.data.close, period=1, func=lambda bars: self.data.close[1])",
+    ), "lookahead_refused", 3),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "source", "code", "line"), FUTURE_READERS, ids=[row[0] for row in FUTURE_READERS])
+def test_every_future_read_is_refused_and_names_its_line(name, source, code, line):
+    outcome = run(source)
+
+    assert outcome.ok is False, name
+    assert outcome.result is None
+    assert outcome.error["code"] == code, outcome.error
+    assert outcome.error["line"] == line
+
+
+# Slices and cursor moves are refused by the curated surface only (plain Python slices fail on lines anyway).
+RUNTIME_READERS = [row for row in FUTURE_READERS if row[2] != "validation_error" and row[0] not in (
+    "buffer slicing", "moving an indicator's cursor")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "source", "code", "line"), RUNTIME_READERS, ids=[row[0] for row in RUNTIME_READERS])
+def test_the_line_objects_refuse_future_reads_with_no_in_process_layer(name, source, code, line):
+    outcome = run(source, layers=RUNTIME_ONLY)
+
+    assert outcome.ok is False, name
+    assert outcome.error["code"] == "lookahead_refused", outcome.error
+    assert outcome.error["line"] == line
+    assert "would read bars after the current one" in outcome.error["message"]
+
+
+def test_the_raw_buffer_is_refused_by_the_line_objects_too():
+    outcome = run(peeking("self.data.close.array[len(self)]"), layers=RUNTIME_ONLY)
+
+    assert outcome.error["code"] == "lookahead_refused"
+    assert outcome.error["line"] == 6
+
+
+def test_a_caught_refusal_still_fails_the_run():
+    source = peeking("self.data.close[0]").replace(
+        "        ahead = self.data.close[0]\n",
+        "        try:\n            ahead = self.data.close[1]\n        except Exception:\n"
+        "            ahead = self.data.close[0]\n",
+    )
+
+    outcome = run(source, layers=frozenset({"restricted_python"}))
+
+    assert outcome.ok is False
+    assert outcome.error["code"] == "lookahead_refused"
+    assert outcome.error["line"] == 7
+
+
+def test_past_reads_and_builtin_indicators_are_unchanged():
+    source = (
+        "class Past(bt.Strategy):\n"
+        "    def __init__(self):\n"
+        "        self.sma = bt.ind.SMA(self.data.close, period=5)\n\n"
+        "    def next(self):\n"
+        "        if len(self) == 10:\n"
+        "            print(self.data.close[-9], self.data.close[0], list(self.data.close.get(size=3)),\n"
+        "                  self.sma[0], list(self.data.close.get(size=20)), self.data.datetime.date(-9))\n"
+    )
+
+    outcome = run(source)
+
+    closes = DATA[0]["close"]
+    assert outcome.ok is True, outcome.error
+    assert outcome.prints == f"{closes[0]} {closes[9]} {closes[7:10]} {sum(closes[5:10]) / 5} [] 2024-01-02\n"
+
+
+def test_the_probe_passes_honest_strategies_on_one_and_several_symbols():
+    one = run(SMA_CROSS, datas=[walk("ONE", bars=200)], probe=3)
+    two = run(PAIR_CODE, datas=[walk("ONE", bars=200), walk("TWO", bars=200)], probe=3)
+
+    for outcome in (one, two):
+        assert outcome.ok is True, outcome.error
+        check = outcome.result["lookahead_check"]
+        assert (check["status"], check["k"], len(check["cuts"])) == ("passed", 3, 3)
+    # the cuts fall on bars where the full run decided: a buy or a close is placed on the bar before a fill
+    decided = {day(walk("ONE", bars=200), walk("ONE", bars=200)["ts_us"].index(ts) - 1) for ts in (
+        int(datetime.fromisoformat(t[key]).timestamp() * 1e6) for t in one.result["trades"]
+        for key in ("entry_time", "exit_time"))}  # fmt: skip
+    cuts = one.result["lookahead_check"]["cuts"]
+    assert cuts == sorted(set(cuts)) and set(cuts) <= decided
+
+
+PRIVATE_FUTURE = """
+class Foresight(bt.Strategy):
+    def next(self):
+        bars = self.data._bars["close"]
+        i = len(self)
+        if i < len(bars) and bars[i] > self.data.close[0] and not self.position:
+            self.buy(size=1)
+        elif self.position and i < len(bars) and bars[i] < self.data.close[0]:
+            self.close()
+"""
+
+
+def test_the_probe_fails_a_strategy_that_peeks_where_no_guard_sees_it():
+    outcome = run(PRIVATE_FUTURE, layers=RUNTIME_ONLY, datas=[walk("ONE", bars=200)], probe=3)
+
+    check = outcome.result["lookahead_check"]
+    assert outcome.ok is True
+    assert check["status"] == "failed"
+    difference = check["first_difference"]
+    assert difference["cut"] == difference["bar"] == check["cuts"][0]  # a one-bar peek differs at the cut bar
+    assert difference["full_run"]["data"] == "ONE" and difference["cut_run"] != difference["full_run"]
+
+
+def test_the_probe_is_not_run_on_too_few_bars():
+    outcome = run(SMA_CROSS, datas=[walk("ONE", bars=30)], probe=3)
+
+    assert outcome.result["lookahead_check"] == {
+        "status": "not_run",
+        "k": 3,
+        "cuts": [],
+        "reason": "the data have 30 common bars; the probe needs at least 40",
+    }
