@@ -25,7 +25,6 @@ from leroy.schemas import ToolArgs
 if TYPE_CHECKING:
     import polars as pl
 
-    from backtests.services import DryRunResult
 
 Metric = Literal[METRICS]  # type: ignore[valid-type]
 SortKey = Literal[("iteration", *METRICS)]  # type: ignore[valid-type]
@@ -408,18 +407,6 @@ class DryRunOut(Out):
     prints: str = Field(description="What the strategy printed: the first 64 KiB, control characters escaped")
     prints_truncated: bool = Field(description="True when the strategy printed more than 64 KiB")
     sandbox_layers: list[Layer]
-
-    @classmethod
-    def from_result(cls, outcome: "DryRunResult") -> Self:
-        return cls.model_validate(
-            {
-                "success": outcome.success,
-                "error": outcome.error,
-                "result": outcome.result,
-                "prints": outcome.prints,
-                "sandbox_layers": outcome.layers,
-            }
-        )
 
 
 class SymbolOut(Out):

@@ -74,14 +74,14 @@ def _broker() -> dict[str, Any]:
 
 
 def _artifact() -> dict[str, Any]:
-    from evidence.selectors import memory_reader  # verified (every file against its manifest hash) when loaded
+    from evidence.memory.selectors import memory_reader  # verified (every file against its manifest hash) when loaded
 
     reader = memory_reader()
     return {"version": reader.version, "sha256": reader.sha256}
 
 
 def _feed() -> dict[str, Any]:
-    from evidence.frames import MINUTE, feed_universe, open_session
+    from evidence.live.frames import MINUTE, feed_universe, open_session
     from evidence.models import Frame
 
     at = now()

@@ -86,8 +86,8 @@ def main() -> None:
     from backtests.models import DryRunPass, Report
     from billing.models import Code, Transfer
     from billing.selectors import credit_usage, ledger_drift
+    from evidence.marketdata.importers import bars_import
     from evidence.models import Symbol
-    from evidence.services import bars_import
     from leroy.celery import app
     from leroy.clock import now
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from evidence import calendar
+from evidence.marketdata import calendar
+from evidence.marketdata.importers import bars_import
 from evidence.models import Symbol
-from evidence.services import bars_import
 
 # The real XNYS sessions 1990-2005 with their open and close (exchange-calendars' own reference file).
 SESSIONS = Path(__file__).with_name("resources") / "xnys_sessions_1990_2005.csv.gz"
