@@ -84,6 +84,8 @@ def _tool(
     write: bool = False,
     metering: Metering = "free",
     idempotent: bool | None = None,
+    destructive: bool = False,
+    open_world: bool = False,
     rest: bool | None = None,
 ) -> Callable[[Handler], Handler]:
     """Every contract tool needs a subscriber; a write needs `mcp:write` and is not read-only (nor, by default,
@@ -91,7 +93,8 @@ def _tool(
     return tool(
         name=name, title=title, args=args, output=output, access="subscriber",
         scope="mcp:write" if write else "mcp:read", metering=metering,
-        read_only=not write, idempotent=not write if idempotent is None else idempotent, rest=rest,
+        read_only=not write, idempotent=not write if idempotent is None else idempotent, destructive=destructive,
+        open_world=open_world, rest=rest,
     )  # fmt: skip
 
 
@@ -244,7 +247,8 @@ async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> 
     return await _run(run)
 
 
-@_tool("download_market_data", "Download market data", DownloadArgs, DownloadOut, write=True, idempotent=True)
+@_tool("download_market_data", "Download market data", DownloadArgs, DownloadOut, write=True, idempotent=True,
+       open_world=True)  # fmt: skip
 async def download_market_data(call: ToolCall, args: DownloadArgs) -> DownloadOut:
     """Download full-history OHLCV for a stock, ETF, forex or metal pair, or crypto symbol through the
     configured provider and store it as a global symbol; existing global data is reused. Equities and ETFs
@@ -476,7 +480,8 @@ async def list_optimization_results(call: ToolCall, args: OptimizationResultsArg
     return await _run(run)
 
 
-@_tool("cancel_optimization", "Cancel optimization", IdArgs, OptimizationCancelled, write=True, metering="credits")
+@_tool("cancel_optimization", "Cancel optimization", IdArgs, OptimizationCancelled, write=True, metering="credits",
+       idempotent=True, destructive=True)  # fmt: skip
 async def cancel_optimization(call: ToolCall, args: IdArgs) -> OptimizationCancelled:
     """Cancel a PENDING or EXECUTING optimization: points not yet started never run and their reserved
     credits are refunded; completed points stay charged. Returns the optimization and usage."""

@@ -94,8 +94,8 @@ def _sdk_tool(spec: ToolSpec) -> Tool:
             title=spec.title,
             read_only_hint=spec.read_only,
             idempotent_hint=spec.idempotent,
-            destructive_hint=False,
-            open_world_hint=False,
+            destructive_hint=spec.destructive,
+            open_world_hint=spec.open_world,
         ),
         meta={"leroy/access": spec.access, "leroy/scope": spec.scope, "leroy/metering": spec.metering},
     )
