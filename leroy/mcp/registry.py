@@ -92,6 +92,11 @@ class ToolSpec:
     rest: bool = True  # the REST mirror (leroy.api) has a route for it
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def toolset(self) -> str:
+        """The app that contributes the tool (evidence, backtests, billing): what X-Leroy-Toolsets names."""
+        return self.handler.__module__.split(".")[0]
+
 
 REGISTRY: dict[str, ToolSpec] = {}
 
