@@ -137,8 +137,10 @@ def _sdk_tool(spec: ToolSpec) -> Tool:
     # reach `call` unvalidated (see _RawArguments).
     sdk_tool.fn_metadata.arg_model = _RawArguments
     sdk_tool.parameters = compact_schema(spec.args.model_json_schema(by_alias=True))
-    if sdk_tool.fn_metadata.output_schema is not None:  # only published: results are checked against the model
-        sdk_tool.fn_metadata.output_schema = compact_schema(sdk_tool.fn_metadata.output_schema)
+    published = sdk_tool.fn_metadata.output_schema
+    if published is not None:  # only published: results are checked against the model itself
+        # The root title stays: it names the result model, which the contract and its docs refer to.
+        sdk_tool.fn_metadata.output_schema = {"title": published["title"], **compact_schema(published)}
     return sdk_tool
 
 
