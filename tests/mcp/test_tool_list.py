@@ -8,7 +8,7 @@ from tests.mcp.test_transport import sse_or_json
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
 # What an agent pays to learn the tools, in tokens, measured as the tools/list result's bytes / 4 (a tokenizer-free
-# proxy). It was 42,236 before schemas lost their generated titles (34,600 after). Raise it only for a new tool
+# proxy). It was 42,236 before schemas lost their generated field titles (34,853 after). Raise it only for a new tool
 # or a contract field, never for prose.
 TOOLS_LIST_TOKEN_BUDGET = 35_000
 LEGACY = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
