@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from confusable_homoglyphs import confusables
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
@@ -76,9 +77,22 @@ def is_mcp_resource(values: list[str]) -> bool:
     return len(values) == 1 and canonical_uri(values[0]) == canonical_uri(mcp_resource())
 
 
+def _latin_skeleton(text: str) -> str:
+    """Each character replaced by its Latin look-alike (Unicode TR39 confusables), so `L\u0435roy` (Cyrillic
+    \u0435) reads as `leroy`."""
+    out = []
+    for ch in unicodedata.normalize("NFKC", text):
+        found = [] if ch.isascii() else confusables.is_confusable(ch, preferred_aliases=["latin"], greedy=True)
+        homoglyphs = found[0]["homoglyphs"] if isinstance(found, list) and found else []
+        glyphs = [g["c"] for g in homoglyphs if g["c"].isascii()]
+        out.append(glyphs[0] if glyphs else ch)
+    return "".join(out).casefold()
+
+
 def imitates_leroy(name: str) -> bool:
-    """A client calling itself Leroy is flagged on the consent page: Leroy never asks through a client."""
-    return "leroy" in unicodedata.normalize("NFKC", name).casefold()
+    """A client calling itself Leroy, or a look-alike of it, is flagged on the consent page: Leroy never asks
+    through a client."""
+    return "leroy" in _latin_skeleton(name)
 
 
 def invalid_target(request: OAuthlibRequest | None = None, state: str | None = None) -> errors.CustomOAuth2Error:
@@ -204,6 +218,8 @@ def _redirect_uri_problem(uri: object) -> str | None:
         return "a redirect URI may not contain a fragment"
     if "@" in parts.netloc:
         return "a redirect URI may not contain user information"
+    if "*" in uri:
+        return "a redirect URI may not contain a wildcard; register each exact URI"
     if parts.scheme == "https" and parts.hostname:
         return None
     if parts.scheme == "http" and parts.hostname in LOOPBACK_HOSTS:

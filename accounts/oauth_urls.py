@@ -20,6 +20,8 @@ urlpatterns = [
     ),
     path("oauth/authorize/", oauth_views.McpAuthorizationView.as_view(), name="authorize"),
     path("oauth/token/", oauth_views.McpTokenView.as_view(), name="token"),
+    # Clients POST to the metadata's URL, but some drop the slash, and a 301 would turn their POST into a GET.
+    path("oauth/token", oauth_views.McpTokenView.as_view(), name="token-no-slash"),
     path("oauth/revoke/", RevokeTokenView.as_view(), name="revoke-token"),
     path("oauth/register/", oauth_views.register, name="dcr-register"),
 ]

@@ -179,6 +179,7 @@ def register(request: HttpRequest) -> JsonResponse:
             status=429,
         )
         response["Retry-After"] = str(retry_after)
+        response["Cache-Control"] = "no-store"  # like every other registration answer (RFC 7591 §3.2)
         return response
     try:
         metadata = json.loads(request.body)

@@ -172,6 +172,7 @@ class RunBacktestArgs(ToolArgs):
     commission: float = Field(default=0, ge=0, lt=1, description="Commission as a decimal rate")
     leverage: float = Field(default=1, gt=0, le=100, description="Leverage")
     buy_on_close: bool = Field(default=False, description="Fill market orders at the signal bar's close")
+    max_credits: int | None = Field(default=None, ge=0, description="Refuse, reserving nothing, if the cost is higher")
 
     @model_validator(mode="after")
     def _names_unique(self) -> "RunBacktestArgs":
@@ -230,6 +231,7 @@ class RunOptimizationArgs(ToolArgs):
     target_direction: Literal["maximize", "minimize"] = Field(description="maximize or minimize")
     additional_metrics: list[Metric] = Field(default_factory=list, description="Other metrics to show")
     use_free_optimization: bool = Field(default=False, description="Use a free optimization (only when asked)")
+    max_credits: int | None = Field(default=None, ge=0, description="Refuse, reserving nothing, if the cost is higher")
 
 
 class ListOptimizationsArgs(Page):

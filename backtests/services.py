@@ -280,6 +280,17 @@ def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
     )
 
 
+def _within_budget(amount: int, max_credits: int | None) -> None:
+    """The caller's ceiling: above it nothing is created and nothing reserved."""
+    if max_credits is not None and amount > max_credits:
+        raise BacktestError(
+            "over_max_credits",
+            f"This run would reserve {amount} credits, above max_credits {max_credits}; nothing was reserved.",
+            credits_required=amount,
+            max_credits=max_credits,
+        )
+
+
 def _reserve(user: User, amount: int, reference: str) -> int:
     try:
         return billing.credits_reserve(user=user, amount=amount, reference=reference).pk
@@ -327,6 +338,7 @@ def backtest_submit(
     end_date: date,
     parameters: dict[str, Any],
     simulation: dict[str, Any],
+    max_credits: int | None = None,
 ) -> Report:
     from backtests import tasks
 
@@ -337,6 +349,7 @@ def backtest_submit(
     check_parameters(strategy, set(parameters))
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
     price = settings.LEROY_BACKTEST_CREDITS + settings.LEROY_LOOKAHEAD_PROBE_CREDITS  # the probe, shown up front
+    _within_budget(price, max_credits)
     report = Report.objects.create(
         user=user,
         strategy=strategy,
@@ -456,6 +469,7 @@ def optimization_submit(
     target_direction: str,
     additional_metrics: list[str],
     use_free_optimization: bool,
+    max_credits: int | None = None,
 ) -> Optimization:
     from backtests import tasks
 
@@ -471,6 +485,7 @@ def optimization_submit(
     points = grid_points(grids)
     price = 0 if use_free_optimization else settings.LEROY_OPTIMIZATION_POINT_CREDITS
     probe = 0 if use_free_optimization else settings.LEROY_LOOKAHEAD_PROBE_CREDITS
+    _within_budget(price * len(points) + probe, max_credits)
     optimization = Optimization.objects.create(
         user=user,
         strategy=strategy,

@@ -85,6 +85,8 @@ def _tool(
     write: bool = False,
     metering: Metering = "free",
     idempotent: bool | None = None,
+    destructive: bool = False,
+    open_world: bool = False,
     rest: bool | None = None,
 ) -> Callable[[Handler], Handler]:
     """Every contract tool needs a subscriber; a write needs `mcp:write` and is not read-only (nor, by default,
@@ -92,7 +94,8 @@ def _tool(
     return tool(
         name=name, title=title, args=args, output=output, access="subscriber",
         scope="mcp:write" if write else "mcp:read", metering=metering,
-        read_only=not write, idempotent=not write if idempotent is None else idempotent, rest=rest,
+        read_only=not write, idempotent=not write if idempotent is None else idempotent, destructive=destructive,
+        open_world=open_world, rest=rest,
     )  # fmt: skip
 
 
@@ -261,7 +264,8 @@ async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> 
     return await _run(run)
 
 
-@_tool("download_market_data", "Download market data", DownloadArgs, DownloadOut, write=True, idempotent=True)
+@_tool("download_market_data", "Download market data", DownloadArgs, DownloadOut, write=True, idempotent=True,
+       open_world=True)  # fmt: skip
 async def download_market_data(call: ToolCall, args: DownloadArgs) -> DownloadOut:
     """Download full-history OHLCV for a stock, ETF, forex or metal pair, or crypto symbol through the
     configured provider and store it as a global symbol; existing global data is reused. Equities and ETFs
@@ -282,10 +286,12 @@ async def download_market_data(call: ToolCall, args: DownloadArgs) -> DownloadOu
 
 @_tool("run_backtest", "Run backtest", RunBacktestArgs, BacktestSubmitted, write=True, metering="credits")
 async def run_backtest(call: ToolCall, args: RunBacktestArgs) -> BacktestSubmitted:
-    """Submit one asynchronous backtest of a saved strategy; credits are reserved now and settled when it ends.
+    """Submit one asynchronous backtest of a saved strategy. Cost: a flat LEROY_BACKTEST_CREDITS (default 10)
+    credits per backtest, whatever its symbols and bars, reserved now (returned as credits_reserved), charged when
+    it completes and refunded if it fails; above the optional max_credits it is refused and nothing is reserved.
 
     Use symbol ids from search_symbols_by_name or list_symbols; the frequency must be stored for each. The
-    report moves PENDING -> EXECUTING -> COMPLETED | FAILED. Returns {report_id, status, usage}."""
+    report moves PENDING -> EXECUTING -> COMPLETED | FAILED. Returns {report_id, status, credits_reserved, usage}."""
 
     def run() -> BacktestSubmitted:
         user = call.user()
@@ -303,6 +309,7 @@ async def run_backtest(call: ToolCall, args: RunBacktestArgs) -> BacktestSubmitt
                 "leverage": args.leverage,
                 "buy_on_close": args.buy_on_close,
             },
+            max_credits=args.max_credits,
         )
         report.refresh_from_db()  # as committed: a worker may already have picked it up
         return BacktestSubmitted.from_report(report, _usage(user))
@@ -380,8 +387,10 @@ async def wait_for_reports(call: ToolCall, args: WaitForReportsArgs) -> ReportsW
 async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> OptimizationSubmitted:
     """Submit a 1-2 parameter grid optimization of a saved strategy; each grid point runs as its own job.
 
-    Credits for the whole grid are reserved up front (or one free optimization is used when
-    use_free_optimization is true); cancelled or failed points are refunded. Returns {success, optimization_id}."""
+    Cost: LEROY_OPTIMIZATION_POINT_CREDITS (default 5) credits per grid point, the whole grid reserved up front
+    (returned as credits_reserved), or 0 when use_free_optimization is true (uses one of the month's free
+    optimizations); cancelled or failed points are refunded. Above the optional max_credits it is refused and
+    nothing is reserved. Returns {success, optimization_id, total_iterations, credits_reserved, usage}."""
 
     def run() -> OptimizationSubmitted:
         user = call.user()
@@ -400,6 +409,7 @@ async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> Optimiz
             target_direction=args.target_direction,
             additional_metrics=list(args.additional_metrics),
             use_free_optimization=args.use_free_optimization,
+            max_credits=args.max_credits,
         )
         optimization.refresh_from_db()  # as committed: workers may already have picked it up
         return OptimizationSubmitted.from_optimization(optimization, _usage(user))
@@ -493,7 +503,8 @@ async def list_optimization_results(call: ToolCall, args: OptimizationResultsArg
     return await _run(run)
 
 
-@_tool("cancel_optimization", "Cancel optimization", IdArgs, OptimizationCancelled, write=True, metering="credits")
+@_tool("cancel_optimization", "Cancel optimization", IdArgs, OptimizationCancelled, write=True, metering="credits",
+       idempotent=True, destructive=True)  # fmt: skip
 async def cancel_optimization(call: ToolCall, args: IdArgs) -> OptimizationCancelled:
     """Cancel a PENDING or EXECUTING optimization: points not yet started never run and their reserved
     credits are refunded; completed points stay charged. Returns the optimization and usage."""

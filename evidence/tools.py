@@ -173,7 +173,7 @@ async def get_data_lineage(call: ToolCall, args: LineageArgs) -> LineageOut:
 
 @tool(name="record_research_hypothesis", title="Record research hypothesis", args=RecordHypothesisArgs,
       output=HypothesisOut, access="subscriber", scope="mcp:write", metering="free", read_only=False,
-      rest=True)  # fmt: skip
+      idempotent=False, rest=True)  # fmt: skip
 async def record_research_hypothesis(call: ToolCall, args: RecordHypothesisArgs) -> HypothesisOut:
     """Write a research note to your own journal, anchored at the last closed minute of the open session. It
     cannot trade or change any permission. Idempotent by client_request_id."""
@@ -182,7 +182,7 @@ async def record_research_hypothesis(call: ToolCall, args: RecordHypothesisArgs)
 
 @tool(name="review_hypothesis_outcome", title="Review hypothesis outcome", args=ReviewHypothesisArgs,
       output=ReviewOut, access="subscriber", scope="mcp:write", metering="free", read_only=False,
-      rest=True)  # fmt: skip
+      idempotent=True, rest=True)  # fmt: skip
 async def review_hypothesis_outcome(call: ToolCall, args: ReviewHypothesisArgs) -> ReviewOut:
     """Review one of your hypotheses against verified bars after its decision minute: the realized outcome where
     verified data covers the horizon, else not_mature (session not yet verified) or not_available."""

@@ -54,6 +54,8 @@ class LeroyASGI:
     async def _mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Without this context every async ORM call of every request shares one thread; the signals give the
         # MCP branch the same connection hygiene as a Django request.
+        if scope["path"] != settings.LEROY_MCP_PATH:  # "/api/mcp/" is served as itself, not redirected (307)
+            scope = {**scope, "path": settings.LEROY_MCP_PATH, "raw_path": settings.LEROY_MCP_PATH.encode()}
         async with ThreadSensitiveContext():
             await signals.request_started.asend(sender=ASGIHandler, scope=scope)
             try:

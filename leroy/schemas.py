@@ -1,8 +1,9 @@
 """Schema pieces every app's tool arguments share; the ground floor: imports no app and nothing of leroy.mcp."""
 
+import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -32,6 +33,13 @@ class ToolArgs(BaseModel):
     @classmethod
     def _text_is_storable(cls, value: Any) -> Any:
         return _storable(value)
+
+    @classmethod
+    def from_arguments(cls, arguments: dict[str, Any]) -> Self:
+        """Validate a call's JSON arguments strictly: a boolean must be true/false and a number a JSON number
+        (`"yes"`, `"1"` or `1` for a boolean and `"5"` for a number are refused, not coerced); strings that
+        carry dates are still parsed, as JSON has no date type. Raises pydantic's ValidationError."""
+        return cls.model_validate_json(json.dumps(arguments), strict=True)
 
 
 @dataclass(frozen=True)

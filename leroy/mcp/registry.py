@@ -95,8 +95,15 @@ class ToolSpec:
     metering: Metering
     read_only: bool = True
     idempotent: bool = True
+    destructive: bool = False  # deletes, overwrites or cancels something the caller had (MCP destructiveHint)
+    open_world: bool = False  # reaches outside Leroy's own data, e.g. an external market-data provider
     rest: bool = True  # the REST mirror (leroy.api) has a route for it
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def toolset(self) -> str:
+        """The app that contributes the tool (evidence, backtests, billing): what X-Leroy-Toolsets names."""
+        return self.handler.__module__.split(".")[0]
 
 
 REGISTRY: dict[str, ToolSpec] = {}
@@ -113,6 +120,8 @@ def tool(
     metering: Metering,
     read_only: bool = True,
     idempotent: bool = True,
+    destructive: bool = False,
+    open_world: bool = False,
     rest: bool | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register `handler` as MCP tool `name`; its docstring is the tool's description.
@@ -120,6 +129,8 @@ def tool(
     `rest` (default: `read_only`) gives the tool its twin in the REST mirror."""
     if access == "public" and scope != "mcp:read":
         raise ValueError(f"public tool {name} cannot require {scope}")
+    if read_only and destructive:
+        raise ValueError(f"read-only tool {name} cannot be destructive")
 
     def register(handler: Handler) -> Handler:
         if name in REGISTRY and REGISTRY[name].handler is not handler:
@@ -136,6 +147,8 @@ def tool(
             metering=metering,
             read_only=read_only,
             idempotent=idempotent,
+            destructive=destructive,
+            open_world=open_world,
             rest=read_only if rest is None else rest,
         )
         return handler

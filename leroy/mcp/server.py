@@ -1,24 +1,26 @@
 """The MCP server: every registered tool becomes an SDK tool behind Leroy's transport."""
 
 import json
+from collections.abc import Mapping
 from importlib.metadata import version
 from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, ListToolsResult, TextContent, ToolAnnotations
 from pydantic import ConfigDict, ValidationError
 from starlette.types import ASGIApp
 
 from leroy.errors import DomainError
 from leroy.mcp import transport
-from leroy.mcp.registry import ToolCall, ToolSpec, load_tools
+from leroy.mcp.registry import REGISTRY, ToolCall, ToolSpec, load_tools
 
 INSTRUCTIONS = (
     "Leroy is a research-only evidence and backtesting service. Public tools need no credential; subscriber "
@@ -48,14 +50,46 @@ class _RawArguments(ArgModelBase):
         return {"arguments": dict(self.model_extra or {})}
 
 
+_UNION_TAGS = {"str", "int", "float", "bool", "none", "list", "dict", "literal", "date", "datetime"}
+
+
+def _union_member(part: object) -> bool:
+    return isinstance(part, str) and (part in _UNION_TAGS or "[" in part)
+
+
 def invalid_arguments(error: ValidationError) -> DomainError:
     """One in-band refusal for arguments that do not fit the contract: a problem per field, in its own name."""
-    problems = [
-        {"field": ".".join(str(part) for part in item["loc"]) or "arguments", "problem": item["msg"]}
-        for item in error.errors(include_url=False)
-    ]
+    by_field: dict[str, list[str]] = {}
+    for item in error.errors(include_url=False):
+        # pydantic names the union member that failed ("min.int", "min.float"); the contract knows only "min"
+        field = ".".join(str(part) for part in item["loc"] if not _union_member(part)) or "arguments"
+        if item["msg"] not in by_field.setdefault(field, []):
+            by_field[field].append(item["msg"])
+    problems = [{"field": field, "problem": " or ".join(messages)} for field, messages in by_field.items()]
     summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
     return DomainError("invalid_arguments", f"Invalid arguments: {summary}", problems=problems)
+
+
+_SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "patternProperties")
+_SUBSCHEMAS = ("items", "additionalProperties", "not")
+
+
+def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema without pydantic's generated `title`s (each a field name restated): they are a large share of
+    tools/list and say nothing the property names do not. Types, constraints and descriptions stay."""
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            value = {name: compact_schema(sub) if isinstance(sub, dict) else sub for name, sub in value.items()}
+        elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
+            value = [compact_schema(sub) if isinstance(sub, dict) else sub for sub in value]
+        elif key in _SUBSCHEMAS and isinstance(value, dict):
+            value = compact_schema(value)
+        out[key] = value
+    return out
 
 
 def _sdk_tool(spec: ToolSpec) -> Tool:
@@ -76,7 +110,7 @@ def _sdk_tool(spec: ToolSpec) -> Tool:
             tool=spec.name, principal=principal, protocol_version=ctx.protocol_version, report_progress=report_progress
         )
         try:
-            args = spec.args.model_validate(arguments)
+            args = spec.args.from_arguments(arguments)
         except ValidationError as error:  # nothing ran, nothing was charged
             return _result(invalid_arguments(error).payload(), is_error=True)
         try:
@@ -94,16 +128,44 @@ def _sdk_tool(spec: ToolSpec) -> Tool:
             title=spec.title,
             read_only_hint=spec.read_only,
             idempotent_hint=spec.idempotent,
-            destructive_hint=False,
-            open_world_hint=False,
+            destructive_hint=spec.destructive,
+            open_world_hint=spec.open_world,
         ),
         meta={"leroy/access": spec.access, "leroy/scope": spec.scope, "leroy/metering": spec.metering},
     )
     # The SDK documents these fields as read live: the published schema is the Args model's, and the arguments
     # reach `call` unvalidated (see _RawArguments).
     sdk_tool.fn_metadata.arg_model = _RawArguments
-    sdk_tool.parameters = spec.args.model_json_schema(by_alias=True)
+    sdk_tool.parameters = compact_schema(spec.args.model_json_schema(by_alias=True))
+    published = sdk_tool.fn_metadata.output_schema
+    if published is not None:  # only published: results are checked against the model itself
+        # The root title stays: it names the result model, which the contract and its docs refer to.
+        sdk_tool.fn_metadata.output_schema = {"title": published["title"], **compact_schema(published)}
     return sdk_tool
+
+
+def _visible(spec: ToolSpec | None, headers: Mapping[str, str]) -> bool:
+    """Whether tools/list shows a tool to a client that narrowed it (as the GitHub MCP server does):
+    `X-Leroy-Toolsets: evidence,backtests` keeps those apps' tools, `X-Leroy-Readonly: 1` drops every tool that
+    needs mcp:write. Listing only: a call is still judged by its credential's scopes."""
+    if spec is None:
+        return True  # conformance fixtures
+    toolsets = headers.get("x-leroy-toolsets")
+    if toolsets is not None and spec.toolset not in {t.strip().lower() for t in toolsets.split(",")}:
+        return False
+    return not (headers.get("x-leroy-readonly", "").strip() in {"1", "true"} and spec.scope == "mcp:write")
+
+
+async def _narrow_tools_list(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    result = await call_next(ctx)
+    headers: Mapping[str, str] | None = getattr(ctx.request, "headers", None)  # the Starlette request's
+    if ctx.method != "tools/list" or not headers or not ({"x-leroy-toolsets", "x-leroy-readonly"} & set(headers)):
+        return result
+    if isinstance(result, ListToolsResult):
+        return result.model_copy(update={"tools": [t for t in result.tools if _visible(REGISTRY.get(t.name), headers)]})
+    if isinstance(result, dict) and isinstance(result.get("tools"), list):  # the runner hands the wire dict here
+        return {**result, "tools": [t for t in result["tools"] if _visible(REGISTRY.get(t.get("name")), headers)]}
+    return result
 
 
 def build_server() -> MCPServer:
@@ -115,6 +177,7 @@ def build_server() -> MCPServer:
         instructions=INSTRUCTIONS,
         website_url=settings.LEROY_PUBLIC_ORIGIN,
         subscriptions=False,  # the per-process bus cannot fan out across workers; the tool list is static
+        middleware=[_narrow_tools_list],
     )
     if settings.MCP_CONFORMANCE_FIXTURES:
         from leroy.mcp import conformance

@@ -35,6 +35,7 @@ EXPOSED_HEADERS = "WWW-Authenticate, Retry-After, MCP-Protocol-Version, Mcp-Sess
 MAX_JSON_DEPTH = 64
 UNAVAILABLE_RETRY_AFTER = 2
 PROTOCOL_VERSIONS = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
+MODERN = "2026-07-28"
 
 
 def bearer_challenge(*, error: str | None = None, description: str | None = None, scope: str = "mcp:read") -> str:
@@ -361,11 +362,24 @@ class McpTransport:
 
     async def _refused_tool_call(self, scope: Scope, message: Any, token: AccessToken | None, send: Send) -> bool:
         """Rate-limit tool calls and refuse those the caller may not make; True when a response was sent."""
-        if not isinstance(message, dict) or message.get("method") != "tools/call":
+        if not isinstance(message, dict):
+            return False
+        request_id = message.get("id")
+        if "id" in message and (isinstance(request_id, bool) or not isinstance(request_id, str | int | None)):
+            # JSON-RPC ids are strings or numbers; the SDK's 2025-11-25 path read an object id as a notification.
+            error = {"code": -32600, "message": "Invalid Request: id must be a string or a number"}
+            await _respond(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})
+            return True
+        if message.get("method") != "tools/call":
             return False
         params = message.get("params")
         name = params.get("name") if isinstance(params, dict) else None
-        request_id = message.get("id")
+        header_name = _header(scope, b"mcp-name")
+        if header_name is not None and header_name != name and _header(scope, b"mcp-protocol-version") != MODERN:
+            # The 2026-07-28 path refuses this in the SDK; the 2025-11-25 path would ignore the header.
+            error = {"code": -32020, "message": f"Mcp-Name header does not match the request's name ({name!r})"}
+            await _respond(send, 400, {"jsonrpc": "2.0", "id": request_id, "error": error})
+            return True
 
         if token is not None:
             # An API key is its own identity; an OAuth client is limited per user it acts for.
@@ -388,7 +402,6 @@ class McpTransport:
             return True
 
         spec = REGISTRY.get(name) if isinstance(name, str) else None
-        header_name = _header(scope, b"mcp-name")
         if spec is None or (header_name is not None and header_name != name):
             return False  # unknown tools and header/body mismatches are the SDK's to answer
         if spec.access == "subscriber" and token is None:
@@ -400,7 +413,7 @@ class McpTransport:
         else:
             return False
         result = error_result(payload, challenge)
-        if _header(scope, b"mcp-protocol-version") == "2026-07-28":
+        if _header(scope, b"mcp-protocol-version") == MODERN:
             result["resultType"] = "complete"
         await _respond(
             send, status, {"jsonrpc": "2.0", "id": request_id, "result": result}, {"WWW-Authenticate": challenge}

@@ -46,6 +46,23 @@ def test_client_name_is_escaped_and_a_leroy_lookalike_is_flagged(browser: Client
     assert 'id="impersonation-warning"' in page
 
 
+@pytest.mark.parametrize("name", ["L\u0435roy", "L\u0435r\u043ey Connect", "\uff2c\uff45\uff52\uff4f\uff59"])
+def test_a_confusable_leroy_lookalike_is_flagged(browser: Client, flow, register, name):
+    client_id = register(client_name=name)["client_id"]
+
+    page = browser.get(flow(client_id=client_id).url).content.decode()
+
+    assert 'id="impersonation-warning"' in page
+
+
+def test_an_ordinary_client_name_is_not_flagged(browser: Client, flow, register):
+    client_id = register(client_name="Claude Desktop")["client_id"]
+
+    page = browser.get(flow(client_id=client_id).url).content.decode()
+
+    assert 'id="impersonation-warning"' not in page
+
+
 def test_unnamed_client_is_shown_as_such(browser: Client, flow, register):
     client_id = register(client_name=None)["client_id"]
 

@@ -70,6 +70,8 @@ def test_any_requested_authentication_method_still_registers_a_public_client(cli
         ({"redirect_uris": ["com.example.app:/cb"]}, "invalid_redirect_uri"),
         ({"redirect_uris": ["https://agent.example/cb#frag"]}, "invalid_redirect_uri"),
         ({"redirect_uris": ["https://user@agent.example/cb"]}, "invalid_redirect_uri"),
+        ({"redirect_uris": ["https://*.evil.example/cb"]}, "invalid_redirect_uri"),
+        ({"redirect_uris": ["https://agent.example/*"]}, "invalid_redirect_uri"),
         ({"redirect_uris": ["https://agent.example/a b"]}, "invalid_redirect_uri"),
         ({"redirect_uris": ["https://agent.example/" + "a" * 2000]}, "invalid_redirect_uri"),
         ({"redirect_uris": [7]}, "invalid_redirect_uri"),
@@ -128,6 +130,9 @@ def test_registration_is_rate_limited_per_address(client: Client, settings):
 
     assert statuses == [201, 201, 429]
     assert other_address.status_code == 201
+    refused = post(client, {"redirect_uris": [REDIRECT_URI]})
+    assert refused.status_code == 429
+    assert refused["Cache-Control"] == "no-store"
     assert Application.objects.count() == 3
 
 

@@ -9,7 +9,7 @@ from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 
 from accounts.models import RedeemedCode
 from leroy.clock import now
-from tests.accounts.conftest import RESOURCE, authorization_code, exchange, refresh
+from tests.accounts.conftest import REDIRECT_URI, RESOURCE, authorization_code, exchange, refresh
 
 pytestmark = pytest.mark.django_db
 
@@ -252,3 +252,17 @@ def test_authorization_codes_are_stored_only_as_hashes(browser, flow):
 
     assert not Grant.objects.filter(code=code).exists()
     assert Grant.objects.get().code == checksum(code)
+
+
+def test_token_endpoint_without_the_trailing_slash_is_served_not_redirected(client, browser, flow):
+    started = flow()
+    code = authorization_code(browser, started)
+    body = {
+        "grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT_URI,
+        "client_id": started.client_id, "code_verifier": started.verifier, "resource": RESOURCE,
+    }  # fmt: skip
+
+    response = client.post("/oauth/token", body)
+
+    assert response.status_code == 200
+    assert response.json()["token_type"] == "Bearer"

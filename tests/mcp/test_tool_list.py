@@ -1,0 +1,69 @@
+import json
+
+import pytest
+
+from leroy.mcp.server import compact_schema
+from tests.mcp.test_transport import sse_or_json
+
+pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
+
+# What an agent pays to learn the tools, in tokens, measured as the tools/list result's bytes / 4 (a tokenizer-free
+# proxy). It was 42,236 before schemas lost their generated field titles (34,853 after). Raise it only for a new tool
+# or a contract field, never for prose.
+TOOLS_LIST_TOKEN_BUDGET = 35_000
+LEGACY = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+
+async def tools_list(mcp_http, **headers):
+    async with mcp_http() as http:
+        response = await http.post("/api/mcp", json=LIST, headers=LEGACY | headers)
+    assert response.status_code == 200
+    return sse_or_json(response)["result"]["tools"]
+
+
+async def test_tools_list_fits_the_written_token_budget(mcp_http):
+    tools = [t for t in await tools_list(mcp_http) if not t["name"].startswith("probe_")]  # not the test fixtures
+
+    size = len(json.dumps({"tools": tools}, separators=(",", ":")).encode())
+    assert len(tools) == 37
+    assert size / 4 <= TOOLS_LIST_TOKEN_BUDGET, f"tools/list is {size / 4:.0f} tokens"
+
+
+def test_compact_schema_drops_generated_titles_but_not_a_property_named_title():
+    schema = {
+        "title": "Args",
+        "properties": {"title": {"title": "Title", "type": "string", "description": "d"}},
+        "$defs": {"X": {"title": "X", "anyOf": [{"title": "A", "type": "integer"}]}},
+        "items": {"title": "I", "type": "string"},
+    }
+
+    assert compact_schema(schema) == {
+        "properties": {"title": {"type": "string", "description": "d"}},
+        "$defs": {"X": {"anyOf": [{"type": "integer"}]}},
+        "items": {"type": "string"},
+    }
+
+
+async def test_toolsets_header_keeps_only_the_named_apps_tools(mcp_http):
+    names = {t["name"] for t in await tools_list(mcp_http, **{"X-Leroy-Toolsets": "billing, evidence"})}
+
+    assert {"get_usage", "get_credit_usage", "evaluate_current_setup", "get_data_lineage"} <= names
+    assert "run_backtest" not in names and "probe_echo" not in names
+
+
+async def test_readonly_header_hides_every_tool_that_needs_write(mcp_http):
+    every = await tools_list(mcp_http)
+    shown = await tools_list(mcp_http, **{"X-Leroy-Readonly": "1"})
+
+    writes = {t["name"] for t in every if t["_meta"]["leroy/scope"] == "mcp:write"}
+    assert {"run_backtest", "cancel_optimization", "create_strategy"} <= writes
+    assert {t["name"] for t in shown} == {t["name"] for t in every} - writes
+
+
+async def test_both_headers_combine(mcp_http):
+    shown = await tools_list(mcp_http, **{"X-Leroy-Toolsets": "backtests", "X-Leroy-Readonly": "1"})
+
+    names = {t["name"] for t in shown}
+    assert "get_report" in names
+    assert "run_backtest" not in names and "get_usage" not in names

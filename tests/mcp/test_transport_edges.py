@@ -1,0 +1,57 @@
+import pytest
+
+from tests.mcp.test_transport import MODERN, modern_call, modern_headers, sse_or_json
+
+pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
+
+LEGACY = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+
+
+def legacy_call(name: str, request_id: object = 1) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name, "arguments": {}}}
+
+
+async def test_the_endpoint_with_a_trailing_slash_is_served_not_redirected(mcp_http):
+    async with mcp_http() as http:
+        response = await http.post(
+            "/api/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, headers=LEGACY
+        )
+
+    assert response.status_code == 200
+    assert "probe_echo" in {tool["name"] for tool in sse_or_json(response)["result"]["tools"]}
+
+
+@pytest.mark.parametrize("request_id", [{"a": 1}, [1], True])
+@pytest.mark.parametrize("era", ["2025-11-25", MODERN])
+async def test_an_id_that_is_not_a_string_or_number_is_an_invalid_request_in_both_eras(mcp_http, request_id, era):
+    if era == MODERN:
+        body, headers = modern_call("probe_echo", {"text": "x"}), modern_headers("tools/call", "probe_echo")
+        body["id"] = request_id
+    else:
+        body, headers = legacy_call("probe_echo", request_id), LEGACY
+    async with mcp_http() as http:
+        response = await http.post("/api/mcp", json=body, headers=headers)
+
+    assert response.status_code == 400
+    assert sse_or_json(response)["error"]["code"] == -32600
+
+
+async def test_legacy_anonymous_call_whose_mcp_name_names_another_tool_is_400(mcp_http):
+    async with mcp_http() as http:
+        response = await http.post(
+            "/api/mcp", json=legacy_call("probe_whoami"), headers=LEGACY | {"Mcp-Name": "probe_echo"}
+        )
+
+    assert response.status_code == 400
+    error = sse_or_json(response)["error"]
+    assert error["code"] == -32020
+    assert "result" not in sse_or_json(response)
+
+
+async def test_legacy_call_whose_mcp_name_matches_still_runs(mcp_http):
+    body = legacy_call("probe_echo") | {"params": {"name": "probe_echo", "arguments": {"text": "hi"}}}
+    async with mcp_http() as http:
+        response = await http.post("/api/mcp", json=body, headers=LEGACY | {"Mcp-Name": "probe_echo"})
+
+    assert response.status_code == 200
+    assert sse_or_json(response)["result"]["structuredContent"]["text"] == "hi"
