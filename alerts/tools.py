@@ -37,11 +37,21 @@ class NoArgs(ToolArgs):
 
 
 def _tool(
-    name: str, title: str, args: type[ToolArgs], output: type[BaseModel], *, write: bool
+    name: str,
+    title: str,
+    args: type[ToolArgs],
+    output: type[BaseModel],
+    *,
+    write: bool,
+    idempotent: bool | None = None,
+    destructive: bool = False,
+    open_world: bool = False,
 ) -> Callable[[Handler], Handler]:
+    """Writes need mcp:write; a tool that sends a webhook reaches outside Leroy (open world)."""
     return tool(
         name=name, title=title, args=args, output=output, access="subscriber",
-        scope="mcp:write" if write else "mcp:read", metering="free", read_only=not write, idempotent=not write,
+        scope="mcp:write" if write else "mcp:read", metering="free", read_only=not write,
+        idempotent=not write if idempotent is None else idempotent, destructive=destructive, open_world=open_world,
     )  # fmt: skip
 
 
@@ -110,19 +120,19 @@ async def list_evidence_alerts(call: ToolCall, args: NoArgs) -> AlertList:
     return await _run(run)
 
 
-@_tool("pause_evidence_alert", "Pause evidence alert", AlertIdArgs, AlertOut, write=True)
+@_tool("pause_evidence_alert", "Pause evidence alert", AlertIdArgs, AlertOut, write=True, idempotent=True)
 async def pause_evidence_alert(call: ToolCall, args: AlertIdArgs) -> AlertOut:
     """Pause a rule: it is no longer evaluated and its pending deliveries stop. Free."""
     return await _run(lambda: _alert(services.rule_pause(user=call.user(), alert_id=args.alert_id)))
 
 
-@_tool("resume_evidence_alert", "Resume evidence alert", AlertIdArgs, AlertOut, write=True)
+@_tool("resume_evidence_alert", "Resume evidence alert", AlertIdArgs, AlertOut, write=True, idempotent=True)
 async def resume_evidence_alert(call: ToolCall, args: AlertIdArgs) -> AlertOut:
     """Resume a paused or disabled rule; the endpoint is checked again and the failure count starts over. Free."""
     return await _run(lambda: _alert(services.rule_resume(user=call.user(), alert_id=args.alert_id)))
 
 
-@_tool("delete_evidence_alert", "Delete evidence alert", AlertIdArgs, AlertDeleted, write=True)
+@_tool("delete_evidence_alert", "Delete evidence alert", AlertIdArgs, AlertDeleted, write=True, destructive=True)
 async def delete_evidence_alert(call: ToolCall, args: AlertIdArgs) -> AlertDeleted:
     """Delete a rule and its delivery log. Free."""
 
@@ -133,14 +143,14 @@ async def delete_evidence_alert(call: ToolCall, args: AlertIdArgs) -> AlertDelet
     return await _run(run)
 
 
-@_tool("test_evidence_alert", "Test evidence alert", AlertIdArgs, DeliveryOut, write=True)
+@_tool("test_evidence_alert", "Test evidence alert", AlertIdArgs, DeliveryOut, write=True, open_world=True)
 async def test_evidence_alert(call: ToolCall, args: AlertIdArgs) -> DeliveryOut:
     """Send a signed `alert.test` event to the rule's endpoint now (one attempt) and return the delivery with its
     outcome: status code, duration, error kind. Counts toward the rule's hourly delivery limit. Free."""
     return await _network(lambda: DeliveryOut.of(services.send_test_event(user=call.user(), alert_id=args.alert_id)))
 
 
-@_tool("rotate_evidence_alert_secret", "Rotate alert secret", AlertIdArgs, SecretRotated, write=True)
+@_tool("rotate_evidence_alert_secret", "Rotate alert secret", AlertIdArgs, SecretRotated, write=True, destructive=True)
 async def rotate_evidence_alert_secret(call: ToolCall, args: AlertIdArgs) -> SecretRotated:
     """Replace the rule's signing secret. The new secret is returned ONCE; from now on every delivery, retries
     included, is signed with it and the old secret signs nothing. Free."""
@@ -164,7 +174,7 @@ async def list_alert_deliveries(call: ToolCall, args: ListDeliveriesArgs) -> Del
     return await _run(run)
 
 
-@_tool("redeliver_alert_delivery", "Redeliver alert delivery", DeliveryIdArgs, DeliveryOut, write=True)
+@_tool("redeliver_alert_delivery", "Redeliver alert delivery", DeliveryIdArgs, DeliveryOut, write=True, open_world=True)
 async def redeliver_alert_delivery(call: ToolCall, args: DeliveryIdArgs) -> DeliveryOut:
     """Send one of your deliveries again now: same delivery id and body, a fresh timestamp and signature. Returns
     the delivery with the new attempt. Counts toward the rule's hourly delivery limit. Free."""

@@ -78,14 +78,13 @@ def browser(owner) -> Client:
     return client
 
 
-def test_every_read_tool_and_no_code_runner_has_a_rest_route():
+def test_every_read_tool_has_a_rest_route_and_the_code_runner_none():
     paths = Client().get("/api/v1/openapi.json").json()["paths"]
     specs = load_tools()
 
     assert {p.rsplit("/", 1)[1] for p in paths if not p.startswith("/api/v1/tests/")} == set(rest_specs())
-    assert {n for n, s in specs.items() if s.read_only and not n.startswith("probe")} - set(rest_specs()) == {
-        "run_dry_run_backtest"
-    }
+    assert {n for n, s in specs.items() if s.read_only and not n.startswith("probe")} - set(rest_specs()) == set()
+    assert "run_dry_run_backtest" not in rest_specs()  # it runs agent code: a write, MCP only
     assert set(sample_arguments("1")) == set(rest_specs())
 
 

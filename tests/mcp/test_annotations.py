@@ -28,7 +28,7 @@ EXPECTED = {
     "get_strategy": (True, False, True, False),
     "create_strategy": (False, False, False, False),
     "update_strategy": (False, False, False, False),
-    "run_dry_run_backtest": (True, False, True, False),
+    "run_dry_run_backtest": (False, False, False, False),  # runs agent code on a worker: mcp:write
     "list_symbols": (True, False, True, False),
     "search_symbols_by_name": (True, False, True, False),
     "get_symbol": (True, False, True, False),
@@ -46,6 +46,21 @@ EXPECTED = {
     "wait_for_optimization": (True, False, True, False),
     "list_optimization_results": (True, False, True, False),
     "cancel_optimization": (False, True, True, False),
+    # alerts: deleting a rule and rotating its secret take away what the caller had; sends reach the receiver.
+    "create_evidence_alert": (False, False, False, False),
+    "list_evidence_alerts": (True, False, True, False),
+    "pause_evidence_alert": (False, False, True, False),
+    "resume_evidence_alert": (False, False, True, False),
+    "delete_evidence_alert": (False, True, False, False),
+    "test_evidence_alert": (False, False, False, True),
+    "rotate_evidence_alert_secret": (False, True, False, False),
+    "list_alert_deliveries": (True, False, True, False),
+    "redeliver_alert_delivery": (False, False, False, True),
+    # the publication log: public reads of an append-only log.
+    "get_log_checkpoint": (True, False, True, False),
+    "get_log_consistency_proof": (True, False, True, False),
+    "get_log_inclusion_proof": (True, False, True, False),
+    "get_answer_proof": (True, False, True, False),
 }
 TEST_ONLY = {"probe_echo", "probe_whoami", "probe_write", "probe_metered"}
 
