@@ -45,7 +45,8 @@ class Evidence:
     side: str
     horizon_minutes: int
     row_count: int
-    distinct_sessions: int
+    distinct_sessions: int  # distinct market dates, exact across the symbols a tier pools
+    distinct_symbols: int
     average_return_pct: float
     median_return_pct: float | None
     win_rate: float
@@ -69,6 +70,7 @@ def _derive(row: dict[str, Any], *, side: str, baseline: dict[str, Any] | None, 
         horizon_minutes=row["horizon"],
         row_count=n,
         distinct_sessions=row["n_sessions"],
+        distinct_symbols=row["n_symbols"],
         average_return_pct=round(row["sum_r"] / n / PCT, 10),
         median_return_pct=None if row["median_r"] is None else round(row["median_r"] / PCT, 10),
         win_rate=round(row["n_win"] / n, 6),
