@@ -58,6 +58,16 @@ class Evidence:
     adverse_reached: dict[str, float]
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """How one side and horizon was resolved: the match (tier >= 2 or None), the stronger tiers passed over (tier,
+    stats or None when the key was never observed or pruned below the minimum), and the direction-only baseline."""
+
+    match: Evidence | None
+    unusable: tuple[tuple[int, Evidence | None], ...]
+    baseline: Evidence | None
+
+
 def _derive(row: dict[str, Any], *, side: str, baseline: dict[str, Any] | None, min_sessions: int) -> Evidence:
     n = row["n"]
     lift = None
@@ -163,7 +173,7 @@ class MemoryReader:
         # The key columns come first in the table, so a row's first eight values are its key.
         return {tuple(row[:8]): dict(zip(names, row, strict=True)) for row in rows}
 
-    def lookup(
+    def resolve(
         self,
         *,
         symbol: str,
@@ -172,8 +182,10 @@ class MemoryReader:
         regime: int,
         horizons: tuple[int, ...] = HORIZONS,
         period: int = 0,
-    ) -> dict[int, Evidence | None]:
-        """Per horizon, the strongest tier whose key has at least the minimum distinct sessions; never pooled."""
+    ) -> dict[int, Resolution]:
+        """Per horizon, the strongest tier >= 2 whose key has at least the minimum distinct sessions (never pooled),
+        the stronger tiers that were not usable (with their counts where stored), and the direction-only baseline
+        (tier 1), which is the lift reference and never the match."""
         s = SIDES.index(side)
         band = min(mask.bit_count(), BAND_MAX)
         keys = []
@@ -187,20 +199,42 @@ class MemoryReader:
                 (period, SYMBOL_BASELINE, s, h, symbol, -1, -1, -1),
             ]
         found = self._fetch(keys)
-        out: dict[int, Evidence | None] = {}
+        out: dict[int, Resolution] = {}
         for h in horizons:
             universe = found.get((period, 1, s, h, "", -1, -1, -1))
             own = found.get((period, SYMBOL_BASELINE, s, h, symbol, -1, -1, -1))
-            out[h] = None
+            match, unusable = None, []
             for key in keys:
-                if key[3] != h or key[1] == SYMBOL_BASELINE:
+                if key[3] != h or key[1] in (1, SYMBOL_BASELINE):
                     continue
                 row = found.get(key)
                 if row is not None and row["n_sessions"] >= self.min_sessions:
                     baseline = own if row["tier"] == 5 else universe
-                    out[h] = _derive(row, side=side, baseline=baseline, min_sessions=self.min_sessions)
+                    match = _derive(row, side=side, baseline=baseline, min_sessions=self.min_sessions)
                     break
+                stats = None if row is None else _derive(row, side=side, baseline=None, min_sessions=0)
+                unusable.append((key[1], stats))
+            usable_baseline = universe is not None and universe["n_sessions"] >= self.min_sessions
+            out[h] = Resolution(
+                match=match,
+                unusable=tuple(unusable),
+                baseline=_derive(universe, side=side, baseline=None, min_sessions=0) if usable_baseline else None,  # type: ignore[arg-type]
+            )
         return out
+
+    def lookup(
+        self,
+        *,
+        symbol: str,
+        side: str,
+        mask: int,
+        regime: int,
+        horizons: tuple[int, ...] = HORIZONS,
+        period: int = 0,
+    ) -> dict[int, Evidence | None]:
+        """Per horizon, the matched evidence of `resolve` (tier >= 2), or None: the baseline is never a match."""
+        resolved = self.resolve(symbol=symbol, side=side, mask=mask, regime=regime, horizons=horizons, period=period)
+        return {h: r.match for h, r in resolved.items()}
 
     def key_evidence(
         self, *, tier: int, side: str, horizon: int, symbol: str = "", mask: int = -1, regime: int = -1,
