@@ -38,3 +38,9 @@ def frames_tick_task() -> None:
 def frames_compact_task() -> None:
     """Hourly: move closed sessions' provider bars into the verified store."""
     frames.live_bars_compact()
+
+
+@shared_task(ignore_result=True)
+def market_memory_verify_task() -> None:
+    """Scheduled: re-hash the active artifact; a mismatch withdraws it from every process."""
+    services.market_memory_verify_active()

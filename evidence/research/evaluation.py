@@ -317,7 +317,9 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
         active_confluence=confluence,
         setup_geometry=geometry,
         market_memory=(
-            MarketMemory(matches=matches, baseline=baselines, coverage=coverage, lineage=lineage) if frame is not None else None
+            MarketMemory(matches=matches, baseline=baselines, coverage=coverage, lineage=lineage)
+            if frame is not None
+            else None
         ),
         historical_evidence=rows,
         assumptions=assumptions_for(lines, reader.min_sessions),

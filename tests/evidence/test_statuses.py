@@ -45,8 +45,9 @@ async def test_evaluated_rows_name_their_tier_and_their_own_counts(world, mcp_ht
         assert match["match_strength"] == strength
         assert (row["sample_size"], row["distinct_sessions"]) == (match["sample_size"], match["distinct_sessions"])
         assert row["distinct_sessions"] >= content["market_memory"]["lineage"]["min_sample_sessions"]
-        assert f"| {strength['tier']} (score {strength['score']}) | {row['sample_size']} |" in (
-            content["presentation"]["text"]
+        assert (
+            f"| {strength['tier']} (score {strength['score']}) | {row['sample_size']} |"
+            in (content["presentation"]["text"])
         )
     assert {b["match_strength"]["score"] for b in content["market_memory"]["baseline"]} == {1}
     assert "evidence from" in content["assumptions"]["matching"]
