@@ -163,6 +163,6 @@ def market_memory_refusal() -> dict[str, Any] | None:
     """The last recorded refusal of an artifact that was active, if any (None also when the cache is down)."""
     try:
         refusal: dict[str, Any] | None = cache.get(REFUSAL_CACHE_KEY)
-    except Exception:  # noqa: BLE001  # a cache outage must not turn an honest "unavailable" into a 500
+    except Exception:  # a cache outage must not turn an honest "unavailable" into a 500
         return None
     return refusal
