@@ -246,7 +246,8 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
         symbol=ticker,
         source_time=frame.source_time if frame else None,
         frame_status=current.status,
-        quote=Quote(bid=None, ask=None, last=None, spread_bps=None),  # the feed carries no quotes
+        # The last trade is the verified frame's close; bid and ask stay null: the feed carries no quotes.
+        quote=Quote(bid=None, ask=None, last=frame.close if frame else None, spread_bps=None),
     )
 
     states: list[StrategyState] = []
