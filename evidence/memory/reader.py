@@ -24,6 +24,7 @@ from evidence.memory.artifact import (
     EXCURSION_LEVELS_BPS,
     EXECUTION_BUCKET_MINUTES,
     REGIME_TABLE,
+    SCHEMA_VERSION,
     SYMBOL_BASELINE,
 )
 from evidence.vocabulary import HORIZONS, SIDES, TIER_NAMES
@@ -138,6 +139,11 @@ def artifact_dir(relative: str, sha256: str) -> Path:
 class MemoryReader:
     def __init__(self, root: Path, sha256: str) -> None:
         manifest = verified_manifest(root, sha256)
+        if manifest["schema_version"] != SCHEMA_VERSION:  # e.g. v1 counted (symbol, session) pairs as sessions
+            raise ArtifactRefused(
+                f"{root.name} has artifact schema {manifest['schema_version']}, this reader serves {SCHEMA_VERSION}: "
+                "rebuild Market Memory"
+            )
         self.root = root
         self.sha256 = sha256
         self.manifest: dict[str, Any] = manifest
@@ -182,10 +188,11 @@ class MemoryReader:
         regime: int,
         horizons: tuple[int, ...] = HORIZONS,
         period: int = 0,
+        context: bool = True,
     ) -> dict[int, Resolution]:
         """Per horizon, the strongest tier >= 2 whose key has at least the minimum distinct sessions (never pooled),
         the stronger tiers that were not usable (with their counts where stored), and the direction-only baseline
-        (tier 1), which is the lift reference and never the match."""
+        (tier 1), which is the lift reference and never the match; `context=False` skips the last two."""
         s = SIDES.index(side)
         band = min(mask.bit_count(), BAND_MAX)
         keys = []
@@ -212,9 +219,10 @@ class MemoryReader:
                     baseline = own if row["tier"] == 5 else universe
                     match = _derive(row, side=side, baseline=baseline, min_sessions=self.min_sessions)
                     break
-                stats = None if row is None else _derive(row, side=side, baseline=None, min_sessions=0)
-                unusable.append((key[1], stats))
-            usable_baseline = universe is not None and universe["n_sessions"] >= self.min_sessions
+                if context:
+                    stats = None if row is None else _derive(row, side=side, baseline=None, min_sessions=0)
+                    unusable.append((key[1], stats))
+            usable_baseline = context and universe is not None and universe["n_sessions"] >= self.min_sessions
             out[h] = Resolution(
                 match=match,
                 unusable=tuple(unusable),
@@ -233,7 +241,9 @@ class MemoryReader:
         period: int = 0,
     ) -> dict[int, Evidence | None]:
         """Per horizon, the matched evidence of `resolve` (tier >= 2), or None: the baseline is never a match."""
-        resolved = self.resolve(symbol=symbol, side=side, mask=mask, regime=regime, horizons=horizons, period=period)
+        resolved = self.resolve(
+            symbol=symbol, side=side, mask=mask, regime=regime, horizons=horizons, period=period, context=False
+        )
         return {h: r.match for h, r in resolved.items()}
 
     def key_evidence(

@@ -59,8 +59,8 @@ def render(result: EvaluationOut) -> Presentation:
         parts.append("⚪ **No verified frame**")
         # Say what is actually missing (unknown ticker, no frame yet this session, frame not warmed up).
         reasons = {row.reason for row in result.historical_evidence if row.reason}
-        missing = " ".join(sorted(reasons)) or f"There is no usable verified frame for {symbol}."
-        parts.append(f"{missing} There is no market frame and no historical result. Nothing was substituted.")
+        explanation = " ".join(sorted(reasons)) or f"There is no usable verified frame for {symbol}."
+        parts.append(f"{explanation} There is no market frame and no historical result. Nothing was substituted.")
     else:
         if result.status == "stale_frame":
             source_time = frame.source_time.isoformat() if frame and frame.source_time else "unknown"
