@@ -118,21 +118,24 @@ class SetupGeometry(BaseModel):
     reward_to_risk: float | None
 
 
+class MatchStrength(BaseModel):
+    score: int = Field(ge=0, le=5)
+    tier: TierName
+
+
 class HistoricalEvidence(BaseModel):
     side: Side
     horizon_minutes: Horizon
     availability: Literal["available", "not_available"]
     reason: str | None
+    match_strength: MatchStrength | None = None  # the tier (>= 2) every number of this row comes from
     sample_size: int | None
+    distinct_sessions: int | None = None  # distinct market dates of that tier's key
+    distinct_symbols: int | None = None
     average_return_pct: float | None
     win_rate: float | None
     profit_factor: float | None
     lift_vs_baseline_bps: float | None
-
-
-class MatchStrength(BaseModel):
-    score: int = Field(ge=0, le=5)
-    tier: TierName
 
 
 class MarketMemoryMatch(BaseModel):
@@ -140,8 +143,23 @@ class MarketMemoryMatch(BaseModel):
     horizon_minutes: Horizon
     match_strength: MatchStrength
     row_count: int  # rows of this match only; lower tiers are never added in
+    sample_size: int  # = row_count
     distinct_sessions: int
+    distinct_symbols: int
     source: Literal["historical", "forward_overlay"]
+
+
+class Baseline(BaseModel):
+    """The direction-only baseline (tier 1): every row of a side and horizon, the lift reference; never a match."""
+
+    side: Side
+    horizon_minutes: Horizon
+    match_strength: MatchStrength
+    sample_size: int
+    distinct_sessions: int
+    distinct_symbols: int
+    average_return_pct: float
+    win_rate: float
 
 
 class OverlayFreshness(BaseModel):
@@ -178,6 +196,7 @@ class Lineage(BaseModel):
 
 class MarketMemory(BaseModel):
     matches: list[MarketMemoryMatch]
+    baseline: list[Baseline] = []
     coverage: MarketMemoryCoverage
     lineage: Lineage
 

@@ -40,4 +40,10 @@ def frames_compact_task() -> None:
     frames.live_bars_compact()
 
 
+@shared_task(ignore_result=True)
+def market_memory_verify_task() -> None:
+    """Scheduled: re-hash the active artifact; a mismatch withdraws it from every process."""
+    services.market_memory_verify_active()
+
+
 from evidence.publication import tasks as _publication_tasks  # noqa: E402, F401

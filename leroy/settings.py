@@ -373,6 +373,8 @@ LEROY_MARKET_DATA_TOKEN = env_str("LEROY_MARKET_DATA_TOKEN")
 # Evidence / Market Memory.
 LEROY_MM_MIN_SESSIONS = int(env_str("LEROY_MM_MIN_SESSIONS", "30"))  # a tier counts only with this many sessions
 LEROY_MM_RELOAD_SECONDS = float(env_str("LEROY_MM_RELOAD_SECONDS", "5"))  # how often a process checks activation
+# How often beat re-hashes the active artifact (a mismatch withdraws it everywhere within one reload check more).
+LEROY_MM_VERIFY_SECONDS = float(env_str("LEROY_MM_VERIFY_SECONDS", "300"))
 # The frame feed: a frame whose bar closed longer ago than this, during an open session, is stale.
 LEROY_FRAME_STALE_SECONDS = env_int("LEROY_FRAME_STALE_SECONDS", 180)
 # "replay" feeds the stored provisional session on the replay clock (the demo); "provider" takes pushed live bars.
@@ -407,6 +409,7 @@ CELERY_BEAT_SCHEDULE = {
     "alerts-evaluate": {"task": "alerts.frames_evaluate", "schedule": 10.0, "options": {"expires": 10}},
     "alerts-sweep": {"task": "alerts.deliveries_sweep", "schedule": 15.0, "options": {"expires": 15}},
     "frames-compact": {"task": "evidence.tasks.frames_compact_task", "schedule": 3600.0},
+    "market-memory-verify": {"task": "evidence.tasks.market_memory_verify_task", "schedule": LEROY_MM_VERIFY_SECONDS},
     "oauth-housekeeping": {"task": "accounts.tasks.oauth_housekeeping_task", "schedule": 24 * 3600.0},
     "meter-reports": {"task": "billing.meter_reports_send", "schedule": 60.0, "options": {"expires": 60}},
     "periods-close": {"task": "billing.periods_close", "schedule": 3600.0},

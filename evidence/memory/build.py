@@ -2,7 +2,8 @@
 (sum, prune, sort) into one immutable artifact directory whose identity is SHA-256 of its canonical manifest.
 
 Every statistic is an integer sum over int64 labels (1e-8 units) so rebuilds are byte-identical; distinct-session
-counts are computed inside a symbol partition and summed across symbols, which is exact because symbols are disjoint.
+counts are the size of the union of every symbol partial's session set for the key (exact: two symbols trading the
+same day count one session), and distinct symbols sum because symbols are disjoint.
 """
 
 import hashlib
@@ -18,6 +19,7 @@ from django.conf import settings
 from evidence.marketdata import calendar, store
 from evidence.memory import features, strategies
 from evidence.memory.artifact import (
+    ADDITIVE_COLUMNS,
     BAND_MAX,
     BPS,
     EXCURSION_LEVELS_BPS,
@@ -30,6 +32,7 @@ from evidence.memory.artifact import (
     RESERVOIR_SIZE,
     SCHEMA_VERSION,
     SENTINEL,
+    SESSION_SET,
     STAT_COLUMNS,
     SYMBOL_BASELINE,
     TIER_KEYS,
@@ -107,7 +110,8 @@ def _stats_aggs() -> list[pl.Expr]:
     r, fav, adv = pl.col("r"), pl.col("fav"), pl.col("adv")
     return [
         pl.len().cast(pl.Int64).alias("n"),
-        pl.col("session").n_unique().cast(pl.Int64).alias("n_sessions"),
+        pl.col("session").unique().sort().cast(pl.Int32).alias(SESSION_SET),
+        pl.lit(1, pl.Int64).alias("n_symbols"),
         r.sum().alias("sum_r"),
         (r > 0).sum().cast(pl.Int64).alias("n_win"),
         r.clip(lower_bound=0).sum().alias("sum_pos"),
@@ -325,7 +329,15 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
         [store.scan_parquet([f"{partial_dir(build_dir, t)}/{name}"]).collect() for t in tickers],
         how="vertical_relaxed",
     )
-    summed = read("stats.parquet").group_by(KEY_COLUMNS).agg([pl.col(c).sum() for c in STAT_COLUMNS])
+    summed = (
+        read("stats.parquet")
+        .group_by(KEY_COLUMNS)
+        .agg(
+            pl.col(SESSION_SET).explode().n_unique().cast(pl.Int64).alias("n_sessions"),
+            *[pl.col(c).sum() for c in ADDITIVE_COLUMNS],
+        )
+        .select(*KEY_COLUMNS, *STAT_COLUMNS)
+    )
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
     shown = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE]) | (pl.col("n_sessions") >= plan.min_sessions)
     served = summed.filter(shown)

@@ -24,6 +24,7 @@ from evidence.memory.artifact import (
     EXCURSION_LEVELS_BPS,
     EXECUTION_BUCKET_MINUTES,
     REGIME_TABLE,
+    SCHEMA_VERSION,
     SYMBOL_BASELINE,
 )
 from evidence.vocabulary import HORIZONS, SIDES, TIER_NAMES
@@ -45,7 +46,8 @@ class Evidence:
     side: str
     horizon_minutes: int
     row_count: int
-    distinct_sessions: int
+    distinct_sessions: int  # distinct market dates, exact across the symbols a tier pools
+    distinct_symbols: int
     average_return_pct: float
     median_return_pct: float | None
     win_rate: float
@@ -55,6 +57,16 @@ class Evidence:
     mean_adverse_excursion_pct: float
     favourable_reached: dict[str, float]  # excursion level in bps -> share of rows that reached it
     adverse_reached: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """How one side and horizon was resolved: the match (tier >= 2 or None), the stronger tiers passed over (tier,
+    stats or None when the key was never observed or pruned below the minimum), and the direction-only baseline."""
+
+    match: Evidence | None
+    unusable: tuple[tuple[int, Evidence | None], ...]
+    baseline: Evidence | None
 
 
 def _derive(row: dict[str, Any], *, side: str, baseline: dict[str, Any] | None, min_sessions: int) -> Evidence:
@@ -69,6 +81,7 @@ def _derive(row: dict[str, Any], *, side: str, baseline: dict[str, Any] | None, 
         horizon_minutes=row["horizon"],
         row_count=n,
         distinct_sessions=row["n_sessions"],
+        distinct_symbols=row["n_symbols"],
         average_return_pct=round(row["sum_r"] / n / PCT, 10),
         median_return_pct=None if row["median_r"] is None else round(row["median_r"] / PCT, 10),
         win_rate=round(row["n_win"] / n, 6),
@@ -126,6 +139,11 @@ def artifact_dir(relative: str, sha256: str) -> Path:
 class MemoryReader:
     def __init__(self, root: Path, sha256: str) -> None:
         manifest = verified_manifest(root, sha256)
+        if manifest["schema_version"] != SCHEMA_VERSION:  # e.g. v1 counted (symbol, session) pairs as sessions
+            raise ArtifactRefused(
+                f"{root.name} has artifact schema {manifest['schema_version']}, this reader serves {SCHEMA_VERSION}: "
+                "rebuild Market Memory"
+            )
         self.root = root
         self.sha256 = sha256
         self.manifest: dict[str, Any] = manifest
@@ -161,7 +179,7 @@ class MemoryReader:
         # The key columns come first in the table, so a row's first eight values are its key.
         return {tuple(row[:8]): dict(zip(names, row, strict=True)) for row in rows}
 
-    def lookup(
+    def resolve(
         self,
         *,
         symbol: str,
@@ -170,8 +188,11 @@ class MemoryReader:
         regime: int,
         horizons: tuple[int, ...] = HORIZONS,
         period: int = 0,
-    ) -> dict[int, Evidence | None]:
-        """Per horizon, the strongest tier whose key has at least the minimum distinct sessions; never pooled."""
+        context: bool = True,
+    ) -> dict[int, Resolution]:
+        """Per horizon, the strongest tier >= 2 whose key has at least the minimum distinct sessions (never pooled),
+        the stronger tiers that were not usable (with their counts where stored), and the direction-only baseline
+        (tier 1), which is the lift reference and never the match; `context=False` skips the last two."""
         s = SIDES.index(side)
         band = min(mask.bit_count(), BAND_MAX)
         keys = []
@@ -185,20 +206,45 @@ class MemoryReader:
                 (period, SYMBOL_BASELINE, s, h, symbol, -1, -1, -1),
             ]
         found = self._fetch(keys)
-        out: dict[int, Evidence | None] = {}
+        out: dict[int, Resolution] = {}
         for h in horizons:
             universe = found.get((period, 1, s, h, "", -1, -1, -1))
             own = found.get((period, SYMBOL_BASELINE, s, h, symbol, -1, -1, -1))
-            out[h] = None
+            match, unusable = None, []
             for key in keys:
-                if key[3] != h or key[1] == SYMBOL_BASELINE:
+                if key[3] != h or key[1] in (1, SYMBOL_BASELINE):
                     continue
                 row = found.get(key)
                 if row is not None and row["n_sessions"] >= self.min_sessions:
                     baseline = own if row["tier"] == 5 else universe
-                    out[h] = _derive(row, side=side, baseline=baseline, min_sessions=self.min_sessions)
+                    match = _derive(row, side=side, baseline=baseline, min_sessions=self.min_sessions)
                     break
+                if context:
+                    stats = None if row is None else _derive(row, side=side, baseline=None, min_sessions=0)
+                    unusable.append((key[1], stats))
+            usable_baseline = context and universe is not None and universe["n_sessions"] >= self.min_sessions
+            out[h] = Resolution(
+                match=match,
+                unusable=tuple(unusable),
+                baseline=_derive(universe, side=side, baseline=None, min_sessions=0) if usable_baseline else None,  # type: ignore[arg-type]
+            )
         return out
+
+    def lookup(
+        self,
+        *,
+        symbol: str,
+        side: str,
+        mask: int,
+        regime: int,
+        horizons: tuple[int, ...] = HORIZONS,
+        period: int = 0,
+    ) -> dict[int, Evidence | None]:
+        """Per horizon, the matched evidence of `resolve` (tier >= 2), or None: the baseline is never a match."""
+        resolved = self.resolve(
+            symbol=symbol, side=side, mask=mask, regime=regime, horizons=horizons, period=period, context=False
+        )
+        return {h: r.match for h, r in resolved.items()}
 
     def key_evidence(
         self, *, tier: int, side: str, horizon: int, symbol: str = "", mask: int = -1, regime: int = -1,

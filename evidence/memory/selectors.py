@@ -23,8 +23,10 @@ from leroy.errors import DomainError
 class MemoryUnavailable(DomainError):
     """No active, verified Market Memory artifact in this process."""
 
-    def __init__(self, message: str = "No verified Market Memory artifact is active; nothing was charged.") -> None:
-        super().__init__("evidence_unavailable", message)
+    def __init__(
+        self, message: str = "No verified Market Memory artifact is active; nothing was charged.", **details: Any
+    ) -> None:
+        super().__init__("evidence_unavailable", message, **details)
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,18 @@ def memory_reader(*, refresh: bool = False) -> MemoryReader:
             state["checked"] = time.monotonic()
     reader = state["reader"]
     if reader is None:
-        raise MemoryUnavailable("no Market Memory artifact is active")
+        from evidence.memory.services import market_memory_refusal  # services import this module's neighbours
+
+        refusal = market_memory_refusal()
+        if refusal is not None:
+            raise MemoryUnavailable(
+                f"Market Memory {refusal['artifact_version']} failed verification and was withdrawn; no evidence is "
+                "served and nothing was charged.",
+                reason=refusal["reason"],
+                artifact_version=refusal["artifact_version"],
+                artifact_sha256=refusal["artifact_sha256"],
+            )
+        raise MemoryUnavailable("no Market Memory artifact is active", reason="no artifact is active")
     return reader
 
 

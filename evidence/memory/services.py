@@ -5,12 +5,14 @@ from collections.abc import Callable
 from datetime import date
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 
 from evidence.marketdata import store
 from evidence.memory import build as memory
 from evidence.memory.artifact import BuildPlan, partial_dir, plan_sha256
+from evidence.memory.reader import ArtifactRefused, artifact_dir, verified_manifest
 from evidence.models import MarketMemoryArtifact, MarketMemoryBuild
 from evidence.publication import services as publication
 from leroy.clock import now
@@ -136,3 +138,33 @@ def market_memory_reduce(*, build_id: int, activate: bool = True) -> MarketMemor
     except BaseException as exc:
         MarketMemoryBuild.objects.filter(pk=build_id).update(status="failed", error=str(exc)[:2000])
         raise
+
+
+REFUSAL_CACHE_KEY = "evidence:market_memory:refused"
+
+
+def market_memory_verify_active() -> dict[str, Any] | None:
+    """Re-hash the active artifact (manifest and every file it lists). On a mismatch it is deactivated at once, for
+    every process (each drops its reader at its next activation check), and the refusal is recorded so the evidence
+    tools can say why; returns the refusal, or None when the artifact verified (or none is active)."""
+    active = MarketMemoryArtifact.objects.filter(is_active=True).first()
+    if active is None:
+        return None
+    try:
+        verified_manifest(artifact_dir(active.path, active.sha256), active.sha256)
+    except (ArtifactRefused, OSError) as exc:
+        refusal = {"reason": str(exc), "artifact_version": active.version, "artifact_sha256": active.sha256,
+                   "refused_at": now().isoformat()}  # fmt: skip
+        MarketMemoryArtifact.objects.filter(pk=active.pk).update(is_active=False)
+        cache.set(REFUSAL_CACHE_KEY, refusal, timeout=None)
+        return refusal
+    return None
+
+
+def market_memory_refusal() -> dict[str, Any] | None:
+    """The last recorded refusal of an artifact that was active, if any (None also when the cache is down)."""
+    try:
+        refusal: dict[str, Any] | None = cache.get(REFUSAL_CACHE_KEY)
+    except Exception:  # a cache outage must not turn an honest "unavailable" into a 500
+        return None
+    return refusal

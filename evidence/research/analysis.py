@@ -308,7 +308,7 @@ def market_memory_search(*, args: SearchArgs) -> Answer:
         "provenance": _provenance(reader),
         "research_boundary": ResearchBoundary(),
     }
-    return Answer(fields, lookups=1)
+    return Answer(fields, lookups=0 if withheld else 1)  # a withheld answer shows nothing, so it costs nothing
 
 
 # --- analogues, failure, benchmark, exit policy -----------------------------------------------------------------

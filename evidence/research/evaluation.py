@@ -1,8 +1,9 @@
 """`evaluate_current_setup`: the current verified frame, its live strategy states, and Market Memory evidence.
 
 Statuses: `unavailable` (no verified frame: unknown symbol, closed market, feed not yet started), `stale_frame`
-(the frame is older than the staleness limit; verified history still shown), `evaluated` (a tier >= 1 has the
-minimum sample for some requested side and horizon) and `no_comparable_sample`. Lower tiers are never pooled into
+(the frame is older than the staleness limit; verified history still shown), `evaluated` (a tier >= 2 has the
+minimum sample for some requested side and horizon) and `no_comparable_sample` (none has: the direction-only baseline
+is shown only as the separate `baseline` block, never as the evidence). Lower tiers are never pooled into
 a match and nothing is estimated: a missing comparison stays null.
 """
 
@@ -12,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from evidence.live import frames
-from evidence.memory.reader import Evidence, MemoryReader
+from evidence.memory.reader import Evidence, MemoryReader, Resolution
 from evidence.memory.selectors import memory_reader
 from evidence.memory.strategies import STRATEGIES
 from evidence.models import Frame, MarketMemoryArtifact
@@ -21,6 +22,7 @@ from evidence.research.presentation import render
 from evidence.schemas import (
     ActiveConfluence,
     Assumptions,
+    Baseline,
     CurrentMarketFrame,
     EchoedRequest,
     EvaluateArgs,
@@ -46,11 +48,44 @@ from evidence.vocabulary import HORIZONS, TIER_NAMES, TIMES_OF_DAY, TRENDS, VOLA
 from leroy.clock import now
 from leroy.schemas import Answer
 
-ASSUMPTIONS = Assumptions(
-    matching="Only exact supported setup matches are returned; no silent broadening.",
-    costs="Not included unless explicitly stated in the historical result.",
-    execution="No execution result is inferred when spread, latency, fill, or market-impact data is unavailable.",
-)
+COSTS = "Not included unless explicitly stated in the historical result."
+EXECUTION = "No execution result is inferred when spread, latency, fill, or market-impact data is unavailable."
+SIDE_WORDS = {"buy": "Buy", "sell": "Sell"}
+
+
+def _tier_words(tier: int) -> str:
+    return f"{TIER_NAMES[tier]} (tier {tier})"
+
+
+def matching_assumption(side: str, horizon: int, resolved: Resolution, min_sessions: int) -> str:
+    """What was done for one side and horizon, in words generated from the resolution itself."""
+    passed = []
+    for tier, stats in resolved.unusable:
+        if stats is None:
+            passed.append(f"{_tier_words(tier)} had fewer than {min_sessions} distinct sessions (not stored)")
+        else:
+            passed.append(
+                f"{_tier_words(tier)} had {stats.distinct_sessions} distinct sessions, below the minimum of "
+                f"{min_sessions}"
+            )
+    head = f"{SIDE_WORDS[side]} {horizon} min: "
+    if resolved.match is None:
+        head += "no tier of 2 or more had the minimum sample, so no evidence is shown"
+    else:
+        m = resolved.match
+        head += (
+            f"evidence from {_tier_words(m.tier)}: {m.row_count} rows on {m.distinct_sessions} distinct sessions "
+            f"across {m.distinct_symbols} symbol(s)"
+        )
+    return head + ("; " + "; ".join(passed) if passed else "") + "."
+
+
+def assumptions_for(lines: list[str], min_sessions: int) -> Assumptions:
+    rule = (
+        f"The strongest tier (5 exact setup .. 2 contextual analogue) with at least {min_sessions} distinct sessions "
+        "is shown, never pooled with another tier; the direction-only baseline (tier 1) is only the lift reference."
+    )
+    return Assumptions(matching=" ".join([rule, *lines]), costs=COSTS, execution=EXECUTION)
 
 
 @dataclass(frozen=True)
@@ -112,7 +147,10 @@ def _evidence_row(side: str, horizon: int, match: Evidence | None, reason: str) 
         horizon_minutes=horizon,  # type: ignore[arg-type]
         availability="available",
         reason=None,
+        match_strength=MatchStrength(score=match.tier, tier=TIER_NAMES[match.tier]),
         sample_size=match.row_count,
+        distinct_sessions=match.distinct_sessions,
+        distinct_symbols=match.distinct_symbols,
         average_return_pct=_round(match.average_return_pct, 4),
         win_rate=_round(match.win_rate, 4),
         profit_factor=_round(match.profit_factor, 4),
@@ -126,8 +164,23 @@ def _match(match: Evidence, source: str) -> MarketMemoryMatch:
         horizon_minutes=match.horizon_minutes,  # type: ignore[arg-type]
         match_strength=MatchStrength(score=match.tier, tier=TIER_NAMES[match.tier]),
         row_count=match.row_count,
+        sample_size=match.row_count,
         distinct_sessions=match.distinct_sessions,
+        distinct_symbols=match.distinct_symbols,
         source=source,  # type: ignore[arg-type]
+    )
+
+
+def _baseline(b: Evidence) -> Baseline:
+    return Baseline(
+        side=b.side,  # type: ignore[arg-type]
+        horizon_minutes=b.horizon_minutes,  # type: ignore[arg-type]
+        match_strength=MatchStrength(score=b.tier, tier=TIER_NAMES[b.tier]),
+        sample_size=b.row_count,
+        distinct_sessions=b.distinct_sessions,
+        distinct_symbols=b.distinct_symbols,
+        average_return_pct=round(b.average_return_pct, 4),
+        win_rate=round(b.win_rate, 4),
     )
 
 
@@ -193,13 +246,16 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
         symbol=ticker,
         source_time=frame.source_time if frame else None,
         frame_status=current.status,
-        quote=Quote(bid=None, ask=None, last=None, spread_bps=None),  # the feed carries no quotes
+        # The last trade is the verified frame's close; bid and ask stay null: the feed carries no quotes.
+        quote=Quote(bid=None, ask=None, last=frame.close if frame else None, spread_bps=None),
     )
 
     states: list[StrategyState] = []
     confluence = None
     rows: list[HistoricalEvidence] = []
     matches: list[MarketMemoryMatch] = []
+    baselines: list[Baseline] = []
+    lines: list[str] = []
     regime = _regime(frame) if frame is not None else None
     if frame is not None and regime is not None:
         side_confluence = []
@@ -212,14 +268,18 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
                 for bit, s in enumerate(STRATEGIES)
             ]  # fmt: skip
             side_confluence.append(SideConfluence(side=side, active_signals=active, active_signal_count=len(active)))  # type: ignore[arg-type]
-            found = reader.lookup(symbol=ticker, side=side, mask=mask, regime=regime.id, horizons=tuple(horizons))
+            found = reader.resolve(symbol=ticker, side=side, mask=mask, regime=regime.id, horizons=tuple(horizons))
             for horizon in horizons:
-                match = found.get(horizon)
+                resolved = found[horizon]
+                match = resolved.match
                 rows.append(
                     _evidence_row(side, horizon, match, "No validated comparable sample was available for this setup.")
                 )
+                lines.append(matching_assumption(side, horizon, resolved, reader.min_sessions))
                 if match is not None:
                     matches.append(_match(match, "historical"))
+                if resolved.baseline is not None:
+                    baselines.append(_baseline(resolved.baseline))
             if fresh["status"] == "current":  # a stale overlay is withheld, never shown as current evidence
                 overlay = reader.lookup(
                     symbol=ticker, side=side, mask=mask, regime=regime.id, horizons=tuple(horizons), period=1
@@ -258,10 +318,12 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
         active_confluence=confluence,
         setup_geometry=geometry,
         market_memory=(
-            MarketMemory(matches=matches, coverage=coverage, lineage=lineage) if frame is not None else None
+            MarketMemory(matches=matches, baseline=baselines, coverage=coverage, lineage=lineage)
+            if frame is not None
+            else None
         ),
         historical_evidence=rows,
-        assumptions=ASSUMPTIONS,
+        assumptions=assumptions_for(lines, reader.min_sessions),
         provenance=Provenance(
             evidence_status="matched" if matched else ("unavailable" if frame is None else "not_matched"),
             published_at=situation.published_at,

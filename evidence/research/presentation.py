@@ -7,6 +7,9 @@ conversion), so the text can never say more than the evidence does.
 from evidence.schemas import EvaluationOut, HistoricalEvidence, Presentation
 
 DISCLAIMER = "Historical observations are descriptive, not investment advice."
+NO_MATCH = (
+    "No exact historical setup is available for the requested timeframes. Leroy did not substitute a broader baseline."
+)
 SIDE_TITLES = {"buy": "Buy", "sell": "Sell", "both": "Buy & Sell"}
 
 
@@ -14,17 +17,23 @@ def _value(number: float | int | None) -> str:
     return "—" if number is None else str(number)
 
 
-def _evidence_rows(rows: list[HistoricalEvidence], tiers: dict[tuple[str, int], str]) -> list[str]:
+def _tier(row: HistoricalEvidence) -> str:
+    strength = row.match_strength
+    return "—" if strength is None else f"{strength.tier} (score {strength.score})"
+
+
+def _evidence_rows(rows: list[HistoricalEvidence]) -> list[str]:
+    """One line per available row; its tier stands beside its numbers, which all come from that tier's key."""
     lines = [
-        "| Side | Horizon (min) | Tier | Sample | Avg return % | Win rate | Profit factor | Lift (bps) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| Side | Horizon (min) | Tier | Sample | Sessions | Avg return % | Win rate | Profit factor | Lift (bps) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         if row.availability != "available":
             continue
         lines.append(
-            f"| {SIDE_TITLES[row.side]} | {row.horizon_minutes} | {tiers.get((row.side, row.horizon_minutes), '—')} "
-            f"| {_value(row.sample_size)} | {_value(row.average_return_pct)} | {_value(row.win_rate)} "
+            f"| {SIDE_TITLES[row.side]} | {row.horizon_minutes} | {_tier(row)} | {_value(row.sample_size)} "
+            f"| {_value(row.distinct_sessions)} | {_value(row.average_return_pct)} | {_value(row.win_rate)} "
             f"| {_value(row.profit_factor)} | {_value(row.lift_vs_baseline_bps)} |"
         )
     return lines
@@ -42,12 +51,16 @@ def render(result: EvaluationOut) -> Presentation:
         return Presentation(format="plain_text", state="market_closed", text=text)
 
     parts = [f"## **{symbol}** · {SIDE_TITLES[result.request.side]}"]
+    if result.status == "no_comparable_sample":
+        # The seed's no-match scorecard: nothing broader is shown in place of the missing comparison.
+        parts += ["🟢 **Market Open**", NO_MATCH, DISCLAIMER]
+        return Presentation(format="markdown", state=result.status, text="\n\n".join(parts))
     if result.status == "unavailable":
         parts.append("⚪ **No verified frame**")
-        parts.append(
-            f"{symbol} is not in Leroy's current verified read model, so there is no market frame and no "
-            "historical result for it. Nothing was substituted."
-        )
+        # Say what is actually missing (unknown ticker, no frame yet this session, frame not warmed up).
+        reasons = {row.reason for row in result.historical_evidence if row.reason}
+        explanation = " ".join(sorted(reasons)) or f"There is no usable verified frame for {symbol}."
+        parts.append(f"{explanation} There is no market frame and no historical result. Nothing was substituted.")
     else:
         if result.status == "stale_frame":
             source_time = frame.source_time.isoformat() if frame and frame.source_time else "unknown"
@@ -70,24 +83,13 @@ def render(result: EvaluationOut) -> Presentation:
             )
         available = [row for row in result.historical_evidence if row.availability == "available"]
         if available:
-            tiers: dict[tuple[str, int], str] = {}
-            if result.market_memory is not None:
-                # The table shows the historical evidence, so it names the historical match's tier only.
-                tiers = {
-                    (m.side, m.horizon_minutes): f"{m.match_strength.tier} (score {m.match_strength.score})"
-                    for m in result.market_memory.matches
-                    if m.source == "historical"
-                }
-            parts.append("\n".join(_evidence_rows(result.historical_evidence, tiers)))
+            parts.append("\n".join(_evidence_rows(result.historical_evidence)))
             missing = [row for row in result.historical_evidence if row.availability != "available"]
             if missing:
                 horizons = ", ".join(f"{SIDE_TITLES[r.side]} {r.horizon_minutes}" for r in missing)
                 parts.append(f"No validated comparison for: {horizons} (min). Nothing was substituted.")
         else:
-            parts.append(
-                "No exact historical setup is available for the requested timeframes. "
-                "Leroy did not substitute a broader baseline."
-            )
+            parts.append(NO_MATCH)
     if result.provenance.artifact_sha256:
         parts.append(
             f"Evidence: Market Memory {result.provenance.artifact_version} · sha256 {result.provenance.artifact_sha256}"

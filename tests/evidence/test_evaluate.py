@@ -9,6 +9,7 @@ from billing.models import UsageEvent
 from billing.services import BillingError
 from evidence.memory.reader import MemoryReader
 from evidence.memory.selectors import memory_reader
+from evidence.models import Frame
 from evidence.research.geometry import InvalidSetup
 from evidence.schemas import EvaluateArgs
 from tests.calls import call_tool
@@ -36,6 +37,9 @@ def test_evaluated_evidence_traces_to_the_artifact(fed_world, user):
     assert result.request.symbol == "ALFA"
     assert result.current_market_frame.frame_status == "available"
     assert result.current_market_frame.source_time == fed_world.replay - timedelta(minutes=1)
+    quote = result.current_market_frame.quote
+    frame = Frame.objects.get(symbol__ticker="ALFA")
+    assert (quote.last, quote.bid, quote.ask, quote.spread_bps) == (frame.close, None, None, None)
     assert result.provenance.artifact_sha256 == fed_world.sha256
     assert result.provenance.evidence_status == "matched"
     assert result.usage.lookup_cost == 1
@@ -103,6 +107,7 @@ def test_unknown_symbol_is_unavailable_with_nothing_fabricated_and_free(fed_worl
     assert {row.availability for row in result.historical_evidence} == {"not_available"}
     assert all(row.sample_size is None and row.win_rate is None for row in result.historical_evidence)
     assert result.provenance.evidence_status == "unavailable"
+    assert "NOPE is not in Leroy's current verified read model." in result.presentation.text
     assert result.usage.lookup_cost == 0
     assert UsageEvent.objects.exists() is False
 
@@ -135,7 +140,9 @@ def test_no_frame_yet_in_the_session_is_unavailable(world, user):
         result = evaluate(user, symbol="ALFA", side="buy")
 
     assert result.status == "unavailable"
-    assert "No verified frame" in result.historical_evidence[0].reason
+    assert result.historical_evidence[0].reason == "No verified frame for ALFA in the current session yet."
+    assert "No verified frame for ALFA in the current session yet." in result.presentation.text
+    assert "not in Leroy's current verified read model" not in result.presentation.text
     assert UsageEvent.objects.exists() is False
 
 

@@ -115,35 +115,46 @@ def test_cross_ticker_tier_when_the_exact_key_lacks_sessions(universe: list[tupl
 
     match = memory_lookup(symbol="BBB", side="buy", active=AB, regime=4, horizons=(5,)).matches[5]
 
-    # BBB's own exact key has one session (< 2); tier 4 pools AAA and BBB rows of that key: +100 -50 +20 -40
+    # BBB's own exact key has one session (< 2); tier 4 pools AAA and BBB rows of that key: +100 -50 +20 -40,
+    # on two market dates (AAA and BBB both traded D1: one session, not two)
     assert match is not None
-    assert (match.tier, match.row_count, match.distinct_sessions) == (4, 4, 3)
+    assert (match.tier, match.row_count, match.distinct_sessions, match.distinct_symbols) == (4, 4, 2, 2)
     assert match.average_return_pct == 30 / 4 / 1_000_000
     assert (match.win_rate, match.profit_factor) == (0.5, round(120 / 90, 6))
     assert match.lift_vs_baseline_bps == round((30 / 4 - 130 / 7) / 10_000, 4)
 
 
 def test_signal_pattern_tier_and_a_profit_factor_without_losses(universe: list[tuple]) -> None:
-    build()
+    build(min_sessions=1)
 
-    match = memory_lookup(symbol="AAA", side="buy", active=["sma_cross_20_50"], regime=5, horizons=(5,)).matches[5]
+    match = memory_lookup(symbol="AAA", side="buy", active=["sma_cross_20_50"], regime=6, horizons=(5,)).matches[5]
 
-    # mask 0b01 in regime 5 has only BBB's single session; any regime: AAA +30 (D1), BBB +60 (D1)
+    # mask 0b01 never occurred in regime 6; in any regime: AAA +30 (D1), BBB +60 (D1): two rows, one market date
     assert match is not None
-    assert (match.tier, match.row_count, match.distinct_sessions, match.win_rate) == (3, 2, 2, 1.0)
+    assert (match.tier, match.row_count, match.distinct_sessions, match.distinct_symbols) == (3, 2, 1, 2)
+    assert match.win_rate == 1.0
     assert match.profit_factor is None
 
 
+def test_symbol_session_pairs_above_the_minimum_do_not_pass_the_gate(universe: list[tuple]) -> None:
+    build(min_sessions=2)
+
+    answer = memory_lookup(symbol="AAA", side="buy", active=["sma_cross_20_50"], regime=6, horizons=(5,))
+
+    # the signal-pattern key holds 2 (symbol, session) pairs but 1 market date: below 2, so it is not the match
+    assert answer.matches[5] is None  # and the direction-only baseline (2 sessions) is never a match
+
+
 def test_a_tier_below_the_minimum_is_not_shown_nor_pooled(universe: list[tuple]) -> None:
-    build(min_sessions=3)
-
-    match = memory_lookup(symbol="AAA", side="buy", active=AB, regime=4, horizons=(5,)).matches[5]
-
-    # the exact key (2 sessions) is withheld; tier 4 stands alone, its 4 rows not mixed with the exact key's rows
+    build(min_sessions=2)
+    match = memory_lookup(symbol="BBB", side="buy", active=AB, regime=4, horizons=(5,)).matches[5]
+    # BBB's exact key (1 session) is withheld; tier 4 stands alone, its 4 rows not mixed with the exact key's rows
     assert match is not None
     assert (match.tier, match.row_count) == (4, 4)
 
-    build(min_sessions=4)
+    build(min_sessions=3)
+    # tier 4 holds 3 (symbol, session) pairs but only 2 market dates, and the universe has only 2 sessions: no key
+    # of any tier reaches 3 distinct sessions, so nothing is shown
     assert memory_lookup(symbol="AAA", side="buy", active=AB, regime=4, horizons=(5,)).matches[5] is None
 
 

@@ -120,6 +120,7 @@ def test_a_behind_forward_overlay_is_withheld_with_its_lag(fed_world, user, monk
         "The forward overlay is behind (2 completed sessions behind); its keys are withheld, not shown as current."
     )
     assert (result.forward_overlay_freshness.status, result.forward_overlay_freshness.lag_sessions) == ("behind", 2)
+    assert (result.usage.lookup_cost, UsageEvent.objects.exists()) == (0, False)  # a withheld answer is free
 
 
 def test_a_current_forward_overlay_is_served_as_such(fed_world, user):
