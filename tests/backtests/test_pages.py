@@ -1,0 +1,40 @@
+"""The report page states the look-ahead probe's verdict as the report records it."""
+
+from datetime import UTC, date, datetime
+
+import pytest
+
+from backtests.models import Report, Status, Strategy
+
+pytestmark = pytest.mark.django_db
+AT = datetime(2026, 3, 2, 15, 0, tzinfo=UTC)
+CUT = "2026-02-02T00:00:00Z"
+
+
+def report_of(user, check):
+    strategy = Strategy.objects.create(user=user, name="S", code="class S: pass", code_sha256="a" * 64, created_at=AT)
+    return Report.objects.create(
+        user=user, strategy=strategy, status=Status.COMPLETED, data_ids=["SPY"], tickers=["SPY"], frequency="1d",
+        start_date=date(2026, 1, 2), end_date=date(2026, 2, 27), simulation={"initial_cash": 10_000},
+        statistics={}, trades=[], equity=[], created_at=AT, finished_at=AT, lookahead_check=check,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("check", "shown"),
+    [
+        (None, "pending"),
+        ({"status": "passed", "k": 3, "cuts": [CUT]}, "passed</span>: the order decisions before each of 3 cuts"),
+        ({"status": "failed", "k": 3, "cuts": [CUT]}, "failed</span>: the strategy decided differently"),
+        ({"status": "not_run", "k": 3, "cuts": [], "reason": "only 30 bars"}, "not run</span>: only 30 bars"),
+    ],
+)
+def test_the_report_page_states_the_lookahead_verdict(client, owner, check, shown):
+    report = report_of(owner, check)
+    client.force_login(owner)
+
+    page = client.get(f"/account/reports/{report.pk}/")
+
+    assert page.status_code == 200
+    assert shown in page.content.decode()
+    assert "not computed" not in page.content.decode()
