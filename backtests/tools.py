@@ -287,8 +287,9 @@ async def download_market_data(call: ToolCall, args: DownloadArgs) -> DownloadOu
 @_tool("run_backtest", "Run backtest", RunBacktestArgs, BacktestSubmitted, write=True, metering="credits")
 async def run_backtest(call: ToolCall, args: RunBacktestArgs) -> BacktestSubmitted:
     """Submit one asynchronous backtest of a saved strategy. Cost: a flat LEROY_BACKTEST_CREDITS (default 10)
-    credits per backtest, whatever its symbols and bars, reserved now (returned as credits_reserved), charged when
-    it completes and refunded if it fails; above the optional max_credits it is refused and nothing is reserved.
+    credits per backtest, whatever its symbols and bars, plus LEROY_LOOKAHEAD_PROBE_CREDITS (default 5) for its
+    look-ahead probe (refunded when the probe cannot run), reserved now (returned as credits_reserved), charged
+    when it completes and refunded if it fails; above the optional max_credits it is refused, nothing reserved.
 
     Use symbol ids from search_symbols_by_name or list_symbols; the frequency must be stored for each. The
     report moves PENDING -> EXECUTING -> COMPLETED | FAILED. Returns {report_id, status, credits_reserved, usage}."""
@@ -387,9 +388,10 @@ async def wait_for_reports(call: ToolCall, args: WaitForReportsArgs) -> ReportsW
 async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> OptimizationSubmitted:
     """Submit a 1-2 parameter grid optimization of a saved strategy; each grid point runs as its own job.
 
-    Cost: LEROY_OPTIMIZATION_POINT_CREDITS (default 5) credits per grid point, the whole grid reserved up front
-    (returned as credits_reserved), or 0 when use_free_optimization is true (uses one of the month's free
-    optimizations); cancelled or failed points are refunded. Above the optional max_credits it is refused and
+    Cost: LEROY_OPTIMIZATION_POINT_CREDITS (default 5) credits per grid point plus LEROY_LOOKAHEAD_PROBE_CREDITS
+    (default 5) for the best run's look-ahead probe, the whole grid reserved up front (returned as
+    credits_reserved), or 0 when use_free_optimization is true (uses one of the month's free optimizations);
+    cancelled or failed points are refunded. Above the optional max_credits it is refused and
     nothing is reserved. Returns {success, optimization_id, total_iterations, credits_reserved, usage}."""
 
     def run() -> OptimizationSubmitted:

@@ -35,6 +35,7 @@ def test_every_credit_tool_states_its_cost_rule():
     tools = load_tools()
 
     assert "a flat LEROY_BACKTEST_CREDITS (default 10)\ncredits per backtest" in tools["run_backtest"].description
+    assert "LEROY_LOOKAHEAD_PROBE_CREDITS (default 5) for its\nlook-ahead probe" in tools["run_backtest"].description
     assert "credits per grid point" in tools["run_optimization"].description
     assert "use_free_optimization is true" in tools["run_optimization"].description
     assert "refunded" in tools["cancel_optimization"].description
@@ -47,12 +48,12 @@ async def test_backtest_above_max_credits_is_refused_and_reserves_nothing(mcp_ht
     strategy_id, coin_id = await sync_to_async(_saved_strategy_and_coin)(owner)
     before = await sync_to_async(credit_usage)(user=owner)
     async with client(mcp_http, write_key) as session:
-        result = await session.call_tool("run_backtest", backtest_args(strategy_id, coin_id, max_credits=9))
+        result = await session.call_tool("run_backtest", backtest_args(strategy_id, coin_id, max_credits=14))
 
     assert result.is_error is True
     assert result.structured_content["error"]["code"] == "over_max_credits"
-    assert result.structured_content["error"]["credits_required"] == 10
-    assert result.structured_content["error"]["max_credits"] == 9
+    assert result.structured_content["error"]["credits_required"] == 15  # 10 + 5 for the look-ahead probe
+    assert result.structured_content["error"]["max_credits"] == 14
     assert await Report.objects.acount() == 0
     assert await sync_to_async(credit_usage)(user=owner) == before
 
@@ -60,12 +61,12 @@ async def test_backtest_above_max_credits_is_refused_and_reserves_nothing(mcp_ht
 async def test_optimization_above_max_credits_is_refused_and_reserves_nothing(mcp_http, owner, write_key):
     strategy_id, coin_id = await sync_to_async(_saved_strategy_and_coin)(owner)
     before = await sync_to_async(credit_usage)(user=owner)
-    async with client(mcp_http, write_key) as session:  # 4 grid points at 5 credits = 20
-        result = await session.call_tool("run_optimization", optimization_args(strategy_id, coin_id, max_credits=19))
+    async with client(mcp_http, write_key) as session:  # 4 grid points at 5 credits + 5 for the probe = 25
+        result = await session.call_tool("run_optimization", optimization_args(strategy_id, coin_id, max_credits=24))
 
     assert result.is_error is True
     assert result.structured_content["error"]["code"] == "over_max_credits"
-    assert result.structured_content["error"]["credits_required"] == 20
+    assert result.structured_content["error"]["credits_required"] == 25
     assert await Optimization.objects.acount() == 0
     assert await sync_to_async(credit_usage)(user=owner) == before
 
@@ -73,10 +74,10 @@ async def test_optimization_above_max_credits_is_refused_and_reserves_nothing(mc
 async def test_backtest_at_max_credits_runs_and_returns_what_it_reserved(mcp_http, owner, write_key):
     strategy_id, coin_id = await sync_to_async(_saved_strategy_and_coin)(owner)
     async with client(mcp_http, write_key) as session:
-        result = await session.call_tool("run_backtest", backtest_args(strategy_id, coin_id, max_credits=10))
+        result = await session.call_tool("run_backtest", backtest_args(strategy_id, coin_id, max_credits=15))
 
     assert result.is_error is False, result.content[0].text
-    assert result.structured_content["credits_reserved"] == 10
+    assert result.structured_content["credits_reserved"] == 15
     assert await Report.objects.acount() == 1
 
 

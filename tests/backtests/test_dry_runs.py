@@ -13,9 +13,11 @@ from tests.backtests.conftest import SMA_CROSS
 from tests.backtests.test_tools import client, ok, refused
 
 
-def test_dry_runs_are_routed_to_their_own_queue(settings):
-    assert settings.CELERY_TASK_ROUTES["backtests.dry_run"] == {"queue": "dryruns"}
+def test_dry_runs_are_routed_to_their_own_queue():
+    from leroy.celery import app
+
     assert tasks.dry_run.name == "backtests.dry_run"
+    assert app.amqp.router.route({}, tasks.dry_run.name)["queue"].name == "dryruns"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -335,8 +335,9 @@ raise RuntimeError(repr(found))
 
 @pytest.fixture
 def open_dir():
-    """A directory the sandbox uid may traverse, outside the scratch mounts (/tmp, /var/tmp, /dev/shm)."""
-    path = Path(tempfile.mkdtemp(prefix=".sandbox-test-", dir=Path(__file__).resolve().parents[2]))
+    """A directory the sandbox uid may traverse, outside the scratch mounts (/tmp, /var/tmp, /dev/shm). Not inside
+    the checkout: a clone may sit under /tmp or below a 0700 directory, which the sandbox uid cannot pass."""
+    path = Path(tempfile.mkdtemp(prefix="leroy-sandbox-test-", dir="/var/lib"))
     path.chmod(0o755)
     yield path
     shutil.rmtree(path)

@@ -19,7 +19,7 @@ def test_a_killed_worker_main_process_fails_the_running_job_and_runs_the_prefetc
     assert outcome == {
         "executing_seen": True,
         "prefetched_two": True,
-        "credits_while_reserved": 980,
+        "credits_while_reserved": 970,  # two backtests, each 10 + 5 for its look-ahead probe
         "queued_status_at_kill": "PENDING",
         "settled": True,
         "running_status": "FAILED",
@@ -28,7 +28,7 @@ def test_a_killed_worker_main_process_fails_the_running_job_and_runs_the_prefetc
         "running_hold": ["void"],  # refunded, never run twice
         "queued_hold": ["post"],  # charged once
         "reserves": 2,
-        "credits_after": 990,
+        "credits_after": 985,
         "unacked_after": 0,
         "ledger_drift": 0,
     }

@@ -13,7 +13,7 @@ def test_a_worker_killed_mid_backtest_fails_the_report_and_voids_its_credits():
     outcome = json.loads(finished.stdout.strip().splitlines()[-1])
     assert outcome == {
         "executing_seen": True,
-        "credits_remaining_while_reserved": 990,
+        "credits_remaining_while_reserved": 985,  # a backtest and its look-ahead probe: 10 + 5
         "status": "FAILED",
         "error_code": "worker_lost",
         "credits_remaining_after": 1000,
