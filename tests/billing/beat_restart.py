@@ -7,47 +7,25 @@ worker talks to the offline fake Stripe) and unused credits. Every run of either
 no-op: one expiry per period, one send per meter report.
 """
 
-import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-VAR = tempfile.mkdtemp(prefix="leroy-beat-restart-")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.throwaway import celery, environment, start, stop, wait_for
+
 REDIS = os.environ["LEROY_TEST_REDIS_URL"]
 PREFIX = f"leroy-beat-{uuid.uuid4().hex}:"
-RUNS = Path(VAR, "task-runs.log")
-for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
-    del os.environ[name]
-os.environ.update(
-    DJANGO_SETTINGS_MODULE="leroy.settings",
-    LEROY_VAR_DIR=VAR,
-    SECRET_KEY="beat-restart-" + "x" * 40,
-    REDIS_URL=REDIS,
-    LEROY_TEST_KEY_PREFIX=PREFIX,
-    LEROY_TEST_RUNS=str(RUNS),
-)
-sys.path.insert(0, str(ROOT))
-
-COMMON = """
-import os, time
-import django
-django.setup()
-from django.conf import settings
-from leroy.celery import app
-app.conf.broker_transport_options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS,
-                                     "global_keyprefix": os.environ["LEROY_TEST_KEY_PREFIX"]}
-"""
-WORKER = (
-    COMMON
-    + """
+VAR = environment("beat-restart", REDIS_URL=REDIS)
+RUNS = VAR / "task-runs.log"
+OPTIONS = repr({"global_keyprefix": PREFIX})
+WORKER = celery(
+    f"""
 from celery.signals import task_success
 from billing import payments
 from stripe import StripeClient
@@ -57,39 +35,24 @@ payments.stripe_client = lambda **_: StripeClient("sk_test_offline", http_client
 
 @task_success.connect
 def record(sender=None, **_):
-    with open(os.environ["LEROY_TEST_RUNS"], "a") as runs:
-        runs.write(f"{sender.name} {time.time()}\\n")
+    with open({str(RUNS)!r}, "a") as runs:
+        runs.write(f"{{sender.name}} {{time.time()}}\\n")
 
 app.worker_main(["worker", "--concurrency", "1", "-Q", "billing", "--loglevel", "WARNING",
                  "--without-heartbeat", "--without-gossip", "--without-mingle"])
-"""
+""",
+    options=OPTIONS,
 )
-BEAT = (
-    COMMON
-    + """
+BEAT = celery(
+    """
 app.conf.beat_schedule = {
     "periods-close": {"task": "billing.periods_close", "schedule": 0.5},
     "meter-reports": {"task": "billing.meter_reports_send", "schedule": 0.5},
 }
 app.start(["beat", "--schedule", os.path.join(settings.LEROY_VAR_DIR, "beat-schedule"), "--loglevel", "WARNING"])
-"""
+""",
+    options=OPTIONS,
 )
-
-
-def start(code: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, env=os.environ.copy(), start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-
-
-def wait_for(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def runs_since(instant: float) -> dict[str, int]:
@@ -163,11 +126,7 @@ def main() -> None:
             )
         )
     finally:
-        for process in (*beats, worker):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=30)
+        stop(*beats, worker)
         broker = redis.Redis.from_url(REDIS)
         for key in broker.scan_iter(PREFIX + "*"):
             broker.delete(key)
