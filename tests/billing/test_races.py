@@ -1,16 +1,16 @@
 """Concurrent charges on PostgreSQL: threads with their own connections race around the allowance boundary."""
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from billing import selectors, services
 from billing.models import Plan, Transfer, UsageEvent
 from billing.services import BillingError
+from tests.races import race
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -19,33 +19,6 @@ pytestmark = [
 ]
 
 THREADS = 16
-
-
-def race(calls_per_thread: int, work: Callable[[int, int], Any]) -> list[Any]:
-    """Run work(thread, call) from THREADS threads released together; each result or BillingError is kept."""
-    barrier = threading.Barrier(THREADS)
-    results: list[Any] = []
-    lock = threading.Lock()
-
-    def run(thread: int) -> None:
-        try:
-            barrier.wait()
-            for call in range(calls_per_thread):
-                try:
-                    outcome = work(thread, call)
-                except BillingError as error:
-                    outcome = error
-                with lock:
-                    results.append(outcome)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
 
 
 @pytest.fixture
@@ -65,7 +38,7 @@ def test_208_concurrent_lookups_on_a_paid_plan_split_exactly_at_the_boundary(own
     plan = Plan.objects.create(code="metered-100", name="Metered 100", included_lookups=100, overage_allowed=True)
     services.plan_assign(user=owner, plan=plan)
 
-    results = race(13, lambda thread, call: answered(owner, f"req-{thread}-{call}"))
+    results, _ = race(THREADS, 13, lambda thread, call: answered(owner, f"req-{thread}-{call}"))
 
     assert len(results) == 208
     assert all(isinstance(r, services.LookupCharge) for r in results)
@@ -83,7 +56,7 @@ def test_208_concurrent_lookups_on_a_paid_plan_split_exactly_at_the_boundary(own
 
 
 def test_208_concurrent_lookups_on_the_free_plan_stop_at_exactly_100(owner, answered):
-    results = race(13, lambda thread, call: answered(owner, f"req-{thread}-{call}"))
+    results, _ = race(THREADS, 13, lambda thread, call: answered(owner, f"req-{thread}-{call}"))
 
     refused = [r for r in results if isinstance(r, BillingError)]
     assert len(refused) == 108
@@ -95,7 +68,7 @@ def test_208_concurrent_lookups_on_the_free_plan_stop_at_exactly_100(owner, answ
 
 
 def test_16_concurrent_retries_of_one_request_charge_once_and_replay_the_same_answer(owner, answered):
-    results = race(1, lambda thread, call: answered(owner, "req-retried"))
+    results, _ = race(THREADS, 1, lambda thread, call: answered(owner, "req-retried"))
 
     originals = [r for r in results if not r.replayed]
     replays = [r for r in results if r.replayed]
@@ -110,7 +83,9 @@ def test_16_concurrent_retries_of_one_request_charge_once_and_replay_the_same_an
 
 def test_concurrent_holds_never_overdraw_the_credit_balance(owner):
     # 1,000 monthly credits on the free plan; 16 jobs of 100 want 1,600.
-    results = race(1, lambda thread, call: services.credits_reserve(user=owner, amount=100, reference=f"job-{thread}"))
+    results, _ = race(
+        THREADS, 1, lambda thread, call: services.credits_reserve(user=owner, amount=100, reference=f"job-{thread}")
+    )
 
     assert sum(isinstance(r, services.CreditHold) for r in results) == 10
     assert {r.code for r in results if isinstance(r, BillingError)} == {"insufficient_credits"}
