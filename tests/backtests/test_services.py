@@ -115,7 +115,12 @@ def test_backtest_completes_settles_credits_and_is_deterministic(owner, coin, dj
     assert first.statistics["realized_pnl"] == pytest.approx(sum(t["total"] for t in first.trades))
     assert first.diagnostics["sandbox_layers"] == expected_layers()
     assert len(first.data_version) == 64
-    assert (second.data_version, second.report_hash) == (first.data_version, first.report_hash)
+    assert (second.data_version, second.trades, second.statistics) == (
+        first.data_version, first.trades, first.statistics
+    )  # fmt: skip
+    # The second run is a second trial of the strategy: its verdict, and so its hash, deflate by both.
+    assert (first.verdict["deflated_sharpe"]["trials"], second.verdict["deflated_sharpe"]["trials"]) == (1, 2)
+    assert second.report_hash != first.report_hash
     assert first.credits_charged == 15  # 10 for the backtest, 5 for its look-ahead probe
     assert (first.lookahead_check["status"], len(first.lookahead_check["cuts"])) == ("passed", 3)
     usage = credit_usage(user=owner)
@@ -253,8 +258,8 @@ def test_optimization_runs_every_point_and_charges_them(owner, coin, django_capt
     runs = list(OptimizationRun.objects.filter(optimization=result))
     assert [r.parameters for r in runs][:2] == [{"fast": 3, "slow": 10}, {"fast": 3, "slow": 20}]
     assert all(set(r.statistics) == set(services.statistics.METRICS) for r in runs)
-    assert result.credits_charged == 35  # 6 points x 5 and the best run's look-ahead probe
-    assert credit_usage(user=owner)["credits_remaining"] == 965
+    assert result.credits_charged == 36  # 6 points x 5, the best run's look-ahead probe and the grid's PBO
+    assert credit_usage(user=owner)["credits_remaining"] == 964
     best = max(runs, key=lambda r: (r.statistics["realized_pnl"], -r.iteration))
     assert result.lookahead_check["status"] == "passed"
     assert (result.lookahead_check["iteration"], result.lookahead_check["parameters"]) == (
@@ -266,7 +271,7 @@ def test_optimization_runs_every_point_and_charges_them(owner, coin, django_capt
 def test_cancel_mid_optimization_stops_the_rest_and_refunds_exactly(owner, coin, django_capture_on_commit_callbacks):
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
-    assert credit_usage(user=owner)["credits_remaining"] == 965  # 6 points x 5 credits and the probe's 5 reserved
+    assert credit_usage(user=owner)["credits_remaining"] == 964  # 6 points x 5, the probe's 5 and the PBO's 1
 
     services.optimization_point_execute(run_id=runs[0].pk)
     services.optimization_point_execute(run_id=runs[1].pk)
@@ -422,7 +427,9 @@ def test_a_report_carries_the_probes_failure_and_its_hash_covers_it(
         statistics=cheat.statistics,
         result={"trades": cheat.trades, "equity": cheat.equity, "final_value": cheat.diagnostics["final_value"]},
         lookahead_check=check,
+        verdict=cheat.verdict,
     )
+    assert (cheat.verdict["status"], cheat.verdict["reasons"][0]["code"]) == ("overfit", "lookahead")
 
 
 def test_a_probe_the_data_are_too_short_for_is_not_run_and_not_charged(owner, django_capture_on_commit_callbacks):
