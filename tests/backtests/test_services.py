@@ -444,3 +444,66 @@ def test_a_probe_the_data_are_too_short_for_is_not_run_and_not_charged(owner, dj
         "reason": "the data have 30 common bars; the probe needs at least 40",
     }  # fmt: skip
     assert (report.credits_reserved, report.credits_charged) == (15, 10)
+
+
+def test_trials_count_every_run_across_versions_and_copies_of_the_same_code(
+    owner, outsider, coin, django_capture_on_commit_callbacks
+):
+    from backtests.models import Trial
+
+    first = saved(owner)
+    submit(owner, first, coin, django_capture_on_commit_callbacks)
+    renamed = services.strategy_update(user=owner, strategy_id=str(first.pk), name="SMA renamed")
+    submit(owner, renamed, coin, django_capture_on_commit_callbacks)
+    # A new strategy (a new lineage) with the same code cannot start the count again: it is counted by code hash.
+    copy = services.strategy_create(user=owner, name="SMA copy", code=SMA_CROSS)
+    third = submit(owner, copy, coin, django_capture_on_commit_callbacks)
+    elsewhere = submit(outsider, saved(outsider), coin, django_capture_on_commit_callbacks)
+
+    assert copy.lineage != first.lineage
+    assert third.verdict["deflated_sharpe"]["trials"] == 3
+    assert elsewhere.verdict["deflated_sharpe"]["trials"] == 1  # another account's trials are its own
+    sharpes = list(Trial.objects.filter(user=owner).values_list("sharpe", flat=True))
+    mean = sum(sharpes) / 3
+    variance = sum((s - mean) ** 2 for s in sharpes) / 2
+    assert third.verdict["deflated_sharpe"]["trial_sharpe_variance"] == pytest.approx(variance)
+    trial = Trial.objects.get(report=third)
+    assert (trial.kind, trial.data_ids, trial.frequency, trial.data_version) == (
+        "backtest", [str(coin.pk)], "1d", third.data_version
+    )  # fmt: skip
+    assert trial.observations == third.verdict["deflated_sharpe"]["observations"]
+
+
+def test_an_optimization_counts_every_point_and_carries_a_verdict_with_pbo(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    from backtests.models import Trial
+
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+
+    verdict = result.verdict
+    assert Trial.objects.filter(user=owner, kind="grid_point").count() == 6
+    assert verdict["deflated_sharpe"]["trials"] == 6
+    assert (verdict["pbo"]["blocks"], verdict["pbo"]["combinations"], verdict["pbo"]["grid_points"]) == (16, 12870, 6)
+    assert 0.0 <= verdict["pbo"]["value"] <= 1.0
+    assert verdict["lookahead_check"] == "passed"
+    # The grid over a 120-bar random walk overfits (PBO above 0.5), and its runs trade far fewer than 30 times.
+    assert verdict["pbo"]["value"] > 0.5
+    assert (verdict["status"], [r["code"] for r in verdict["reasons"]][:2]) == ("overfit", ["pbo", "trades"])
+    assert len(result.report_hash) == 64
+    runs = list(OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED))
+    recomputed, _ = services.optimization_pbo(result, runs)
+    assert recomputed == verdict["pbo"]
+
+
+def test_a_grid_too_small_for_cscv_is_refused_in_the_verdict_and_its_credits_refunded(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    one_point = [{"name": "fast", "min": 3, "max": 3, "step": 1}]
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, grids=one_point)
+
+    assert (result.credits_reserved, result.credits_charged) == (11, 10)  # the PBO's 1 credit went back
+    assert result.verdict["pbo"] is None
+    reason = next(r for r in result.verdict["reasons"] if r["code"] == "pbo_not_computed")
+    assert reason["message"] == "The grid has 1 completed point(s); CSCV needs at least 2 to choose between."
+    assert credit_usage(user=owner)["credits_remaining"] == 990
