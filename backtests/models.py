@@ -202,9 +202,7 @@ class Trial(models.Model):
     code_sha256 = models.CharField(max_length=64, db_index=True)
     kind = models.CharField(max_length=12, choices=TrialKind.choices)
     report = models.OneToOneField(Report, null=True, blank=True, on_delete=models.CASCADE, related_name="trial")
-    run = models.OneToOneField(
-        OptimizationRun, null=True, blank=True, on_delete=models.CASCADE, related_name="trial"
-    )
+    run = models.OneToOneField(OptimizationRun, null=True, blank=True, on_delete=models.CASCADE, related_name="trial")
     parameters = models.JSONField()  # every parameter the run used
     data_ids = models.JSONField()
     frequency = models.CharField(max_length=4)

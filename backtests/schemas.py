@@ -231,7 +231,6 @@ class RunOptimizationArgs(ToolArgs):
     target_direction: Literal["maximize", "minimize"] = Field(description="maximize or minimize")
     additional_metrics: list[Metric] = Field(default_factory=list, description="Other metrics to show")
     use_free_optimization: bool = Field(default=False, description="Use a free optimization (only when asked)")
-    pbo_blocks: int = Field(default=16, ge=4, le=16, multiple_of=2, description="CSCV blocks S (even)")
     max_credits: int | None = Field(default=None, ge=0, description="Refuse, reserving nothing, if the cost is higher")
 
 
@@ -553,56 +552,6 @@ class LookaheadCheck(Out):
     parameters: dict[str, int | float] | None = None
 
 
-class DeflatedSharpe(Out):
-    """Per-observation (daily) Sharpe; kurtosis is not excess (normal = 3)."""
-
-    value: float | None = Field(description="DSR: PSR against the expected best Sharpe of `trials` trials")
-    probabilistic_sharpe: float | None = Field(description="PSR against a Sharpe of 0")
-    sharpe: float | None
-    trials: int = Field(description="Completed backtests and grid points of this strategy's lineage or code")
-    trial_sharpe_variance: float | None
-    skewness: float | None
-    kurtosis: float | None
-    observations: int
-
-
-class LogitSummary(Out):
-    mean: float
-    median: float
-    q1: float
-    q3: float
-    min: float
-    max: float
-
-
-class Pbo(Out):
-    """Probability of backtest overfitting by CSCV over the grid's daily returns."""
-
-    value: float
-    blocks: int
-    combinations: int
-    grid_points: int
-    observations: int
-    logit: LogitSummary
-    degradation_slope: float | None = Field(description="OOS on IS Sharpe of the IS-best point")
-    probability_oos_loss: float
-
-
-class VerdictReason(Out):
-    code: str
-    message: str
-
-
-class Verdict(Out):
-    status: Literal["robust", "fragile", "overfit", "insufficient_evidence"]
-    reasons: list[VerdictReason]
-    deflated_sharpe: DeflatedSharpe
-    pbo: Pbo | None = Field(description="Optimizations only")
-    lookahead_check: Literal["passed", "failed", "not_run"]
-    thresholds: dict[str, float | int] = Field(description="The settings the status was decided by")
-    note: str
-
-
 class ReportSummary(Out):
     id: str
     report_id: str
@@ -710,7 +659,7 @@ class Determinism(Out):
     strategy_version_id: str
     data_version: str = Field(description="SHA-256 of the bars used; empty when the run never read them")
     parameters: dict[str, bool | int | float]
-    report_hash: str = Field(description="Covers the verdict: equal for equal version, data, parameters, trials")
+    report_hash: str = Field(description="Equal for equal (strategy version, data version, parameters, trials)")
 
 
 RECENT_TRADES = 20  # trades a report shows inline; list_report_trades pages through all of them
@@ -725,7 +674,7 @@ class ReportOut(ReportSummary):
     diagnostics: Diagnostics | None = None
     chart_data: ChartData | None = None
     determinism: Determinism | None = None
-    verdict: Verdict | None = Field(default=None, description="Null until COMPLETED")
+    verdict: dict[str, Any] | None = None  # verdicts.verdict: its shape is in documentation.md, "Verdicts"
 
     @classmethod
     def from_report(cls, report: Report) -> Self:
@@ -886,8 +835,8 @@ class ChartPoint(Out):
 class OptimizationOut(OptimizationSummary):
     simulation_parameters: SimulationParameters
     chart_data: list[ChartPoint]
-    verdict: Verdict | None = Field(description="Of the probed run and the grid; null until closed")
-    report_hash: str = Field(description="Over every point's statistics, the probe and the verdict")
+    verdict: dict[str, Any] | None  # verdicts.verdict (documentation.md, "Verdicts")
+    report_hash: str
 
     @classmethod
     def from_runs(cls, optimization: Optimization, completed: Iterable[OptimizationRun]) -> Self:

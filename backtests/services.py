@@ -539,7 +539,6 @@ def optimization_submit(
     target_direction: str,
     additional_metrics: list[str],
     use_free_optimization: bool,
-    pbo_blocks: int = 16,
     max_credits: int | None = None,
 ) -> Optimization:
     from backtests import tasks
@@ -578,7 +577,7 @@ def optimization_submit(
         credits_per_iteration=price,
         credits_probe=probe,
         credits_pbo=pbo,
-        pbo_blocks=pbo_blocks,
+        pbo_blocks=settings.LEROY_PBO_BLOCKS,
         credits_reserved=price * len(points) + probe + pbo,
         created_at=now(),
     )
@@ -695,7 +694,9 @@ def _optimization_probe(optimization_id: Any) -> None:
     _optimization_close(optimization_id, check)
 
 
-def optimization_pbo(optimization: Optimization, runs: list[OptimizationRun]) -> tuple[dict[str, Any] | None, str | None]:
+def optimization_pbo(
+    optimization: Optimization, runs: list[OptimizationRun]
+) -> tuple[dict[str, Any] | None, str | None]:
     """CSCV over the completed points' daily returns, or why it was refused (too few points or observations)."""
     try:
         matrix = verdicts.returns_matrix([run.returns for run in runs])
@@ -706,7 +707,7 @@ def optimization_pbo(optimization: Optimization, runs: list[OptimizationRun]) ->
         return None, str(refused)
 
 
-def _optimization_verdict(optimization: Optimization, check: dict[str, Any]) -> dict[str, Any] | None:
+def optimization_verdict(optimization: Optimization, check: dict[str, Any]) -> dict[str, Any] | None:
     """The best run's deflated Sharpe over every trial of the strategy, the grid's PBO and the probe."""
     best = _best_run(optimization)
     if best is None:
@@ -726,7 +727,7 @@ def _optimization_close(optimization_id: Any, check: dict[str, Any] | None) -> N
             return  # cancelled meanwhile: already settled
         optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
         optimization.lookahead_check = check
-        optimization.verdict = _optimization_verdict(optimization, check) if check is not None else None
+        optimization.verdict = optimization_verdict(optimization, check) if check is not None else None
         probed = check is not None and check["status"] != "not_run"
         computed = optimization.verdict is not None and optimization.verdict["pbo"] is not None
         optimization.credits_charged = (

@@ -110,7 +110,7 @@ def cscv(matrix: np.ndarray, *, blocks: int = 16, min_block_observations: int = 
 
     The oldest T mod S rows are dropped so the S blocks are equal. For each of the C(S, S/2) choices of in-sample
     blocks, the column with the best in-sample Sharpe (the lowest column on ties) is ranked among all columns out
-    of sample; ω = rank / (N + 1) and λ = ln(ω / (1 − ω)). PBO is the share of combinations with λ ≤ 0; the
+    of sample; ω = rank / (N + 1) and λ = ln(ω / (1 - ω)). PBO is the share of combinations with λ ≤ 0; the
     degradation slope is the least-squares slope of the chosen column's out-of-sample on in-sample Sharpe.
     """
     observations, points = matrix.shape
@@ -149,9 +149,13 @@ def cscv(matrix: np.ndarray, *, blocks: int = 16, min_block_observations: int = 
         "grid_points": points,
         "observations": size * blocks,
         "logit": {
-            "mean": float(logits.mean()), "median": median, "q1": q1, "q3": q3,
-            "min": float(logits.min()), "max": float(logits.max()),
-        },  # fmt: skip
+            "mean": float(logits.mean()),
+            "median": median,
+            "q1": q1,
+            "q3": q3,
+            "min": float(logits.min()),
+            "max": float(logits.max()),
+        },
         "degradation_slope": slope,
         "probability_oos_loss": float((best_out < 0).mean()),
     }

@@ -369,6 +369,7 @@ LEROY_DRY_RUN_QUEUE_SECONDS = float(env_str("LEROY_DRY_RUN_QUEUE_SECONDS", "15")
 LEROY_OPTIMIZATION_POINT_CREDITS = int(env_str("LEROY_OPTIMIZATION_POINT_CREDITS", "5"))
 # CSCV over an optimization's grid (the PBO in its verdict): reserved with the grid, refunded when refused.
 LEROY_PBO_CREDITS = int(env_str("LEROY_PBO_CREDITS", "1"))
+LEROY_PBO_BLOCKS = int(env_str("LEROY_PBO_BLOCKS", "16"))  # CSCV's S (even); recorded on each optimization
 LEROY_PBO_MIN_BLOCK_OBSERVATIONS = int(env_str("LEROY_PBO_MIN_BLOCK_OBSERVATIONS", "5"))
 # The verdict's thresholds (documentation.md, "Verdicts"); each verdict names the values it used.
 LEROY_VERDICT_MIN_DEFLATED_SHARPE = float(env_str("LEROY_VERDICT_MIN_DEFLATED_SHARPE", "0.95"))
