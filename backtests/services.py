@@ -722,7 +722,9 @@ def optimization_verdict(optimization: Optimization, check: dict[str, Any]) -> d
 
 def _optimization_close(optimization_id: Any, check: dict[str, Any] | None) -> None:
     with transaction.atomic():
-        optimization = Optimization.objects.select_for_update().select_related("strategy").get(pk=optimization_id)
+        optimization = (
+            Optimization.objects.select_for_update(of=("self",)).select_related("strategy").get(pk=optimization_id)
+        )
         if optimization.status != Status.EXECUTING:
             return  # cancelled meanwhile: already settled
         optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
@@ -756,7 +758,9 @@ def _point_finish(
     optimization closes after it). When every point failed, the optimization closes here, charging nothing."""
     with transaction.atomic():
         run = OptimizationRun.objects.get(pk=run_id)
-        optimization = Optimization.objects.select_for_update().select_related("strategy").get(pk=run.optimization_id)
+        optimization = (
+            Optimization.objects.select_for_update(of=("self",)).select_related("strategy").get(pk=run.optimization_id)
+        )
         if optimization.status not in (Status.PENDING, Status.EXECUTING):
             # Cancelled (or closed) meanwhile: the point is not counted and not charged.
             OptimizationRun.objects.filter(pk=run_id, status=Status.EXECUTING).update(
