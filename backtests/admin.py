@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from backtests.models import DryRun, DryRunPass, Optimization, OptimizationRun, Report, Strategy
+from backtests.models import DryRun, DryRunPass, Optimization, OptimizationRun, Report, Strategy, Trial
 from backtests.pages import report_statistics
 from leroy.admin import ReadOnlyAdmin
 
@@ -118,3 +118,10 @@ class OptimizationRunAdmin(ReadOnlyAdmin):
     @admin.display(description="Statistics")
     def statistics_table(self, run: OptimizationRun) -> SafeString:
         return statistics_table(run.statistics)
+
+
+@admin.register(Trial)
+class TrialAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "user", "strategy", "kind", "frequency", "start", "end", "sharpe", "observations"]
+    list_filter = ["kind", "frequency"]
+    search_fields = ["user__email", "code_sha256", "lineage"]

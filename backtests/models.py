@@ -106,6 +106,7 @@ class Report(models.Model):
     equity = models.JSONField(default=list)
     diagnostics = models.JSONField(null=True, blank=True)
     lookahead_check = models.JSONField(null=True, blank=True)  # the truncation probe's verdict
+    verdict = models.JSONField(null=True, blank=True)  # verdicts.verdict, once COMPLETED; in the report hash
     error = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -146,10 +147,14 @@ class Optimization(models.Model):
     failed_iterations = models.PositiveIntegerField(default=0)
     credits_per_iteration = models.PositiveIntegerField(default=0)
     credits_probe = models.PositiveIntegerField(default=0)  # the look-ahead probe of the best run
+    credits_pbo = models.PositiveIntegerField(default=0)  # CSCV over the grid (refunded when refused)
+    pbo_blocks = models.PositiveSmallIntegerField(default=16)
     credits_reserved = models.PositiveIntegerField(default=0)
     credits_charged = models.PositiveIntegerField(default=0)
     hold_id = models.BigIntegerField(null=True, blank=True)
     lookahead_check = models.JSONField(null=True, blank=True)  # the probe of the best run by the target metric
+    verdict = models.JSONField(null=True, blank=True)  # verdicts.verdict of the best run and the grid, once closed
+    report_hash = models.CharField(max_length=64, blank=True, default="")  # over every point's statistics + verdict
     error = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -167,6 +172,8 @@ class OptimizationRun(models.Model):
     parameters = models.JSONField()  # the swept values at this point
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     statistics = models.JSONField(null=True, blank=True)
+    returns = models.JSONField(default=list)  # [[day, return], ...]: the daily series CSCV splits
+    trade_count = models.PositiveIntegerField(default=0)
     data_version = models.CharField(max_length=64, blank=True, default="")
     error = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -176,4 +183,42 @@ class OptimizationRun(models.Model):
         ordering = ["iteration"]
         constraints = [
             models.UniqueConstraint(fields=["optimization", "iteration"], name="backtests_run_iteration_unique")
+        ]
+
+
+class TrialKind(models.TextChoices):
+    BACKTEST = "backtest"
+    GRID_POINT = "grid_point"
+
+
+class Trial(models.Model):
+    """One completed backtest or grid point of a strategy: the server's own count of variants tried, which the
+    deflated Sharpe ratio deflates by. Counted per account by lineage or by code hash, so neither a new version
+    nor a new strategy with the same code starts the count again. Never written from caller input."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    strategy = models.ForeignKey(Strategy, on_delete=models.PROTECT, related_name="trials")
+    lineage = models.UUIDField(db_index=True)
+    code_sha256 = models.CharField(max_length=64, db_index=True)
+    kind = models.CharField(max_length=12, choices=TrialKind.choices)
+    report = models.OneToOneField(Report, null=True, blank=True, on_delete=models.CASCADE, related_name="trial")
+    run = models.OneToOneField(OptimizationRun, null=True, blank=True, on_delete=models.CASCADE, related_name="trial")
+    parameters = models.JSONField()  # every parameter the run used
+    data_ids = models.JSONField()
+    frequency = models.CharField(max_length=4)
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    data_version = models.CharField(max_length=64)
+    sharpe = models.FloatField(null=True, blank=True)  # per observation (day); null when undefined
+    observations = models.PositiveIntegerField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(report__isnull=False, run__isnull=True)
+                | models.Q(report__isnull=True, run__isnull=False),
+                name="backtests_trial_one_source",
+            )
         ]

@@ -659,7 +659,7 @@ class Determinism(Out):
     strategy_version_id: str
     data_version: str = Field(description="SHA-256 of the bars used; empty when the run never read them")
     parameters: dict[str, bool | int | float]
-    report_hash: str = Field(description="Equal for equal (strategy version, data version, parameters)")
+    report_hash: str = Field(description="Equal for equal (strategy version, data version, parameters, trials)")
 
 
 RECENT_TRADES = 20  # trades a report shows inline; list_report_trades pages through all of them
@@ -674,12 +674,14 @@ class ReportOut(ReportSummary):
     diagnostics: Diagnostics | None = None
     chart_data: ChartData | None = None
     determinism: Determinism | None = None
+    verdict: dict[str, Any] | None = None  # verdicts.verdict: its shape is in documentation.md, "Verdicts"
 
     @classmethod
     def from_report(cls, report: Report) -> Self:
         body = _report_fields(report)
         if report.status in TERMINAL:
             body.update(
+                verdict=report.verdict,
                 recent_trades=report.trades[-RECENT_TRADES:],
                 trade_count=len(report.trades),
                 per_symbol=report.per_symbol,
@@ -833,14 +835,17 @@ class ChartPoint(Out):
 class OptimizationOut(OptimizationSummary):
     simulation_parameters: SimulationParameters
     chart_data: list[ChartPoint]
+    verdict: dict[str, Any] | None  # verdicts.verdict (documentation.md, "Verdicts")
+    report_hash: str
 
     @classmethod
     def from_runs(cls, optimization: Optimization, completed: Iterable[OptimizationRun]) -> Self:
         """The optimization with its `completed` grid points charted by the target metric."""
         chart = [ChartPoint.from_run(run, optimization.target_metric) for run in completed]
         return cls.from_optimization(
-            optimization, simulation_parameters=optimization.simulation_parameters, chart_data=chart
-        )
+            optimization, simulation_parameters=optimization.simulation_parameters, chart_data=chart,
+            verdict=optimization.verdict, report_hash=optimization.report_hash,
+        )  # fmt: skip
 
 
 class LatestOptimizationOut(Out):

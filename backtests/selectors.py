@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from accounts.models import User
-from backtests.models import Optimization, OptimizationRun, Report, Status, Strategy
+from backtests.models import Optimization, OptimizationRun, Report, Status, Strategy, Trial
 from evidence.models import Symbol
 
 # Everyday names agents use for pairs whose tickers are codes.
@@ -97,6 +97,21 @@ def optimization_runs(
         )
         runs = valued + missing
     return runs[skip : skip + limit], len(runs)
+
+
+def trial_tally(*, user: User, strategy: Strategy) -> tuple[int, float | None]:
+    """Trials this account ran on the strategy's lineage or on its exact code, and the sample variance of their
+    per-observation Sharpe ratios (null under two defined Sharpes)."""
+    sharpes = list(
+        Trial.objects.filter(user=user)
+        .filter(Q(lineage=strategy.lineage) | Q(code_sha256=strategy.code_sha256))
+        .values_list("sharpe", flat=True)
+    )
+    defined = [s for s in sharpes if s is not None]
+    if len(defined) < 2:
+        return len(sharpes), None
+    mean = sum(defined) / len(defined)
+    return len(sharpes), sum((s - mean) ** 2 for s in defined) / (len(defined) - 1)
 
 
 def symbols(*, is_global: bool | None = None, asset_class: str | None = None) -> QuerySet[Symbol]:

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from accounts.models import User
-from backtests import sandbox, selectors, statistics
+from backtests import sandbox, selectors, statistics, verdicts
 from backtests.dryrun import dry_run_datas
 from backtests.models import (
     DryRun,
@@ -26,6 +26,8 @@ from backtests.models import (
     Report,
     Status,
     Strategy,
+    Trial,
+    TrialKind,
 )
 from backtests.policy import declared_parameters
 from billing import services as billing
@@ -324,6 +326,63 @@ def _diagnostics(outcome: sandbox.Outcome, data_version: str) -> dict[str, Any]:
     }
 
 
+# --- trials and verdicts ---------------------------------------------------------------------------------------
+
+
+def _returns(daily_returns: list[list[Any]]) -> list[float]:
+    return [float(r) for _, r in daily_returns]
+
+
+def trial_record(
+    *,
+    strategy: Strategy,
+    kind: str,
+    parameters: dict[str, Any],
+    data_ids: list[str],
+    frequency: str,
+    start: datetime,
+    end: datetime,
+    data_version: str,
+    daily_returns: list[list[Any]],
+    report: Report | None = None,
+    run: OptimizationRun | None = None,
+) -> Trial:
+    """Count one completed run toward the strategy's trials (its Sharpe per day, null when undefined)."""
+    observed = verdicts.moments(_returns(daily_returns))
+    return Trial.objects.create(
+        user_id=strategy.user_id, strategy=strategy, lineage=strategy.lineage, code_sha256=strategy.code_sha256,
+        kind=kind, report=report, run=run, parameters=parameters, data_ids=data_ids, frequency=frequency,
+        start=start, end=end, data_version=data_version, sharpe=observed.sharpe if observed else None,
+        observations=len(daily_returns), created_at=now(),
+    )  # fmt: skip
+
+
+def thresholds() -> verdicts.Thresholds:
+    return verdicts.Thresholds(
+        min_deflated_sharpe=settings.LEROY_VERDICT_MIN_DEFLATED_SHARPE,
+        max_pbo=settings.LEROY_VERDICT_MAX_PBO,
+        min_trades=settings.LEROY_VERDICT_MIN_TRADES,
+    )
+
+
+def verdict_of(
+    *,
+    strategy: Strategy,
+    daily_returns: list[list[Any]],
+    trades: int,
+    lookahead: str,
+    pbo: dict[str, Any] | None = None,
+    pbo_refusal: str | None = None,
+) -> dict[str, Any]:
+    """The verdict of one run, deflated by every trial counted so far on the strategy (this one included)."""
+    count, variance = selectors.trial_tally(user=strategy.user, strategy=strategy)
+    deflated = verdicts.deflated_sharpe(_returns(daily_returns), trials=count, trial_sharpe_variance=variance)
+    return verdicts.verdict(
+        deflated=deflated, pbo=pbo, pbo_refusal=pbo_refusal, lookahead=lookahead, trades=trades,
+        thresholds=thresholds(),
+    )  # fmt: skip
+
+
 # --- backtests -------------------------------------------------------------------------------------------------
 
 
@@ -425,7 +484,18 @@ def backtest_execute(*, report_id: str) -> None:
         locked.statistics, locked.per_symbol = stats, statistics.per_symbol(result)
         locked.trades, locked.equity, locked.diagnostics = result["trades"], result["equity"], diagnostics
         locked.data_version, locked.lookahead_check = data_version, check
-        locked.report_hash = statistics.report_hash(statistics=stats, result=result, lookahead_check=check)
+        trial_record(
+            strategy=report.strategy, kind=TrialKind.BACKTEST, parameters=report.parameters, data_ids=report.data_ids,
+            frequency=report.frequency, start=start, end=end, data_version=data_version,
+            daily_returns=result["daily_returns"], report=locked,
+        )  # fmt: skip
+        locked.verdict = verdict_of(
+            strategy=report.strategy, daily_returns=result["daily_returns"], trades=len(result["trades"]),
+            lookahead=check["status"],
+        )  # fmt: skip
+        locked.report_hash = statistics.report_hash(
+            statistics=stats, result=result, lookahead_check=check, verdict=locked.verdict
+        )
         # A probe the data were too short for did not run: its credits go back.
         unused = settings.LEROY_LOOKAHEAD_PROBE_CREDITS if check["status"] == "not_run" else 0
         locked.credits_charged = max(0, locked.credits_reserved - unused)
@@ -485,7 +555,8 @@ def optimization_submit(
     points = grid_points(grids)
     price = 0 if use_free_optimization else settings.LEROY_OPTIMIZATION_POINT_CREDITS
     probe = 0 if use_free_optimization else settings.LEROY_LOOKAHEAD_PROBE_CREDITS
-    _within_budget(price * len(points) + probe, max_credits)
+    pbo = 0 if use_free_optimization else settings.LEROY_PBO_CREDITS
+    _within_budget(price * len(points) + probe + pbo, max_credits)
     optimization = Optimization.objects.create(
         user=user,
         strategy=strategy,
@@ -505,7 +576,9 @@ def optimization_submit(
         total_iterations=len(points),
         credits_per_iteration=price,
         credits_probe=probe,
-        credits_reserved=price * len(points) + probe,
+        credits_pbo=pbo,
+        pbo_blocks=settings.LEROY_PBO_BLOCKS,
+        credits_reserved=price * len(points) + probe + pbo,
         created_at=now(),
     )
     reference = f"optimization:{optimization.pk}"
@@ -569,7 +642,7 @@ def optimization_point_execute(*, run_id: int) -> None:
     if not outcome.ok or outcome.result is None:
         _point_done(run_id, error=outcome.error or WORKER_LOST, data_version=data_version)
         return
-    _point_done(run_id, stats=statistics.compute(outcome.result), data_version=data_version)
+    _point_done(run_id, result=outcome.result, data_version=data_version)
 
 
 def _point_done(run_id: int, **finish: Any) -> None:
@@ -621,44 +694,96 @@ def _optimization_probe(optimization_id: Any) -> None:
     _optimization_close(optimization_id, check)
 
 
+def optimization_pbo(
+    optimization: Optimization, runs: list[OptimizationRun]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """CSCV over the completed points' daily returns, or why it was refused (too few points or observations)."""
+    try:
+        matrix = verdicts.returns_matrix([run.returns for run in runs])
+        return verdicts.cscv(
+            matrix, blocks=optimization.pbo_blocks, min_block_observations=settings.LEROY_PBO_MIN_BLOCK_OBSERVATIONS
+        ), None
+    except verdicts.CscvRefused as refused:
+        return None, str(refused)
+
+
+def optimization_verdict(optimization: Optimization, check: dict[str, Any]) -> dict[str, Any] | None:
+    """The best run's deflated Sharpe over every trial of the strategy, the grid's PBO and the probe."""
+    best = _best_run(optimization)
+    if best is None:
+        return None
+    runs = list(OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED))
+    pbo, refusal = optimization_pbo(optimization, runs)
+    return verdict_of(
+        strategy=optimization.strategy, daily_returns=best.returns, trades=best.trade_count,
+        lookahead=check["status"], pbo=pbo, pbo_refusal=refusal,
+    )  # fmt: skip
+
+
 def _optimization_close(optimization_id: Any, check: dict[str, Any] | None) -> None:
     with transaction.atomic():
-        optimization = Optimization.objects.select_for_update().get(pk=optimization_id)
+        optimization = (
+            Optimization.objects.select_for_update(of=("self",)).select_related("strategy").get(pk=optimization_id)
+        )
         if optimization.status != Status.EXECUTING:
             return  # cancelled meanwhile: already settled
         optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
         optimization.lookahead_check = check
+        optimization.verdict = optimization_verdict(optimization, check) if check is not None else None
         probed = check is not None and check["status"] != "not_run"
-        optimization.credits_charged = optimization.completed_iterations * optimization.credits_per_iteration + (
-            optimization.credits_probe if probed else 0
+        computed = optimization.verdict is not None and optimization.verdict["pbo"] is not None
+        optimization.credits_charged = (
+            optimization.completed_iterations * optimization.credits_per_iteration
+            + (optimization.credits_probe if probed else 0)
+            + (optimization.credits_pbo if computed else 0)
         )
+        if optimization.verdict is not None and check is not None:
+            points = OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED)
+            optimization.report_hash = statistics.optimization_hash(
+                points=[{"iteration": r.iteration, "parameters": r.parameters, "statistics": r.statistics}
+                        for r in points.order_by("iteration")],
+                lookahead_check=check, verdict=optimization.verdict,
+            )  # fmt: skip
         optimization.finished_at = now()
-        optimization.save(update_fields=["status", "lookahead_check", "finished_at", "credits_charged"])
+        optimization.save(
+            update_fields=["status", "lookahead_check", "verdict", "report_hash", "finished_at", "credits_charged"]
+        )
         _settle(optimization.hold_id, optimization.credits_charged)
 
 
 def _point_finish(
-    run_id: int, *, stats: dict[str, Any] | None = None, error: dict[str, Any] | None = None, data_version: str = ""
+    run_id: int, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None, data_version: str = ""
 ) -> bool:
     """Record one point; True when it was the last and some point completed (the best run's probe is due; the
     optimization closes after it). When every point failed, the optimization closes here, charging nothing."""
     with transaction.atomic():
-        run = OptimizationRun.objects.select_related("optimization").get(pk=run_id)
-        optimization = Optimization.objects.select_for_update().get(pk=run.optimization_id)
+        run = OptimizationRun.objects.get(pk=run_id)
+        optimization = (
+            Optimization.objects.select_for_update(of=("self",)).select_related("strategy").get(pk=run.optimization_id)
+        )
         if optimization.status not in (Status.PENDING, Status.EXECUTING):
             # Cancelled (or closed) meanwhile: the point is not counted and not charged.
             OptimizationRun.objects.filter(pk=run_id, status=Status.EXECUTING).update(
                 status=Status.CANCELLED, finished_at=now()
             )
             return False
-        ok = error is None
+        ok = error is None and result is not None
         OptimizationRun.objects.filter(pk=run_id).update(
             status=Status.COMPLETED if ok else Status.FAILED,
-            statistics=stats,
+            statistics=statistics.compute(result) if result is not None else None,
+            returns=result["daily_returns"] if result is not None else [],
+            trade_count=len(result["trades"]) if result is not None else 0,
             error=error,
             data_version=data_version,
             finished_at=now(),
         )
+        if result is not None:
+            trial_record(
+                strategy=optimization.strategy, kind=TrialKind.GRID_POINT,
+                parameters={**optimization.parameters, **run.parameters}, data_ids=optimization.data_ids,
+                frequency=optimization.frequency, start=optimization.start_date, end=optimization.end_date,
+                data_version=data_version, daily_returns=result["daily_returns"], run=run,
+            )  # fmt: skip
         counter = "completed_iterations" if ok else "failed_iterations"
         Optimization.objects.filter(pk=optimization.pk).update(**{counter: F(counter) + 1})
         optimization.refresh_from_db()

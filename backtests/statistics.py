@@ -117,14 +117,26 @@ def per_symbol(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def report_hash(*, statistics: dict[str, Any], result: dict[str, Any], lookahead_check: dict[str, Any]) -> str:
-    """SHA-256 over the report's content and its look-ahead verdict; equal inputs (version, data, parameters)
-    give equal hashes."""
+def report_hash(
+    *, statistics: dict[str, Any], result: dict[str, Any], lookahead_check: dict[str, Any], verdict: dict[str, Any]
+) -> str:
+    """SHA-256 over the report's content, its look-ahead probe and its verdict; equal inputs (version, data,
+    parameters and the trials counted before it) give equal hashes."""
     body = {
         "statistics": statistics,
         "trades": result["trades"],
         "equity": result["equity"],
         "final_value": result["final_value"],
         "lookahead_check": lookahead_check,
+        "verdict": verdict,
     }
+    return _sha256(body)
+
+
+def optimization_hash(*, points: list[dict[str, Any]], lookahead_check: dict[str, Any], verdict: dict[str, Any]) -> str:
+    """SHA-256 over every completed point (iteration, parameters, statistics), the probe and the verdict."""
+    return _sha256({"points": points, "lookahead_check": lookahead_check, "verdict": verdict})
+
+
+def _sha256(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -333,7 +333,8 @@ async def list_reports(call: ToolCall, args: ListReportsArgs) -> Paged[ReportSum
 async def get_report(call: ToolCall, args: IdArgs) -> ReportOut:
     """One report. PENDING/EXECUTING give status only; COMPLETED/FAILED add summary statistics, recent
     reconstructed trades, per-symbol performance, diagnostics (sandbox layers, data version, report hash) and
-    equity-curve chart data. Stored statistics are authoritative: reconstructed trades exclude commission."""
+    equity-curve chart data, and the verdict. Stored statistics are authoritative: reconstructed trades exclude
+    commission."""
 
     def run() -> ReportOut:
         report = _found(selectors.report_get(user=call.user(), report_id=args.id), "report", args.id)
@@ -388,11 +389,12 @@ async def wait_for_reports(call: ToolCall, args: WaitForReportsArgs) -> ReportsW
 async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> OptimizationSubmitted:
     """Submit a 1-2 parameter grid optimization of a saved strategy; each grid point runs as its own job.
 
-    Cost: LEROY_OPTIMIZATION_POINT_CREDITS (default 5) credits per grid point plus LEROY_LOOKAHEAD_PROBE_CREDITS
-    (default 5) for the best run's look-ahead probe, the whole grid reserved up front (returned as
-    credits_reserved), or 0 when use_free_optimization is true (uses one of the month's free optimizations);
-    cancelled or failed points are refunded. Above the optional max_credits it is refused and
-    nothing is reserved. Returns {success, optimization_id, total_iterations, credits_reserved, usage}."""
+    Cost: LEROY_OPTIMIZATION_POINT_CREDITS (default 5) credits per grid point, LEROY_LOOKAHEAD_PROBE_CREDITS
+    (default 5) for the best run's look-ahead probe and LEROY_PBO_CREDITS (default 1) for the verdict's PBO,
+    reserved up front (returned as credits_reserved), or 0 when use_free_optimization is true (uses one of the
+    month's free optimizations); cancelled or failed points, and a PBO the grid is too small for, are refunded.
+    Above the optional max_credits it is refused and nothing is reserved. Returns {success, optimization_id,
+    total_iterations, credits_reserved, usage}."""
 
     def run() -> OptimizationSubmitted:
         user = call.user()
@@ -432,8 +434,8 @@ async def list_optimizations(call: ToolCall, args: ListOptimizationsArgs) -> Pag
 
 @_tool("get_optimization", "Get optimization", IdArgs, OptimizationOut)
 async def get_optimization(call: ToolCall, args: IdArgs) -> OptimizationOut:
-    """One optimization: status, progress, grids, metrics, dates, simulation settings, credits, errors and
-    chart data. It names no "best" run: use list_optimization_results to inspect runs."""
+    """One optimization: status, progress, grids, metrics, dates, simulation settings, credits, errors, chart
+    data and the verdict. It names no "best" run: use list_optimization_results to inspect runs."""
 
     def run() -> OptimizationOut:
         found = selectors.optimization_get(user=call.user(), optimization_id=args.id)

@@ -367,6 +367,14 @@ LEROY_LOOKAHEAD_PROBE_CREDITS = int(env_str("LEROY_LOOKAHEAD_PROBE_CREDITS", "5"
 LEROY_DRY_RUNS_PER_WORKER = int(env_str("LEROY_DRY_RUNS_PER_WORKER", "2"))
 LEROY_DRY_RUN_QUEUE_SECONDS = float(env_str("LEROY_DRY_RUN_QUEUE_SECONDS", "15"))
 LEROY_OPTIMIZATION_POINT_CREDITS = int(env_str("LEROY_OPTIMIZATION_POINT_CREDITS", "5"))
+# CSCV over an optimization's grid (the PBO in its verdict): reserved with the grid, refunded when refused.
+LEROY_PBO_CREDITS = int(env_str("LEROY_PBO_CREDITS", "1"))
+LEROY_PBO_BLOCKS = int(env_str("LEROY_PBO_BLOCKS", "16"))  # CSCV's S (even); recorded on each optimization
+LEROY_PBO_MIN_BLOCK_OBSERVATIONS = int(env_str("LEROY_PBO_MIN_BLOCK_OBSERVATIONS", "5"))
+# The verdict's thresholds (documentation.md, "Verdicts"); each verdict names the values it used.
+LEROY_VERDICT_MIN_DEFLATED_SHARPE = float(env_str("LEROY_VERDICT_MIN_DEFLATED_SHARPE", "0.95"))
+LEROY_VERDICT_MAX_PBO = float(env_str("LEROY_VERDICT_MAX_PBO", "0.5"))
+LEROY_VERDICT_MIN_TRADES = int(env_str("LEROY_VERDICT_MIN_TRADES", "30"))
 LEROY_MARKET_DATA_URL = env_str("LEROY_MARKET_DATA_URL", "https://api.tiingo.com")  # a Tiingo-compatible API
 LEROY_MARKET_DATA_TOKEN = env_str("LEROY_MARKET_DATA_TOKEN")
 

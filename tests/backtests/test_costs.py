@@ -38,6 +38,7 @@ def test_every_credit_tool_states_its_cost_rule():
     assert "LEROY_LOOKAHEAD_PROBE_CREDITS (default 5) for its\nlook-ahead probe" in tools["run_backtest"].description
     assert "credits per grid point" in tools["run_optimization"].description
     assert "use_free_optimization is true" in tools["run_optimization"].description
+    assert "LEROY_PBO_CREDITS (default 1) for the verdict's PBO" in tools["run_optimization"].description
     assert "refunded" in tools["cancel_optimization"].description
     for spec in tools.values():
         if spec.metering == "lookup":
@@ -61,12 +62,12 @@ async def test_backtest_above_max_credits_is_refused_and_reserves_nothing(mcp_ht
 async def test_optimization_above_max_credits_is_refused_and_reserves_nothing(mcp_http, owner, write_key):
     strategy_id, coin_id = await sync_to_async(_saved_strategy_and_coin)(owner)
     before = await sync_to_async(credit_usage)(user=owner)
-    async with client(mcp_http, write_key) as session:  # 4 grid points at 5 credits + 5 for the probe = 25
-        result = await session.call_tool("run_optimization", optimization_args(strategy_id, coin_id, max_credits=24))
+    async with client(mcp_http, write_key) as session:  # 4 grid points at 5 credits, 5 for the probe, 1 for PBO
+        result = await session.call_tool("run_optimization", optimization_args(strategy_id, coin_id, max_credits=25))
 
     assert result.is_error is True
     assert result.structured_content["error"]["code"] == "over_max_credits"
-    assert result.structured_content["error"]["credits_required"] == 25
+    assert result.structured_content["error"]["credits_required"] == 26
     assert await Optimization.objects.acount() == 0
     assert await sync_to_async(credit_usage)(user=owner) == before
 

@@ -38,3 +38,25 @@ def test_the_report_page_states_the_lookahead_verdict(client, owner, check, show
     assert page.status_code == 200
     assert shown in page.content.decode()
     assert "not computed" not in page.content.decode()
+
+
+def test_the_report_page_shows_the_verdict_beside_the_statistics(client, owner):
+    from backtests import verdicts
+
+    report = report_of(owner, {"status": "passed", "k": 3, "cuts": [CUT]})
+    deflated = verdicts.deflated_sharpe([0.01, -0.005, 0.002, 0.004, -0.001], trials=7, trial_sharpe_variance=0.02)
+    report.verdict = verdicts.verdict(
+        deflated=deflated, pbo=None, pbo_refusal=None, lookahead="passed", trades=4,
+        thresholds=verdicts.Thresholds(min_deflated_sharpe=0.95, max_pbo=0.5, min_trades=30),
+    )  # fmt: skip
+    report.save(update_fields=["verdict"])
+    client.force_login(owner)
+
+    page = client.get(f"/account/reports/{report.pk}/").content.decode()
+
+    assert page.index('id="statistics"') < page.index('id="verdict"') < page.index("<h2>Trades</h2>")
+    assert '<span class="badge" id="verdict-status">insufficient_evidence</span>' in page
+    assert "<code>trades</code> 4 trades, fewer than LEROY_VERDICT_MIN_TRADES 30." in page
+    assert "<dt>Trials</dt><dd>7</dd>" in page
+    assert "not investment advice" in page
+    assert "LEROY_VERDICT_MAX_PBO = 0.5" in page

@@ -115,7 +115,12 @@ def test_backtest_completes_settles_credits_and_is_deterministic(owner, coin, dj
     assert first.statistics["realized_pnl"] == pytest.approx(sum(t["total"] for t in first.trades))
     assert first.diagnostics["sandbox_layers"] == expected_layers()
     assert len(first.data_version) == 64
-    assert (second.data_version, second.report_hash) == (first.data_version, first.report_hash)
+    assert (second.data_version, second.trades, second.statistics) == (
+        first.data_version, first.trades, first.statistics
+    )  # fmt: skip
+    # The second run is a second trial of the strategy: its verdict, and so its hash, deflate by both.
+    assert (first.verdict["deflated_sharpe"]["trials"], second.verdict["deflated_sharpe"]["trials"]) == (1, 2)
+    assert second.report_hash != first.report_hash
     assert first.credits_charged == 15  # 10 for the backtest, 5 for its look-ahead probe
     assert (first.lookahead_check["status"], len(first.lookahead_check["cuts"])) == ("passed", 3)
     usage = credit_usage(user=owner)
@@ -253,8 +258,8 @@ def test_optimization_runs_every_point_and_charges_them(owner, coin, django_capt
     runs = list(OptimizationRun.objects.filter(optimization=result))
     assert [r.parameters for r in runs][:2] == [{"fast": 3, "slow": 10}, {"fast": 3, "slow": 20}]
     assert all(set(r.statistics) == set(services.statistics.METRICS) for r in runs)
-    assert result.credits_charged == 35  # 6 points x 5 and the best run's look-ahead probe
-    assert credit_usage(user=owner)["credits_remaining"] == 965
+    assert result.credits_charged == 36  # 6 points x 5, the best run's look-ahead probe and the grid's PBO
+    assert credit_usage(user=owner)["credits_remaining"] == 964
     best = max(runs, key=lambda r: (r.statistics["realized_pnl"], -r.iteration))
     assert result.lookahead_check["status"] == "passed"
     assert (result.lookahead_check["iteration"], result.lookahead_check["parameters"]) == (
@@ -266,7 +271,7 @@ def test_optimization_runs_every_point_and_charges_them(owner, coin, django_capt
 def test_cancel_mid_optimization_stops_the_rest_and_refunds_exactly(owner, coin, django_capture_on_commit_callbacks):
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
-    assert credit_usage(user=owner)["credits_remaining"] == 965  # 6 points x 5 credits and the probe's 5 reserved
+    assert credit_usage(user=owner)["credits_remaining"] == 964  # 6 points x 5, the probe's 5 and the PBO's 1
 
     services.optimization_point_execute(run_id=runs[0].pk)
     services.optimization_point_execute(run_id=runs[1].pk)
@@ -422,7 +427,9 @@ def test_a_report_carries_the_probes_failure_and_its_hash_covers_it(
         statistics=cheat.statistics,
         result={"trades": cheat.trades, "equity": cheat.equity, "final_value": cheat.diagnostics["final_value"]},
         lookahead_check=check,
+        verdict=cheat.verdict,
     )
+    assert (cheat.verdict["status"], cheat.verdict["reasons"][0]["code"]) == ("overfit", "lookahead")
 
 
 def test_a_probe_the_data_are_too_short_for_is_not_run_and_not_charged(owner, django_capture_on_commit_callbacks):
@@ -437,3 +444,66 @@ def test_a_probe_the_data_are_too_short_for_is_not_run_and_not_charged(owner, dj
         "reason": "the data have 30 common bars; the probe needs at least 40",
     }  # fmt: skip
     assert (report.credits_reserved, report.credits_charged) == (15, 10)
+
+
+def test_trials_count_every_run_across_versions_and_copies_of_the_same_code(
+    owner, outsider, coin, django_capture_on_commit_callbacks
+):
+    from backtests.models import Trial
+
+    first = saved(owner)
+    submit(owner, first, coin, django_capture_on_commit_callbacks)
+    renamed = services.strategy_update(user=owner, strategy_id=str(first.pk), name="SMA renamed")
+    submit(owner, renamed, coin, django_capture_on_commit_callbacks)
+    # A new strategy (a new lineage) with the same code cannot start the count again: it is counted by code hash.
+    copy = services.strategy_create(user=owner, name="SMA copy", code=SMA_CROSS)
+    third = submit(owner, copy, coin, django_capture_on_commit_callbacks)
+    elsewhere = submit(outsider, saved(outsider), coin, django_capture_on_commit_callbacks)
+
+    assert copy.lineage != first.lineage
+    assert third.verdict["deflated_sharpe"]["trials"] == 3
+    assert elsewhere.verdict["deflated_sharpe"]["trials"] == 1  # another account's trials are its own
+    sharpes = list(Trial.objects.filter(user=owner).values_list("sharpe", flat=True))
+    mean = sum(sharpes) / 3
+    variance = sum((s - mean) ** 2 for s in sharpes) / 2
+    assert third.verdict["deflated_sharpe"]["trial_sharpe_variance"] == pytest.approx(variance)
+    trial = Trial.objects.get(report=third)
+    assert (trial.kind, trial.data_ids, trial.frequency, trial.data_version) == (
+        "backtest", [str(coin.pk)], "1d", third.data_version
+    )  # fmt: skip
+    assert trial.observations == third.verdict["deflated_sharpe"]["observations"]
+
+
+def test_an_optimization_counts_every_point_and_carries_a_verdict_with_pbo(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    from backtests.models import Trial
+
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+
+    verdict = result.verdict
+    assert Trial.objects.filter(user=owner, kind="grid_point").count() == 6
+    assert verdict["deflated_sharpe"]["trials"] == 6
+    assert (verdict["pbo"]["blocks"], verdict["pbo"]["combinations"], verdict["pbo"]["grid_points"]) == (16, 12870, 6)
+    assert 0.0 <= verdict["pbo"]["value"] <= 1.0
+    assert verdict["lookahead_check"] == "passed"
+    # The grid over a 120-bar random walk overfits (PBO above 0.5), and its runs trade far fewer than 30 times.
+    assert verdict["pbo"]["value"] > 0.5
+    assert (verdict["status"], [r["code"] for r in verdict["reasons"]][:2]) == ("overfit", ["pbo", "trades"])
+    assert len(result.report_hash) == 64
+    runs = list(OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED))
+    recomputed, _ = services.optimization_pbo(result, runs)
+    assert recomputed == verdict["pbo"]
+
+
+def test_a_grid_too_small_for_cscv_is_refused_in_the_verdict_and_its_credits_refunded(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    one_point = [{"name": "fast", "min": 3, "max": 3, "step": 1}]
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, grids=one_point)
+
+    assert (result.credits_reserved, result.credits_charged) == (11, 10)  # the PBO's 1 credit went back
+    assert result.verdict["pbo"] is None
+    reason = next(r for r in result.verdict["reasons"] if r["code"] == "pbo_not_computed")
+    assert reason["message"] == "The grid has 1 completed point(s); CSCV needs at least 2 to choose between."
+    assert credit_usage(user=owner)["credits_remaining"] == 990

@@ -81,6 +81,19 @@ async def test_agent_authors_dry_runs_saves_versions_and_backtests(mcp_http, own
 
     assert (submitted["credits_reserved"], submitted["usage"]["credits_remaining"]) == (15, 985)  # with the probe
     assert report["lookahead_check"]["status"] == "passed"
+    verdict = report["verdict"]
+    assert (verdict["lookahead_check"], verdict["pbo"], verdict["deflated_sharpe"]["trials"]) == ("passed", None, 1)
+    assert verdict["status"] in ("robust", "fragile", "overfit", "insufficient_evidence")
+    assert set(verdict["deflated_sharpe"]) == {
+        "value",
+        "probabilistic_sharpe",
+        "sharpe",
+        "trials",
+        "trial_sharpe_variance",
+        "skewness",
+        "kurtosis",
+        "observations",
+    }
     assert waited["results"] == [{"report_id": submitted["report_id"], "status": "COMPLETED"}]
     assert report["status"] == "COMPLETED"
     assert report["parameters"] == [{"name": "fast", "value": 4}]
@@ -129,8 +142,11 @@ async def test_agent_optimizes_reads_results_and_cannot_cancel_a_finished_grid(m
         listing = await ok(session, "list_optimizations", {})
         _, cancel = await refused(session, "cancel_optimization", {"id": started["optimization_id"]})
 
-    assert (started["success"], started["total_iterations"], started["credits_reserved"]) == (True, 4, 25)
+    assert (started["success"], started["total_iterations"], started["credits_reserved"]) == (True, 4, 26)
     assert detail["lookahead_check"]["status"] == "passed"
+    pbo = detail["verdict"]["pbo"]
+    assert (detail["verdict"]["deflated_sharpe"]["trials"], pbo["blocks"], pbo["combinations"]) == (4, 16, 12870)
+    assert detail["verdict"]["lookahead_check"] == "passed" and len(detail["report_hash"]) == 64
     assert (waited["status"], waited["completed_iterations"], waited["failed_iterations"]) == ("COMPLETED", 4, 0)
     assert "best" not in str(sorted(detail)) and "top" not in detail
     assert detail["simulation_parameters"] == {
