@@ -1,5 +1,7 @@
-"""The end-of-day tools' contract. Every successful answer carries the trust contract (`Trust`); none carries
-raw price history (legs name entry and exit closes, which are the engine's own derived output)."""
+"""The end-of-day tools' contract. Every successful answer carries the trust contract (`Trust`: as_of, last_updated,
+data_type, disclaimer, snapshot and calculation hashes, data source); none carries raw price history (legs name
+entry and exit closes, the engine's own derived output). Fixed texts are set by the selectors, not as schema
+defaults, to keep the tool list small."""
 
 from datetime import date, datetime
 from typing import Any, Literal
@@ -7,10 +9,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from billing.schemas import LookupUsage
-from evidence.publication.schemas import Guarantees, Receipt
+from evidence.publication.schemas import Receipt
 from evidence.vocabulary import Ticker
 from leroy.schemas import ToolArgs
 
+# What each answer is, in its trust contract's `data_type`.
 DataType = Literal[
     "end_of_day_signal", "historical_replay", "validation", "walk_forward", "forward_commitment", "provenance"
 ]
@@ -21,15 +24,13 @@ DISCLAIMER = (
 
 
 class Trust(BaseModel):
-    """The trust contract: read it before presenting a number."""
-
-    as_of: date = Field(description="The market session the snapshot is computed through.")
-    last_updated: datetime = Field(description="When the snapshot was completed (UTC).")
-    data_type: DataType
-    disclaimer: str = DISCLAIMER
-    snapshot_sha256: str = Field(description="The snapshot committed to the publication log.")
-    calculation_sha256: str = Field(description="Hash of this answer's calculation (components and result).")
-    source: Literal["vendor", "synthetic", "mixed"] = Field(description="Where the daily bars came from.")
+    as_of: date
+    last_updated: datetime
+    data_type: str
+    disclaimer: str
+    snapshot_sha256: str
+    calculation_sha256: str
+    source: str
 
 
 class Page(ToolArgs):
@@ -42,19 +43,12 @@ class ReplayArgs(Page):
 
 
 class ReplayOut(Trust):
-    label: Literal["retrospective_replay"] = "retrospective_replay"
-    note: str = (
-        "Today's engine rules applied retrospectively over up to five years; separate from validation and from the "
-        "forward ledger. Open legs are marked to the last close."
-    )
+    label: str
     symbol: str | None
-    summary: dict[str, Any] = Field(
-        description="count, winners/losers, win rate, average/median return and profit factor of closed legs; "
-        "max drawdown of the replay equity; exposure."
-    )
-    legs: list[dict[str, Any]] = Field(description="This page of the symbol's legs, oldest first (none for universe).")
+    summary: dict[str, Any]
+    legs: list[dict[str, Any]]
     total_legs: int
-    symbols: list[str] = Field(description="Universe symbols with a replay in this snapshot.")
+    symbols: list[str]
 
 
 class NoArgs(ToolArgs):
@@ -62,7 +56,7 @@ class NoArgs(ToolArgs):
 
 
 class HeldoutOut(Trust):
-    evidence_class: Literal["validation"] = "validation"
+    evidence_class: str
     reuse_admission: str
     first: date
     last: date
@@ -75,17 +69,14 @@ class WalkForwardArgs(ToolArgs):
 
 
 class WalkForwardOut(Trust):
-    method: str = (
-        "Each calendar year's variant is chosen only on closes through the preceding year, then scored on that "
-        "year; years where it lagged holding or the champion-free base are kept."
-    )
-    inputs_rehashed: Literal[True] = Field(True, description="Frozen input files re-hashed before publication.")
-    components: dict[str, Any] = Field(description="Data, engine, variant set and calculation version hashes.")
+    method: str
+    inputs_rehashed: bool
+    components: dict[str, Any]
     rows: list[dict[str, Any]]
 
 
 class Commitment(BaseModel):
-    publication_id: int = Field(description="The log index of the commitment (stable).")
+    publication_id: int
     session: date
     revision: int
     snapshot_sha256: str
@@ -108,15 +99,15 @@ class MaturityOut(Trust):
     instrument_count: int
     change_count: int
     snapshots_with_changes: int
-    performance_status: Literal["not_calculated_from_commitments"] = "not_calculated_from_commitments"
+    performance_status: str
 
 
 class ProvenanceOut(Trust):
     components: dict[str, Any]
     publication_id: int
-    checkpoint: str = Field(description="The publication log's latest signed checkpoint.")
+    checkpoint: str
     verifier_key: str
-    guarantees: Guarantees = Guarantees()
+    guarantees: dict[str, Any]
 
 
 class SignalArgs(ToolArgs):
@@ -125,16 +116,15 @@ class SignalArgs(ToolArgs):
 
 class SignalOut(Trust):
     symbol: str
-    status: Literal["available", "absent_from_snapshot"]
-    authoritative: str = "Treat action and suggested_position as authoritative; state may lag by one closing bar."
-    state: Literal["LONG", "FLAT"] | None = Field(description="Confirmed state (last recorded closing transition).")
-    action: Literal["ENTER", "HOLD", "EXIT", "STAY_FLAT"] | None
-    recommended_state: Literal["LONG", "FLAT"] | None
-    suggested_position: float | None = Field(description="Target weight: 1 long, 0 flat.")
-    lines_applied: dict[str, float | None] | None = Field(description="Buy/sell lines this close was judged on.")
-    lines_next_session: dict[str, float | None] | None = Field(description="Lines published for the next session.")
-    current_leg: dict[str, Any] | None = Field(description="Entry of the open leg in the replay window.")
-    first_entry: dict[str, Any] | None = Field(description="Entry of the longer active trend (full history).")
+    status: str
+    state: str | None
+    action: str | None
+    recommended_state: str | None
+    suggested_position: float | None
+    lines_applied: dict[str, float | None] | None
+    lines_next_session: dict[str, float | None] | None
+    current_leg: dict[str, Any] | None
+    first_entry: dict[str, Any] | None
     usage: LookupUsage
     receipt: Receipt | None = None
 
@@ -147,7 +137,7 @@ class FrozenRowsOut(Trust):
     publication_id: int
     revision: int
     components: dict[str, Any]
-    rows: list[dict[str, Any]] = Field(description="Exactly as hashed into snapshot_sha256 (RFC 8785).")
+    rows: list[dict[str, Any]]
     usage: LookupUsage
     receipt: Receipt | None = None
 
@@ -158,6 +148,6 @@ class ChangesArgs(ToolArgs):
 
 class ChangesOut(Trust):
     after: int
-    snapshots: list[dict[str, Any]] = Field(description="{publication_id, session, revision, changes} each.")
+    snapshots: list[dict[str, Any]]
     usage: LookupUsage
     receipt: Receipt | None = None

@@ -7,10 +7,12 @@ from typing import Any
 from django.db.models import Max
 
 from evidence.eod.engine import canonical_sha256
-from evidence.eod.heldout import REUSE_ADMISSION
-from evidence.eod.schemas import DataType
+from evidence.eod.heldout import EVIDENCE_CLASS, REUSE_ADMISSION
+from evidence.eod.schemas import DISCLAIMER, DataType
+from evidence.eod.walkforward import METHOD
 from evidence.models import EodRow, EodSnapshot, LogEntry
 from evidence.publication import selectors as publication
+from evidence.publication.schemas import Guarantees
 from leroy.errors import DomainError
 
 
@@ -39,6 +41,7 @@ def trust(snapshot: EodSnapshot, data_type: DataType, calculation_sha256: str) -
         "as_of": snapshot.session,
         "last_updated": snapshot.created_at,
         "data_type": data_type,
+        "disclaimer": DISCLAIMER,
         "snapshot_sha256": snapshot.snapshot_sha256,
         "calculation_sha256": calculation_sha256,
         "source": snapshot.components["data"]["source"],
@@ -48,7 +51,8 @@ def trust(snapshot: EodSnapshot, data_type: DataType, calculation_sha256: str) -
 def replay(*, symbol: str | None, offset: int, limit: int) -> dict[str, Any]:
     snapshot = latest()
     symbols = list(snapshot.rows.filter(available=True).values_list("symbol", flat=True))
-    base = {**trust(snapshot, "historical_replay", snapshot.replay["sha256"]), "symbols": symbols}
+    base = {**trust(snapshot, "historical_replay", snapshot.replay["sha256"]), "symbols": symbols,
+            "label": "retrospective_replay"}  # fmt: skip
     if symbol is None:
         return {**base, "symbol": None, "summary": snapshot.replay["summary"], "legs": [], "total_legs": 0}
     row = snapshot.rows.filter(symbol=symbol).first()
@@ -64,6 +68,7 @@ def heldout() -> dict[str, Any]:
     block = snapshot.heldout
     return {
         **trust(snapshot, "validation", block["sha256"]),
+        "evidence_class": EVIDENCE_CLASS,
         "reuse_admission": REUSE_ADMISSION,
         "first": block["first"],
         "last": block["last"],
@@ -76,7 +81,7 @@ def walk_forward(*, symbol: str | None) -> dict[str, Any]:
     snapshot = latest()
     rows = [row for row in snapshot.walk_forward["rows"] if symbol is None or row["symbol"] == symbol]
     return {**trust(snapshot, "walk_forward", snapshot.walk_forward["sha256"]), "components": snapshot.components,
-            "rows": rows}  # fmt: skip
+            "method": METHOD, "inputs_rehashed": True, "rows": rows}  # fmt: skip
 
 
 def _commitment(entry: LogEntry) -> dict[str, Any]:
@@ -114,6 +119,7 @@ def maturity() -> dict[str, Any]:
         "instrument_count": EodRow.objects.filter(snapshot=snapshot).count(),
         "change_count": sum(changes),
         "snapshots_with_changes": sum(1 for c in changes if c),
+        "performance_status": "not_calculated_from_commitments",  # a hash proves what was stored, not returns
     }
     return {**trust(snapshot, "forward_commitment", canonical_sha256({k: str(v) for k, v in fields.items()})),
             **fields}  # fmt: skip
@@ -127,6 +133,7 @@ def provenance() -> dict[str, Any]:
         "publication_id": snapshot.log_index,
         "checkpoint": publication.checkpoint_note(),
         "verifier_key": publication.verifier_key(),
+        "guarantees": Guarantees().model_dump(),
     }
 
 

@@ -107,8 +107,9 @@ async def get_provenance(call: ToolCall, args: NoArgs) -> ProvenanceOut:
 @tool(name="get_signal", title="End-of-day signal", args=SignalArgs, output=SignalOut,
       access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
 async def get_signal(call: ToolCall, args: SignalArgs) -> SignalOut:
-    """One symbol's signal from the latest completed end-of-day snapshot: state, action, target position, lines,
-    current leg and first entry. Impersonal, not advice. Costs 1 lookup (0 when repeated on the same snapshot)."""
+    """One symbol's signal in the latest end-of-day snapshot. Treat action and suggested_position as authoritative:
+    state (the recorded closing transition) may still read LONG when action is EXIT. Impersonal, not advice.
+    Costs 1 lookup (0 repeated on the same snapshot)."""
     return await _subscriber(call, args, SignalOut, lambda: selectors.signal(symbol=args.symbol))
 
 

@@ -16,6 +16,10 @@ VARIANTS: tuple[EngineParams, ...] = tuple(
     for entry in (20, 55)
     for exit_ in (10, 20)
 )
+METHOD = (
+    "Each calendar year's variant is chosen only on closes through the preceding year, then scored on that year; "
+    "years where it lagged holding or the champion-free base are kept."
+)
 FIT_YEARS = 2  # the fit scores each variant on the two calendar years before the scored year
 
 
