@@ -8,7 +8,7 @@ EXIT session it still reads LONG while `action` is EXIT and `recommended_state` 
 import hashlib
 from dataclasses import asdict, dataclass
 from math import isnan
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import rfc8785
@@ -18,7 +18,8 @@ ENGINE_VERSION = "1.0.0"
 
 State = Literal["LONG", "FLAT"]
 Action = Literal["ENTER", "HOLD", "EXIT", "STAY_FLAT"]
-LONG, FLAT = "LONG", "FLAT"
+LONG: State = "LONG"
+FLAT: State = "FLAT"
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class EngineParams:
 DEFAULT_PARAMS = EngineParams()
 
 
-def canonical_sha256(value: object) -> str:
+def canonical_sha256(value: Any) -> str:
+    """SHA-256 of the RFC 8785 (JCS) bytes: the one serialisation every end-of-day hash is taken over."""
     return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
 
 
@@ -75,7 +77,12 @@ def _rolling(closes: np.ndarray, n: int, how: str) -> np.ndarray:
     out = np.full(len(closes), np.nan)
     if len(closes) >= n:
         windows = np.lib.stride_tricks.sliding_window_view(closes, n)
-        out[n - 1 :] = {"max": windows.max, "min": windows.min, "mean": windows.mean}[how](axis=1)
+        if how == "max":
+            out[n - 1 :] = windows.max(axis=1)
+        elif how == "min":
+            out[n - 1 :] = windows.min(axis=1)
+        else:
+            out[n - 1 :] = windows.mean(axis=1)
     return out
 
 

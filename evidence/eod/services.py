@@ -130,7 +130,7 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
             paths=changed,
         )
     sources = sorted({source for _, _, source in files})
-    components = {
+    components: dict[str, Any] = {
         "calculation_version": CALCULATION_VERSION,
         "universe": {"name": universe.name, "version": universe.version, "sha256": universe.sha256},
         "engine": {**engine_identity(DEFAULT_PARAMS), "sha256": engine_sha256(DEFAULT_PARAMS)},
