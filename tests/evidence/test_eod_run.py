@@ -4,7 +4,9 @@ nothing. Frozen inputs are re-hashed first: an edited bar file refuses publicati
 import hashlib
 import json
 from datetime import UTC, date, datetime
+from io import StringIO
 
+import polars as pl
 import pytest
 import rfc8785
 import time_machine
@@ -14,8 +16,9 @@ from django.core.management.base import CommandError
 
 from evidence.eod.services import EodError, eod_run, latest_closed_session
 from evidence.eod.tasks import eod_run_task
-from evidence.marketdata import calendar
-from evidence.models import BarPartition, EodRow, EodSnapshot, LogEntry
+from evidence.marketdata import calendar, demo
+from evidence.marketdata import selectors as marketdata
+from evidence.models import BarPartition, EodRow, EodSnapshot, LogEntry, Symbol
 from leroy.clock import now
 from tests.evidence.eod_world import LAST, eod_world, universe_settings
 
@@ -137,3 +140,17 @@ def test_beat_runs_after_the_close_on_weekdays_and_the_task_publishes_a_session_
 def test_the_latest_closed_session_waits_for_the_close():
     assert latest_closed_session(datetime(2023, 2, 28, 20, 59, tzinfo=UTC)) == date(2023, 2, 27)
     assert latest_closed_session(datetime(2023, 2, 28, 21, 0, tzinfo=UTC)) == LAST
+
+
+def test_the_demo_loads_a_continuous_synthetic_daily_history_before_its_minutes(tmp_path):
+    call_command("load_demo_data", "--symbols", "1", "--sessions", "63", "--overlay-sessions", "2", "--seed", "3",
+                 "--daily-history-from", "2024-01-02", stdout=StringIO())  # fmt: skip
+
+    partitions = BarPartition.objects.filter(symbol__ticker="ALFA", frequency="1d")
+    bars = marketdata.bars_read(symbol=Symbol.objects.get(ticker="ALFA"), frequency="1d")
+    sessions = [ts.date() for ts in bars.get_column("ts").to_list()]
+    assert set(partitions.values_list("source", flat=True)) == {"synthetic"}
+    assert sessions == calendar.sessions_between(date(2024, 1, 2), sessions[-1])
+    assert sessions[-1] == demo.demo_sessions(demo.DEFAULT_START, 63)[-1]
+    joined = bars.filter(pl.col("ts").dt.date().is_in([date(2025, 8, 29), date(2025, 9, 2)])).get_column("close")
+    assert abs(joined[1] / joined[0] - 1) < 0.1  # the pre-history ends near where the minute history begins
