@@ -13,12 +13,13 @@ import time_machine
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import ProgrammingError, connection, transaction
 
 from evidence.eod.services import EodError, eod_run, latest_closed_session
 from evidence.eod.tasks import eod_run_task
 from evidence.marketdata import calendar, demo
 from evidence.marketdata import selectors as marketdata
-from evidence.models import BarPartition, EodRow, EodSnapshot, LogEntry, Symbol
+from evidence.models import AppendOnly, BarPartition, EodRow, EodSnapshot, LogEntry, Symbol
 from leroy.clock import now
 from tests.evidence.eod_world import LAST, eod_world, universe_settings
 
@@ -154,3 +155,16 @@ def test_the_demo_loads_a_continuous_synthetic_daily_history_before_its_minutes(
     assert sessions[-1] == demo.demo_sessions(demo.DEFAULT_START, 63)[-1]
     joined = bars.filter(pl.col("ts").dt.date().is_in([date(2025, 8, 29), date(2025, 9, 2)])).get_column("close")
     assert abs(joined[1] / joined[0] - 1) < 0.1  # the pre-history ends near where the minute history begins
+
+
+def test_snapshots_and_rows_are_immutable_in_the_orm_and_in_postgresql(world):
+    snapshot = eod_run(session=LAST)
+
+    with pytest.raises(AppendOnly):
+        snapshot.save()
+    with pytest.raises(AppendOnly):
+        EodRow.objects.filter(snapshot=snapshot).update(row={})
+    if connection.vendor == "postgresql":
+        with pytest.raises(ProgrammingError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("UPDATE evidence_eodrow SET row = '{}'")
+    assert EodRow.objects.get(snapshot=snapshot, symbol="CHRL").row["status"] == "absent_from_snapshot"
