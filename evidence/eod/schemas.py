@@ -33,12 +33,12 @@ class Trust(BaseModel):
     source: str
 
 
-class Page(ToolArgs):
+class EodPage(ToolArgs):
     offset: int = Field(0, ge=0)
     limit: int = Field(50, ge=1, le=200)
 
 
-class ReplayArgs(Page):
+class ReplayArgs(EodPage):
     symbol: Ticker | None = Field(None, description="Omit for the universe summary.")
 
 
@@ -49,10 +49,6 @@ class ReplayOut(Trust):
     legs: list[dict[str, Any]]
     total_legs: int
     symbols: list[str]
-
-
-class NoArgs(ToolArgs):
-    pass
 
 
 class HeldoutOut(Trust):

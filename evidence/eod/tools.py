@@ -8,17 +8,17 @@ from asgiref.sync import sync_to_async
 from pydantic import BaseModel
 
 from billing.metering import metered_answer
+from billing.schemas import NoArgs
 from evidence.eod import selectors
 from evidence.eod.schemas import (
     ChangesArgs,
     ChangesOut,
     CommitmentsOut,
+    EodPage,
     FrozenRowsArgs,
     FrozenRowsOut,
     HeldoutOut,
     MaturityOut,
-    NoArgs,
-    Page,
     ProvenanceOut,
     ReplayArgs,
     ReplayOut,
@@ -80,9 +80,9 @@ async def get_walk_forward_evidence(call: ToolCall, args: WalkForwardArgs) -> Wa
     return await _public(WalkForwardOut, lambda: selectors.walk_forward(symbol=args.symbol))
 
 
-@tool(name="list_publication_commitments", title="Publication commitments", args=Page, output=CommitmentsOut,
+@tool(name="list_publication_commitments", title="Publication commitments", args=EodPage, output=CommitmentsOut,
       access="public", scope="mcp:read", metering="free")  # fmt: skip
-async def list_publication_commitments(call: ToolCall, args: Page) -> CommitmentsOut:
+async def list_publication_commitments(call: ToolCall, args: EodPage) -> CommitmentsOut:
     """The forward ledger's daily snapshot commitments in the publication log, oldest first, paged. Prove one
     with get_log_inclusion_proof(index=publication_id). Free and public."""
     return await _public(CommitmentsOut, lambda: selectors.commitments(offset=args.offset, limit=args.limit))
