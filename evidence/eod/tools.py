@@ -38,7 +38,8 @@ async def _public[T: BaseModel](output: type[T], read: Callable[[], dict[str, An
 
 async def _subscriber[T: BaseModel](call: ToolCall, args: BaseModel, output: type[T],
                                     read: Callable[[], dict[str, Any]]) -> T:  # fmt: skip
-    """One lookup of the latest completed snapshot, cached per snapshot; a refusal (nothing to serve) costs 0."""
+    """One lookup of a completed snapshot, cached per snapshot; a refusal (nothing to serve) or a symbol absent
+    from the snapshot costs 0."""
 
     def run() -> T:
         user = call.user()
@@ -48,7 +49,7 @@ async def _subscriber[T: BaseModel](call: ToolCall, args: BaseModel, output: typ
             tool=call.tool,
             args=args,
             output=output,
-            compute=lambda: Answer(fields, 1),
+            compute=lambda: Answer(fields, 0 if fields.get("status") == "absent_from_snapshot" else 1),
             cache_scope=fields["snapshot_sha256"],
             finish=lambda result: receipt_attach(user=user, tool=call.tool, answer=result),
         )

@@ -119,6 +119,7 @@ async def test_subscriber_tools_cost_one_lookup_and_repeat_free_on_the_same_snap
     assert repeat.structured_content["usage"]["lookup_cost"] == 0
     assert repeat.structured_content["usage"]["cache"] == "hit"
     assert absent.structured_content["status"] == "absent_from_snapshot" and absent.structured_content["action"] is None
+    assert absent.structured_content["usage"]["lookup_cost"] == 0  # nothing of the symbol was in the snapshot
     assert unknown.is_error is True and unknown.structured_content["error"]["code"] == "symbol_not_in_universe"
     frozen = answers["get_frozen_forward_rows"].structured_content
     hashed = {"session": frozen["as_of"], "revision": frozen["revision"], "components": frozen["components"],
