@@ -17,7 +17,7 @@ from evidence.eod.universe import Universe, universe_load
 from evidence.marketdata import calendar
 from evidence.marketdata import selectors as marketdata
 from evidence.models import EodRow, EodSnapshot
-from evidence.publication.services import entry_append
+from evidence.publication.services import append_lock, entry_append
 from leroy.clock import now
 from leroy.errors import DomainError
 
@@ -107,16 +107,20 @@ def _changes(previous: EodSnapshot | None, rows: list[dict[str, Any]]) -> list[d
     return out
 
 
-def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
-    """The snapshot of `session` (returned unchanged when identical inputs already produced it)."""
-    universe = universe or universe_load()
-    if not calendar.xnys().is_session(session.isoformat()):
-        raise EodError("not_a_session", f"{session} is not an XNYS session.")
+def _refuse_retroactive(session: date) -> None:
     later = EodSnapshot.objects.filter(session__gt=session).order_by("-session").first()
     if later is not None:
         raise EodError(
             "retroactive", f"A snapshot of {later.session} exists: earlier sessions are never reconstructed."
         )
+
+
+def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
+    """The snapshot of `session` (returned unchanged when identical inputs already produced it)."""
+    universe = universe or universe_load()
+    if not calendar.xnys().is_session(session.isoformat()):
+        raise EodError("not_a_session", f"{session} is not an XNYS session.")
+    _refuse_retroactive(session)
     found = {ticker: _series(ticker, session) for ticker in universe.tickers}
     available = {ticker: s for ticker, s in found.items() if s is not None}
     if not available:
@@ -179,6 +183,8 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
     }
     walk_block = {"rows": walk_rows, "sha256": canonical_sha256({"components": components, "rows": walk_rows})}
     with transaction.atomic():
+        append_lock()  # taken before the revision is read, so concurrent runs of a session serialise here
+        _refuse_retroactive(session)  # again: a later session may have been published while this one computed
         latest = EodSnapshot.objects.filter(session=session).order_by("-revision").first()
         revision = latest.revision + 1 if latest is not None else 1
         if latest is not None:
