@@ -4,6 +4,8 @@ from evidence.models import (
     AnswerReceipt,
     BarPartition,
     Corpus,
+    EodRow,
+    EodSnapshot,
     Frame,
     LiveBar,
     LogCheckpoint,
@@ -83,3 +85,15 @@ class AnswerReceiptAdmin(ReadOnlyAdmin):
     list_display = ["answer_id", "tool", "day", "log_index", "recorded_at"]
     list_filter = ["tool"]
     search_fields = ["answer_id", "answer_sha256"]
+
+
+@admin.register(EodSnapshot)
+class EodSnapshotAdmin(ReadOnlyAdmin):
+    list_display = ["session", "revision", "log_index", "row_count", "snapshot_sha256", "created_at"]
+
+
+@admin.register(EodRow)
+class EodRowAdmin(ReadOnlyAdmin):
+    list_display = ["snapshot", "symbol", "available"]
+    list_filter = ["available"]
+    search_fields = ["symbol"]

@@ -294,3 +294,53 @@ class AnswerReceipt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.answer_id} ({self.tool})"
+
+
+# --- the end-of-day evidence layer (evidence.eod) ---------------------------------------------------------------
+
+
+class EodSnapshot(AppendOnlyModel):
+    """One completed end-of-day run for a session: never changed; a re-run with other inputs is a new revision.
+
+    `snapshot_sha256` is SHA-256 of the RFC 8785 JSON of {session, revision, components, rows}; `log_index` is
+    the eod_snapshot log entry committing it, and doubles as the stable publication id."""
+
+    session = models.DateField()
+    revision = models.PositiveSmallIntegerField()
+    snapshot_sha256 = models.CharField(max_length=64, unique=True)
+    row_count = models.PositiveIntegerField()
+    components = models.JSONField()  # universe, engine, variant set, data and calculation hashes and versions
+    replay = models.JSONField()  # universe summary, sha256
+    heldout = models.JSONField()  # rows, class, sha256
+    walk_forward = models.JSONField()  # rows per symbol and year, sha256
+    changes = models.JSONField()  # [{symbol, field, before, after}] against the previous snapshot
+    log_index = models.PositiveBigIntegerField(unique=True)
+    created_at = models.DateTimeField()
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["session", "revision"]
+        constraints = [models.UniqueConstraint(fields=["session", "revision"], name="evidence_eod_snapshot_revision")]
+
+    def __str__(self) -> str:
+        return f"eod {self.session} r{self.revision}"
+
+
+class EodRow(AppendOnlyModel):
+    """One symbol of a snapshot exactly as frozen (`row`, the dict hashed into the snapshot), and its replay."""
+
+    snapshot = models.ForeignKey(EodSnapshot, on_delete=models.PROTECT, related_name="rows")
+    symbol = models.CharField(max_length=20)
+    available = models.BooleanField()  # False: absent from this snapshot (no verified bar for its session)
+    row = models.JSONField()
+    replay = models.JSONField(null=True)  # {summary, legs}; null when absent
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["snapshot_id", "symbol"]
+        constraints = [models.UniqueConstraint(fields=["snapshot", "symbol"], name="evidence_eod_row_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.snapshot_id}/{self.symbol}"

@@ -46,4 +46,5 @@ def market_memory_verify_task() -> None:
     services.market_memory_verify_active()
 
 
+from evidence.eod import tasks as _eod_tasks  # noqa: E402, F401
 from evidence.publication import tasks as _publication_tasks  # noqa: E402, F401

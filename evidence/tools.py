@@ -189,4 +189,5 @@ async def review_hypothesis_outcome(call: ToolCall, args: ReviewHypothesisArgs) 
     return await _run(lambda: journal.hypothesis_review(user=call.user(), hypothesis_id=args.hypothesis_id))
 
 
+from evidence.eod import tools as _eod_tools  # noqa: E402, F401
 from evidence.publication import tools as _publication_tools  # noqa: E402, F401

@@ -412,6 +412,9 @@ LEROY_LOG_SIGNING_KEY = env_str("LEROY_LOG_SIGNING_KEY")
 LEROY_LOG_KEY_FILE = LEROY_VAR_DIR / "log_signing_key"
 if env_str("LEROY_LOG_TSA_URL"):  # refused rather than silently ignored: the log must not claim a timestamp it lacks
     raise ImproperlyConfigured("LEROY_LOG_TSA_URL is set, but RFC 3161 time-stamping is not implemented yet")
+# The end-of-day evidence layer (evidence.eod): the universe file (tickers, replay window, held-out tail, first
+# walk-forward year); unset, the demo universe shipped with the code.
+LEROY_EOD_UNIVERSE = env_str("LEROY_EOD_UNIVERSE")
 CELERY_BEAT_SCHEDULE = {
     "frames-tick": {"task": "evidence.tasks.frames_tick_task", "schedule": 20.0, "options": {"expires": 20}},
     "alerts-evaluate": {"task": "alerts.frames_evaluate", "schedule": 10.0, "options": {"expires": 10}},
@@ -425,4 +428,6 @@ CELERY_BEAT_SCHEDULE = {
     "backtests-reap": {"task": "backtests.stale_jobs_reap", "schedule": 300.0},
     # After the NYSE close in both EST and EDT: commit the day's answer hashes into the publication log.
     "answers-commit": {"task": "evidence.answers_commit", "schedule": crontab(minute=30, hour=21)},
+    # After the close in both EST and EDT, Monday to Friday; the task itself skips days that are not XNYS sessions.
+    "eod-run": {"task": "evidence.eod_run", "schedule": crontab(minute=15, hour=22, day_of_week="mon-fri")},
 }

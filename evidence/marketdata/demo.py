@@ -50,6 +50,10 @@ DEFAULT_SYMBOLS = 20
 DEFAULT_SEED = 7
 DEFAULT_OVERLAY_SESSIONS = 10
 MARKET_STREAM = 1_000_000  # seed slot of the market factor, apart from every symbol index
+DAILY_STREAM = 2  # seed sub-slot of the daily pre-history, apart from the minute history's draws
+# The daily pre-history `make demo` loads before the minute history: long enough for the end-of-day layer's
+# five-year replay, its held-out tail and several walk-forward years.
+DEFAULT_DAILY_HISTORY_FROM = date(2017, 1, 3)
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,14 @@ def _bars(
     return {"open": open_, "high": high, "low": low, "close": close, "volume": volume}, float(close[-1])
 
 
+def _profile(seed: int, member: DemoSymbol) -> tuple[float, float, float, float]:
+    """(beta, idiosyncratic minute vol, first open price, base minute volume) of a demo symbol."""
+    profile = np.random.default_rng(np.random.SeedSequence([seed, member.index]))
+    beta = 1.0 if member.asset_class == "index" else float(profile.uniform(0.6, 1.6))
+    idio = 0.0 if member.asset_class == "index" else float(profile.uniform(0.0004, 0.0012))
+    return beta, idio, float(profile.uniform(20.0, 400.0)), float(profile.uniform(2_000.0, 40_000.0))
+
+
 def generate(*, symbols: int, sessions: int, seed: int, start: date) -> dict[str, pl.DataFrame]:
     """Minute bars per ticker. Equities occasionally miss a few minutes (no trade printed); the index never does."""
     days = demo_sessions(start, sessions)
@@ -121,11 +133,7 @@ def generate(*, symbols: int, sessions: int, seed: int, start: date) -> dict[str
     market = list(_market(seed, lengths))
     out: dict[str, pl.DataFrame] = {}
     for member in universe(symbols):
-        profile = np.random.default_rng(np.random.SeedSequence([seed, member.index]))
-        beta = 1.0 if member.asset_class == "index" else float(profile.uniform(0.6, 1.6))
-        idio = 0.0 if member.asset_class == "index" else float(profile.uniform(0.0004, 0.0012))
-        price = float(profile.uniform(20.0, 400.0))
-        base_volume = float(profile.uniform(2_000.0, 40_000.0))
+        beta, idio, price, base_volume = _profile(seed, member)
         chunks: list[pl.DataFrame] = []
         for index, (session_open, minutes) in enumerate(zip(opens, lengths, strict=True)):
             rng = _rng(seed, member.index, index)
@@ -157,3 +165,37 @@ def daily_from_minutes(minutes: pl.DataFrame) -> pl.DataFrame:
             pl.col("session").cast(pl.Datetime("us")).dt.replace_time_zone("UTC").alias("ts"), pl.exclude("session")
         )
     )
+
+
+def daily_history(*, symbols: int, seed: int, first: date, start: date) -> dict[str, pl.DataFrame]:
+    """Daily bars (00:00 UTC of each session) for the XNYS sessions from `first` up to the session before the minute
+    history's `start`, ending at the price where the minute history begins, so the store holds one continuous
+    daily series. Trending market regimes (a Markov chain of drifts) give a trend engine something to find."""
+    days = calendar.sessions_between(first, calendar.xnys().date_to_session(start.isoformat(), direction="next").date())
+    days = days[:-1]
+    if not days:
+        return {}
+    rng = np.random.default_rng(np.random.SeedSequence([seed, MARKET_STREAM, DAILY_STREAM]))
+    drifts, regime, market = (0.0009, 0.0001, -0.0008), 1, np.zeros(len(days))
+    for i in range(len(days)):
+        if rng.random() < 0.02:
+            regime = int(rng.integers(0, 3))
+        market[i] = drifts[regime] + 0.009 * rng.standard_t(4) / np.sqrt(2.0)
+    ts = pl.Series([d for d in days]).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+    out: dict[str, pl.DataFrame] = {}
+    for member in universe(symbols):
+        beta, idio, price, base_volume = _profile(seed, member)
+        own = np.random.default_rng(np.random.SeedSequence([seed, member.index, DAILY_STREAM]))
+        returns = beta * market + idio * 20 * own.standard_t(4, size=len(days)) / np.sqrt(2.0)
+        # Built backwards from the minute history's first open, so the two series join without a jump.
+        close = price / np.exp(np.concatenate([np.cumsum(returns[::-1])[::-1][1:], [0.0]]))
+        gaps = own.normal(0.0, 0.003, size=len(days))
+        open_ = np.concatenate([[close[0]], close[:-1]]) * np.exp(gaps)
+        spread = np.abs(own.normal(0.0, 0.006, size=(2, len(days))))
+        high = np.maximum(open_, close) * (1 + spread[0])
+        low = np.maximum(np.minimum(open_, close) * (1 - spread[1]), 0.01)
+        volume = np.round(base_volume * 390 * own.lognormal(0.0, 0.4, size=len(days)))
+        columns = {"open": open_, "high": high, "low": low, "close": close}
+        frame = pl.DataFrame({"ts": ts, **{k: np.round(v, 2) for k, v in columns.items()}, "volume": volume})
+        out[member.ticker] = frame.cast(BAR_SCHEMA)  # type: ignore[arg-type]
+    return out

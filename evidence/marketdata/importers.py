@@ -347,8 +347,19 @@ class DemoReport:
     replay_minute: datetime  # an open minute of the last (forward-overlay) session
 
 
-def demo_data_load(*, symbols: int, sessions: int, seed: int, start: date, overlay_sessions: int) -> DemoReport:
-    """Replace the synthetic demo universe and its corpus row. Refuses to touch tickers holding vendor bars."""
+def demo_data_load(
+    *,
+    symbols: int,
+    sessions: int,
+    seed: int,
+    start: date,
+    overlay_sessions: int,
+    daily_history_from: date | None = None,
+) -> DemoReport:
+    """Replace the synthetic demo universe and its corpus row. Refuses to touch tickers holding vendor bars.
+
+    `daily_history_from` adds synthetic daily bars from that date up to the minute history (for the end-of-day
+    layer's long windows); Market Memory reads minutes only, so it is unaffected."""
     if sessions < WARMUP_SESSIONS + overlay_sessions + 1:
         raise ImportRejected(
             f"--sessions must exceed the {WARMUP_SESSIONS}-session warm-up plus the overlay sessions",
@@ -366,6 +377,11 @@ def demo_data_load(*, symbols: int, sessions: int, seed: int, start: date, overl
     if vendor:
         raise ImportRejected("demo tickers already hold vendor bars; refusing to replace them", {"tickers": vendor})
     frames = demo.generate(symbols=symbols, sessions=sessions, seed=seed, start=start)
+    history = (
+        demo.daily_history(symbols=symbols, seed=seed, first=daily_history_from, start=start)
+        if daily_history_from is not None
+        else {}
+    )
     with transaction.atomic():
         stale = list(BarPartition.objects.filter(source="synthetic").values_list("path", flat=True))
         Corpus.objects.filter(source="synthetic").delete()
@@ -377,7 +393,10 @@ def demo_data_load(*, symbols: int, sessions: int, seed: int, start: date, overl
         minutes = frames[member.ticker]
         common = {"name": member.name, "asset_class": member.asset_class, "exchange": "SYNTH", "source": "synthetic"}
         bars_import(ticker=member.ticker, frequency="1m", frame=minutes, **common)
-        bars_import(ticker=member.ticker, frequency="1d", frame=demo.daily_from_minutes(minutes), **common)
+        daily = demo.daily_from_minutes(minutes)
+        if member.ticker in history:
+            daily = pl.concat([history[member.ticker], daily])
+        bars_import(ticker=member.ticker, frequency="1d", frame=daily, **common)
     days = demo.demo_sessions(start, sessions)
     last = calendar.schedule(days[-1], days[-1]).row(0, named=True)
     historical_through = days[-overlay_sessions - 1]

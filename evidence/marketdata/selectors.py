@@ -1,5 +1,6 @@
 """Reads of market data: symbols and stored bars. Market data is public reference data, so these take no account."""
 
+import hashlib
 from datetime import datetime
 
 import polars as pl
@@ -50,3 +51,22 @@ def bars_data_version(
 def bars_frame_version(bars: pl.DataFrame, *, ticker: str, frequency: str) -> str:
     """The data version of bars already read with bars_read, so a caller holding them need not read them again."""
     return frame_sha256(bars, f"leroy.bars.v1|{ticker}|{frequency}")
+
+
+def bars_files(*, symbol: Symbol, frequency: str, end: datetime) -> list[tuple[str, str, str]]:
+    """(path, recorded SHA-256, source) of every stored file bars_read reads for bars through `end`."""
+    partitions = BarPartition.objects.filter(symbol=symbol, frequency=frequency, first_ts__lte=end).order_by("year")
+    return list(partitions.values_list("path", "sha256", "source"))
+
+
+def bars_files_changed(files: list[tuple[str, str, str]]) -> list[str]:
+    """The paths whose bytes no longer hash to their recorded SHA-256 (or are gone): frozen inputs that moved."""
+    changed = []
+    for path, recorded, _ in files:
+        try:
+            actual = hashlib.sha256(store.read_bytes(path)).hexdigest()
+        except FileNotFoundError:
+            actual = ""
+        if actual != recorded:
+            changed.append(path)
+    return changed

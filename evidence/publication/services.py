@@ -39,7 +39,7 @@ def checkpoint_text(size: int, root: bytes) -> str:
     return f"{settings.LEROY_LOG_ORIGIN}\n{size}\n{base64.b64encode(root).decode()}\n"
 
 
-def _lock() -> None:
+def append_lock() -> None:
     """Serialise appends so indices are dense. SQLite needs nothing: its IMMEDIATE transactions already serialise
     writers (settings), and the primary key refuses a duplicate index in any case."""
     if connection.vendor == "postgresql":
@@ -67,7 +67,7 @@ def entries_append(entries: list[Mapping[str, Any]]) -> list[LogEntry]:
     bodies = [_validated(entry) for entry in entries]
     if not bodies:
         return []
-    _lock()
+    append_lock()
     head = LogCheckpoint.objects.order_by("-tree_size").first()
     size = head.tree_size if head is not None else 0
     edge = [bytes.fromhex(h) for h in head.frontier] if head is not None else []
@@ -138,7 +138,7 @@ def answers_commit(*, day: date) -> LogEntry | None:
     """Commit the day's not yet committed answer hashes (in recording order) as one `daily_answers_root` entry.
 
     Answers recorded after a commit go into the next commit of the same day."""
-    _lock()
+    append_lock()
     rows = list(
         AnswerReceipt.objects.filter(day=day, log_index__isnull=True).order_by("pk").values_list("pk", "answer_sha256")
     )

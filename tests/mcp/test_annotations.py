@@ -61,6 +61,16 @@ EXPECTED = {
     "get_log_consistency_proof": (True, False, True, False),
     "get_log_inclusion_proof": (True, False, True, False),
     "get_answer_proof": (True, False, True, False),
+    # the end-of-day layer: reads of completed snapshots (a subscriber lookup's charge is bookkeeping).
+    "get_historical_replay": (True, False, True, False),
+    "get_heldout_evidence": (True, False, True, False),
+    "get_walk_forward_evidence": (True, False, True, False),
+    "list_publication_commitments": (True, False, True, False),
+    "get_publication_maturity": (True, False, True, False),
+    "get_provenance": (True, False, True, False),
+    "get_signal": (True, False, True, False),
+    "get_frozen_forward_rows": (True, False, True, False),
+    "get_forward_changes_since": (True, False, True, False),
 }
 TEST_ONLY = {"probe_echo", "probe_whoami", "probe_write", "probe_metered"}
 

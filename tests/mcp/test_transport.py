@@ -158,7 +158,9 @@ async def test_anonymous_subscriber_call_gets_401_with_subscription_payload(mcp_
         "paid_overage_usd_per_lookup": 0.01,
     }
     assert error["free_alternatives"] == [
-        "get_data_lineage", "get_log_checkpoint", "get_log_consistency_proof", "get_log_inclusion_proof", "probe_echo",
+        "get_data_lineage", "get_heldout_evidence", "get_historical_replay", "get_log_checkpoint",
+        "get_log_consistency_proof", "get_log_inclusion_proof", "get_provenance", "get_publication_maturity",
+        "get_walk_forward_evidence", "list_publication_commitments", "probe_echo",
     ]  # fmt: skip
     assert ("resultType" in result) is (version == MODERN)
 

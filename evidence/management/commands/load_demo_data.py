@@ -19,6 +19,12 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=demo.DEFAULT_SEED)
         parser.add_argument("--start", type=date.fromisoformat, default=demo.DEFAULT_START)
         parser.add_argument("--overlay-sessions", type=int, default=demo.DEFAULT_OVERLAY_SESSIONS)
+        parser.add_argument(
+            "--daily-history-from",
+            type=date.fromisoformat,
+            default=None,
+            help="also load synthetic daily bars from this date up to the minute history (end-of-day layer)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -28,6 +34,7 @@ class Command(BaseCommand):
                 seed=options["seed"],
                 start=options["start"],
                 overlay_sessions=options["overlay_sessions"],
+                daily_history_from=options["daily_history_from"],
             )
         except (ImportRejected, ValueError) as exc:
             raise CommandError(str(exc)) from exc

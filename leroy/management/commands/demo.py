@@ -17,7 +17,8 @@ from django.test import override_settings
 
 from accounts import services
 from accounts.models import ApiKey, User
-from evidence.models import Frame, LiveBar, LogEntry, MarketMemoryArtifact
+from evidence.marketdata import demo
+from evidence.models import Corpus, EodSnapshot, Frame, LiveBar, LogEntry, MarketMemoryArtifact
 from evidence.publication import selectors as publication_selectors
 from evidence.publication import services as publication
 from evidence.schemas import EvaluateArgs, EvaluationOut
@@ -91,12 +92,20 @@ class Command(BaseCommand):
         if not ready:
             self.stdout.write("Loading the synthetic demo universe (source: synthetic) ...")
             loaded = StringIO()
-            call_command("load_demo_data", stdout=loaded)
+            history_from = demo.DEFAULT_DAILY_HISTORY_FROM.isoformat()
+            call_command("load_demo_data", "--daily-history-from", history_from, stdout=loaded)
             clock = loaded.getvalue().strip().splitlines()[-1].removeprefix("LEROY_CLOCK=")
             self.stdout.write("Building Market Memory (progress on stderr) ...")
             call_command("build_market_memory", stdout=StringIO())
             clock_file.write_text(clock)
         clock = clock_file.read_text().strip()
+        if not EodSnapshot.objects.exists():
+            # The end-of-day layer's first snapshot: the last verified session (the replay's open one is not).
+            corpus = Corpus.objects.filter(source="synthetic").first()
+            if corpus is not None and corpus.verified_through is not None:
+                published = StringIO()
+                call_command("eod_run", "--date", corpus.verified_through.isoformat(), stdout=published)
+                self.stdout.write(f"End-of-day snapshot published: {published.getvalue().strip()}")
         # The replay clock restarts at the same minute on every run, so the feed restarts with it.
         LiveBar.objects.all().delete()
         Frame.objects.all().delete()

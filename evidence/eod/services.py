@@ -1,0 +1,239 @@
+"""`eod_run`: the one computation of the end-of-day layer. It reads the universe's daily bars through
+evidence.marketdata, re-hashes the frozen input files, runs the engine, replay, held-out tail and walk-forward,
+then writes the immutable snapshot and its rows and appends its commitment to the publication log, in one
+transaction. Nothing a caller does runs it; the beat task and `manage.py eod_run` do."""
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
+from typing import Any
+
+import numpy as np
+from django.db import transaction
+
+from evidence.eod import heldout, walkforward
+from evidence.eod.engine import DEFAULT_PARAMS, LONG, canonical_sha256, engine_identity, engine_sha256, run
+from evidence.eod.replay import SymbolReplay, legs, replay, universe_summary
+from evidence.eod.universe import Universe, universe_load
+from evidence.marketdata import calendar
+from evidence.marketdata import selectors as marketdata
+from evidence.models import EodRow, EodSnapshot
+from evidence.publication.services import append_lock, entry_append
+from leroy.clock import now
+from leroy.errors import DomainError
+
+CALCULATION_VERSION = "eod-calc-1"
+
+
+class EodError(DomainError):
+    """The run was refused; nothing was written or appended."""
+
+
+@dataclass(frozen=True)
+class Series:
+    ticker: str
+    sessions: list[date]
+    closes: np.ndarray
+    data_sha256: str
+    files: list[tuple[str, str, str]]  # (path, sha256, source)
+
+
+def _series(ticker: str, session: date) -> Series | None:
+    """The ticker's daily closes through `session`, or None when it has no bar for that session."""
+    symbol = marketdata.symbol_get(ticker=ticker)
+    if symbol is None:
+        return None
+    end = datetime.combine(session, time(23, 59, 59), tzinfo=UTC)
+    bars = marketdata.bars_read(symbol=symbol, frequency="1d", end=end)
+    if bars.is_empty() or bars.get_column("ts").max().date() != session:  # type: ignore[union-attr]
+        return None
+    return Series(
+        ticker=ticker,
+        sessions=[ts.date() for ts in bars.get_column("ts").to_list()],
+        closes=bars.get_column("close").to_numpy(),
+        data_sha256=marketdata.bars_frame_version(bars, ticker=ticker, frequency="1d"),
+        files=marketdata.bars_files(symbol=symbol, frequency="1d", end=end),
+    )
+
+
+def _line(value: float) -> float | None:
+    return None if np.isnan(value) else round(float(value), 4)
+
+
+def signal_row(series: Series, universe: Universe) -> tuple[dict[str, Any], SymbolReplay]:
+    """(the frozen forward row, the replay over the window) of one symbol at its last session."""
+    full = run(series.closes, DEFAULT_PARAMS)
+    window = slice(max(0, len(series.closes) - universe.replay_sessions), None)
+    replayed = replay(series.sessions[window], series.closes[window], DEFAULT_PARAMS)
+    longest = legs(series.sessions, series.closes, full)
+    t = len(series.closes) - 1
+    open_replay = replayed.legs[-1] if replayed.legs and replayed.legs[-1].open else None
+    open_full = longest[-1] if longest and longest[-1].open else None
+    row = {
+        "symbol": series.ticker,
+        "status": "available",
+        "session": series.sessions[t].isoformat(),
+        "state": full.state[t],
+        "action": full.action[t],
+        "recommended_state": full.recommended[t],
+        "suggested_position": 1.0 if full.recommended[t] == LONG else 0.0,
+        "lines_applied": {"buy": _line(full.buy_line[t - 1]), "sell": _line(full.sell_line[t - 1])}
+        if t >= 1
+        else {"buy": None, "sell": None},
+        "lines_next_session": {"buy": _line(full.buy_line[t]), "sell": _line(full.sell_line[t])},
+        "current_leg": {"entry_date": open_replay.entry_date.isoformat(), "entry_price": open_replay.entry_price}
+        if open_replay
+        else None,
+        "first_entry": {"entry_date": open_full.entry_date.isoformat(), "entry_price": open_full.entry_price}
+        if open_full
+        else None,
+    }
+    return row, replayed
+
+
+def _absent(ticker: str, session: date) -> dict[str, Any]:
+    return {"symbol": ticker, "status": "absent_from_snapshot", "session": session.isoformat()}
+
+
+def _changes(previous: EodSnapshot | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if previous is None:
+        return []
+    before = {r.symbol: r.row for r in previous.rows.all()}
+    out = []
+    for row in rows:
+        old = before.get(row["symbol"], {})
+        for name in ("status", "action", "recommended_state"):
+            if old.get(name) != row.get(name):
+                out.append({"symbol": row["symbol"], "field": name, "before": old.get(name), "after": row.get(name)})
+    return out
+
+
+def _refuse_retroactive(session: date) -> None:
+    later = EodSnapshot.objects.filter(session__gt=session).order_by("-session").first()
+    if later is not None:
+        raise EodError(
+            "retroactive", f"A snapshot of {later.session} exists: earlier sessions are never reconstructed."
+        )
+
+
+def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
+    """The snapshot of `session` (returned unchanged when identical inputs already produced it)."""
+    universe = universe or universe_load()
+    if not calendar.xnys().is_session(session.isoformat()):
+        raise EodError("not_a_session", f"{session} is not an XNYS session.")
+    _refuse_retroactive(session)
+    found = {ticker: _series(ticker, session) for ticker in universe.tickers}
+    available = {ticker: s for ticker, s in found.items() if s is not None}
+    if not available:
+        raise EodError("session_not_verified", f"No universe symbol has a verified daily bar for {session}.")
+    files = [f for s in available.values() for f in s.files]
+    changed = marketdata.bars_files_changed(files)
+    if changed:
+        raise EodError(
+            "frozen_input_changed",
+            "Input files no longer match their recorded hashes; publication refused.",
+            paths=changed,
+        )
+    sources = sorted({source for _, _, source in files})
+    components: dict[str, Any] = {
+        "calculation_version": CALCULATION_VERSION,
+        "universe": {"name": universe.name, "version": universe.version, "sha256": universe.sha256},
+        "engine": {**engine_identity(DEFAULT_PARAMS), "sha256": engine_sha256(DEFAULT_PARAMS)},
+        "variant_set": {"variants": walkforward.variant_set(), "sha256": canonical_sha256(walkforward.variant_set())},
+        "data": {
+            "sha256": canonical_sha256({t: s.data_sha256 for t, s in sorted(available.items())}),
+            "inputs_sha256": canonical_sha256(sorted([path, sha] for path, sha, _ in files)),
+            "source": sources[0] if len(sources) == 1 else "mixed",
+            "frequency": "1d",
+        },
+        "calendar": calendar.calendar_lineage(),
+    }
+    rows: list[dict[str, Any]] = []
+    replays: dict[str, dict[str, Any]] = {}
+    per_symbol: dict[str, SymbolReplay] = {}
+    heldout_rows: list[dict[str, Any]] = []
+    walk_rows: list[dict[str, Any]] = []
+    for ticker in universe.tickers:
+        series = available.get(ticker)
+        if series is None:
+            rows.append(_absent(ticker, session))
+            continue
+        row, per_symbol[ticker] = signal_row(series, universe)
+        replays[ticker] = {
+            "summary": per_symbol[ticker].summary,
+            "legs": [leg.as_dict() for leg in per_symbol[ticker].legs],
+        }
+        rows.append(row)
+        tail = heldout.heldout_row(
+            ticker, series.sessions, series.closes, DEFAULT_PARAMS, universe.heldout_first, universe.heldout_last
+        )
+        if tail is not None:
+            heldout_rows.append(tail)
+        for year_row in walkforward.walk_forward(
+            series.sessions, series.closes, universe.walk_forward_first_year, session.year
+        ):
+            walk_rows.append({"symbol": ticker, **year_row})
+    summary = universe_summary(per_symbol)
+    replay_block = {"summary": summary, "sha256": canonical_sha256({"components": components, "summary": summary,
+                                                                     "symbols": replays})}  # fmt: skip
+    heldout_block = {
+        "first": universe.heldout_first.isoformat(),
+        "last": universe.heldout_last.isoformat(),
+        "rows": heldout_rows,
+        "sha256": canonical_sha256({"components": components, "rows": heldout_rows}),
+    }
+    walk_block = {"rows": walk_rows, "sha256": canonical_sha256({"components": components, "rows": walk_rows})}
+    with transaction.atomic():
+        append_lock()  # taken before the revision is read, so concurrent runs of a session serialise here
+        _refuse_retroactive(session)  # again: a later session may have been published while this one computed
+        latest = EodSnapshot.objects.filter(session=session).order_by("-revision").first()
+        revision = latest.revision + 1 if latest is not None else 1
+        if latest is not None:
+            same = canonical_sha256({"session": session.isoformat(), "revision": latest.revision,
+                                     "components": components, "rows": rows})  # fmt: skip
+            if same == latest.snapshot_sha256:
+                return latest
+        digest = canonical_sha256({"session": session.isoformat(), "revision": revision, "components": components,
+                                   "rows": rows})  # fmt: skip
+        previous = EodSnapshot.objects.order_by("-log_index").first()
+        entry = entry_append(
+            {
+                "kind": "eod_snapshot",
+                "session": session.isoformat(),
+                "revision": revision,
+                "snapshot_sha256": digest,
+                "row_count": len(rows),
+                "engine_sha256": components["engine"]["sha256"],
+                "data_sha256": components["data"]["sha256"],
+            }
+        )
+        snapshot = EodSnapshot.objects.create(
+            session=session,
+            revision=revision,
+            snapshot_sha256=digest,
+            row_count=len(rows),
+            components=components,
+            replay=replay_block,
+            heldout=heldout_block,
+            walk_forward=walk_block,
+            changes=_changes(previous, rows),
+            log_index=entry.index,
+            created_at=now(),
+        )
+        EodRow.objects.bulk_create(
+            EodRow(
+                snapshot=snapshot,
+                symbol=row["symbol"],
+                available=row["status"] == "available",
+                row=row,
+                replay=replays.get(row["symbol"]),
+            )
+            for row in rows
+        )
+    return snapshot
+
+
+def latest_closed_session(at: datetime) -> date | None:
+    """The latest XNYS session whose close is at or before `at`."""
+    sessions = calendar.schedule(date(at.year - 1, 1, 1), at.date())
+    closed = sessions.filter(sessions.get_column("session_close") <= at)
+    return closed.get_column("session").max() if len(closed) else None  # type: ignore[return-value]

@@ -1,0 +1,170 @@
+"""`eod_run` writes one immutable snapshot with its rows and commits it to the publication log; refusals write
+nothing. Frozen inputs are re-hashed first: an edited bar file refuses publication."""
+
+import hashlib
+import json
+from datetime import UTC, date, datetime
+from io import StringIO
+
+import polars as pl
+import pytest
+import rfc8785
+import time_machine
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import ProgrammingError, connection, transaction
+
+from evidence.eod.services import EodError, eod_run, latest_closed_session
+from evidence.eod.tasks import eod_run_task
+from evidence.marketdata import calendar, demo
+from evidence.marketdata import selectors as marketdata
+from evidence.models import AppendOnly, BarPartition, EodRow, EodSnapshot, LogEntry, Symbol
+from leroy.clock import now
+from tests.evidence.eod_world import LAST, eod_world, universe_settings
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world(tmp_path):
+    made = eod_world(tmp_path)
+    with universe_settings(made):
+        yield made
+
+
+def test_a_run_writes_the_snapshot_its_rows_and_one_log_commitment(world):
+    snapshot = eod_run(session=LAST)
+
+    rows = [r.row for r in EodRow.objects.filter(snapshot=snapshot).order_by("symbol")]
+    entry = LogEntry.objects.get(index=snapshot.log_index)
+    body = json.loads(entry.body)
+    hashed = {"session": "2023-02-28", "revision": 1, "components": snapshot.components, "rows": rows}
+    recomputed = hashlib.sha256(rfc8785.dumps(hashed)).hexdigest()
+    assert (entry.kind, body["session"], body["row_count"]) == ("eod_snapshot", "2023-02-28", 3)
+    assert body["snapshot_sha256"] == snapshot.snapshot_sha256 == recomputed
+    assert [r["symbol"] for r in rows] == ["ALFA", "BRVO", "CHRL"]
+    assert rows[2] == {"symbol": "CHRL", "status": "absent_from_snapshot", "session": "2023-02-28"}
+    assert {rows[0]["action"], rows[1]["action"]} <= {"ENTER", "HOLD", "EXIT", "STAY_FLAT"}
+    assert snapshot.components["data"]["source"] == "synthetic"
+    assert snapshot.components["universe"]["sha256"] == world.universe.sha256
+
+
+def test_the_heldout_tail_has_one_validation_row_per_available_symbol(world):
+    snapshot = eod_run(session=LAST)
+
+    rows = snapshot.heldout["rows"]
+    assert [(r["symbol"], r["first_session"], r["last_session"]) for r in rows] == [
+        ("ALFA", "2022-07-01", "2022-12-30"),
+        ("BRVO", "2022-07-01", "2022-12-30"),
+    ]
+    assert {r["sessions"] for r in rows} == {len(calendar.sessions_between(date(2022, 7, 1), date(2022, 12, 30)))}
+
+
+def test_walk_forward_rows_cover_each_symbol_and_year_from_the_first_year(world):
+    snapshot = eod_run(session=LAST)
+
+    years = [(r["symbol"], r["year"]) for r in snapshot.walk_forward["rows"]]
+    assert years == [("ALFA", 2021), ("ALFA", 2022), ("ALFA", 2023), ("BRVO", 2021), ("BRVO", 2022), ("BRVO", 2023)]
+
+
+def test_an_identical_rerun_returns_the_snapshot_and_appends_nothing(world):
+    first = eod_run(session=LAST)
+
+    again = eod_run(session=LAST)
+
+    assert again.pk == first.pk
+    assert (EodSnapshot.objects.count(), LogEntry.objects.count()) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("session", "code"),
+    [(date(2023, 2, 25), "not_a_session"), (date(2023, 3, 1), "session_not_verified")],
+)
+def test_a_refused_run_writes_nothing(world, session, code):
+    with pytest.raises(EodError) as refused:
+        eod_run(session=session)
+
+    assert refused.value.code == code
+    assert (EodSnapshot.objects.count(), EodRow.objects.count(), LogEntry.objects.count()) == (0, 0, 0)
+
+
+def test_an_earlier_session_is_never_reconstructed_after_a_later_one(world):
+    eod_run(session=LAST)
+
+    with pytest.raises(EodError) as refused:
+        eod_run(session=date(2023, 2, 27))
+
+    assert refused.value.code == "retroactive"
+    assert EodSnapshot.objects.count() == 1
+
+
+def test_an_edited_input_file_refuses_publication(world):
+    partition = BarPartition.objects.filter(symbol__ticker="BRVO", year=2022).get()
+    path = settings.LEROY_DATA_DIR + "/" + partition.path
+    with open(path, "r+b") as handle:
+        handle.seek(100)
+        byte = handle.read(1)
+        handle.seek(100)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+    with pytest.raises(CommandError, match="frozen_input_changed") as refused:
+        call_command("eod_run", "--date", LAST.isoformat())
+
+    assert partition.path in str(refused.value)
+    assert (EodSnapshot.objects.count(), LogEntry.objects.count()) == (0, 0)
+
+
+def test_the_command_prints_the_published_snapshot(world, capsys):
+    call_command("eod_run", "--date", LAST.isoformat())
+
+    printed = json.loads(capsys.readouterr().out)
+    snapshot = EodSnapshot.objects.get()
+    assert printed == {"publication_id": snapshot.log_index, "revision": 1, "row_count": 3, "session": "2023-02-28",
+                       "snapshot_sha256": snapshot.snapshot_sha256, "source": "synthetic"}  # fmt: skip
+
+
+def test_beat_runs_after_the_close_on_weekdays_and_the_task_publishes_a_session_once(world):
+    entry = settings.CELERY_BEAT_SCHEDULE["eod-run"]
+    assert entry["task"] == "evidence.eod_run"
+    assert (entry["schedule"].hour, entry["schedule"].minute) == ({22}, {15})
+
+    with time_machine.travel("2023-03-01T03:00:00Z", tick=False):  # 2023-02-28 closed at 21:00 UTC
+        closed = latest_closed_session(now())
+        published = eod_run_task()
+        again = eod_run_task()
+
+    assert closed == LAST
+    assert published == EodSnapshot.objects.get().log_index and again is None
+
+
+def test_the_latest_closed_session_waits_for_the_close():
+    assert latest_closed_session(datetime(2023, 2, 28, 20, 59, tzinfo=UTC)) == date(2023, 2, 27)
+    assert latest_closed_session(datetime(2023, 2, 28, 21, 0, tzinfo=UTC)) == LAST
+
+
+def test_the_demo_loads_a_continuous_synthetic_daily_history_before_its_minutes(tmp_path):
+    call_command("load_demo_data", "--symbols", "1", "--sessions", "63", "--overlay-sessions", "2", "--seed", "3",
+                 "--daily-history-from", "2024-01-02", stdout=StringIO())  # fmt: skip
+
+    partitions = BarPartition.objects.filter(symbol__ticker="ALFA", frequency="1d")
+    bars = marketdata.bars_read(symbol=Symbol.objects.get(ticker="ALFA"), frequency="1d")
+    sessions = [ts.date() for ts in bars.get_column("ts").to_list()]
+    assert set(partitions.values_list("source", flat=True)) == {"synthetic"}
+    assert sessions == calendar.sessions_between(date(2024, 1, 2), sessions[-1])
+    assert sessions[-1] == demo.demo_sessions(demo.DEFAULT_START, 63)[-1]
+    joined = bars.filter(pl.col("ts").dt.date().is_in([date(2025, 8, 29), date(2025, 9, 2)])).get_column("close")
+    assert abs(joined[1] / joined[0] - 1) < 0.1  # the pre-history ends near where the minute history begins
+
+
+def test_snapshots_and_rows_are_immutable_in_the_orm_and_in_postgresql(world):
+    snapshot = eod_run(session=LAST)
+
+    with pytest.raises(AppendOnly):
+        snapshot.save()
+    with pytest.raises(AppendOnly):
+        EodRow.objects.filter(snapshot=snapshot).update(row={})
+    if connection.vendor == "postgresql":
+        with pytest.raises(ProgrammingError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("UPDATE evidence_eodrow SET row = '{}'")
+    assert EodRow.objects.get(snapshot=snapshot, symbol="CHRL").row["status"] == "absent_from_snapshot"

@@ -1,0 +1,138 @@
+"""The end-of-day tools over MCP: public tools answer anonymous callers in both protocol eras, subscriber tools
+answer an anonymous call with the subscription payload and OAuth challenge, and every successful answer carries
+the trust contract. Subscriber tools cost one lookup, repeated on the same snapshot for free."""
+
+import hashlib
+
+import pytest
+import rfc8785
+from asgiref.sync import sync_to_async
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from billing.models import UsageEvent
+from evidence.eod.services import eod_run
+from evidence.models import EodSnapshot
+from tests.conftest import MCP_URL
+from tests.evidence.eod_world import LAST, eod_world, universe_settings
+from tests.mcp.test_transport import MODERN, modern_call, modern_headers, sse_or_json
+
+pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
+
+PUBLIC = {
+    "get_historical_replay": ({}, "historical_replay"),
+    "get_heldout_evidence": ({}, "validation"),
+    "get_walk_forward_evidence": ({"symbol": "alfa"}, "walk_forward"),
+    "list_publication_commitments": ({"limit": 5}, "forward_commitment"),
+    "get_publication_maturity": ({}, "forward_commitment"),
+    "get_provenance": ({}, "provenance"),
+}
+SUBSCRIBER = {
+    "get_signal": ({"symbol": "ALFA"}, "end_of_day_signal"),
+    "get_frozen_forward_rows": ({}, "forward_commitment"),
+    "get_forward_changes_since": ({"publication_id": 0}, "forward_commitment"),
+}
+TRUST = {"as_of", "last_updated", "data_type", "disclaimer", "snapshot_sha256", "calculation_sha256", "source"}
+
+
+@pytest.fixture
+def published(tmp_path):
+    def build() -> EodSnapshot:
+        world = eod_world(tmp_path)
+        with universe_settings(world):
+            return eod_run(session=LAST)
+
+    return build
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_public_tools_answer_anonymous_callers_with_the_trust_contract(mcp_http, published, mode):
+    snapshot = await sync_to_async(published)()
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http()), mode=mode) as client:
+        answers = {name: await client.call_tool(name, args) for name, (args, _) in PUBLIC.items()}
+        legs = await client.call_tool("get_historical_replay", {"symbol": "BRVO", "offset": 1, "limit": 2})
+
+    for name, answer in answers.items():
+        content = answer.structured_content
+        assert answer.is_error is False, (name, content)
+        assert set(content) >= TRUST, name
+        assert (content["data_type"], content["as_of"]) == (PUBLIC[name][1], "2023-02-28"), name
+        assert content["snapshot_sha256"] == snapshot.snapshot_sha256 and content["source"] == "synthetic"
+        assert "not personalised advice" in content["disclaimer"]
+    assert answers["get_heldout_evidence"].structured_content["evidence_class"] == "validation"
+    assert answers["get_heldout_evidence"].structured_content["row_count"] == 2
+    assert {r["symbol"] for r in answers["get_walk_forward_evidence"].structured_content["rows"]} == {"ALFA"}
+    maturity = answers["get_publication_maturity"].structured_content
+    assert (maturity["total_snapshots"], maturity["instrument_count"], maturity["latest_revision"]) == (1, 3, 1)
+    assert maturity["performance_status"] == "not_calculated_from_commitments"
+    provenance = answers["get_provenance"].structured_content
+    assert provenance["guarantees"]["timestamp_authority"] == "not_configured"
+    assert provenance["checkpoint"].splitlines()[1] == "1"  # the tree holds the one commitment
+    commitments = answers["get_publication_maturity"].structured_content
+    assert answers["list_publication_commitments"].structured_content["total"] == 1
+    assert commitments["first_date"] == commitments["latest_date"] == "2023-02-28"
+    page = legs.structured_content
+    assert page["label"] == "retrospective_replay" and len(page["legs"]) == 2 and page["total_legs"] >= 3
+    assert set(page["legs"][0]) == {"entry_date", "entry_price", "exit_date", "exit_price", "return",
+                                    "holding_days", "open"}  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", MODERN])
+async def test_an_anonymous_subscriber_call_gets_the_subscription_payload_and_challenge(mcp_http, version):
+    headers = (
+        modern_headers("tools/call", "get_signal")
+        if version == MODERN
+        else {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": version}
+    )
+    body = modern_call("get_signal", {"symbol": "ALFA"})
+    if version != MODERN:
+        del body["params"]["_meta"]
+    async with mcp_http() as http:
+        response = await http.post("/api/mcp", json=body, headers=headers)
+
+    result = sse_or_json(response)["result"]
+    assert response.status_code == 401
+    assert result["_meta"] == {"mcp/www_authenticate": [response.headers["www-authenticate"]]}
+    error = result["structuredContent"]["error"]
+    assert error["code"] == "subscription_required"
+    assert {"get_historical_replay", "get_provenance", "get_heldout_evidence"} <= set(error["free_alternatives"])
+    assert await sync_to_async(UsageEvent.objects.count)() == 0
+
+
+async def test_subscriber_tools_cost_one_lookup_and_repeat_free_on_the_same_snapshot(mcp_http, published, api_key):
+    snapshot = await sync_to_async(published)()
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=MODERN) as client:
+        answers = {name: await client.call_tool(name, args) for name, (args, _) in SUBSCRIBER.items()}
+        repeat = await client.call_tool("get_signal", {"symbol": "alfa"})
+        absent = await client.call_tool("get_signal", {"symbol": "CHRL"})
+        unknown = await client.call_tool("get_signal", {"symbol": "ZZZZ"})
+
+    for name, answer in answers.items():
+        content = answer.structured_content
+        assert answer.is_error is False, (name, content)
+        assert set(content) >= TRUST and content["data_type"] == SUBSCRIBER[name][1], name
+        assert content["usage"]["lookup_cost"] == 1, name
+        assert content["receipt"]["answer_sha256"], name
+    signal = answers["get_signal"].structured_content
+    assert signal["status"] == "available" and signal["action"] in {"ENTER", "HOLD", "EXIT", "STAY_FLAT"}
+    assert signal["suggested_position"] == (1.0 if signal["recommended_state"] == "LONG" else 0.0)
+    assert repeat.structured_content["usage"]["lookup_cost"] == 0
+    assert repeat.structured_content["usage"]["cache"] == "hit"
+    assert absent.structured_content["status"] == "absent_from_snapshot" and absent.structured_content["action"] is None
+    assert absent.structured_content["usage"]["lookup_cost"] == 0  # nothing of the symbol was in the snapshot
+    assert unknown.is_error is True and unknown.structured_content["error"]["code"] == "symbol_not_in_universe"
+    frozen = answers["get_frozen_forward_rows"].structured_content
+    hashed = {"session": frozen["as_of"], "revision": frozen["revision"], "components": frozen["components"],
+              "rows": frozen["rows"]}  # fmt: skip
+    assert hashlib.sha256(rfc8785.dumps(hashed)).hexdigest() == snapshot.snapshot_sha256
+    assert answers["get_forward_changes_since"].structured_content["snapshots"] == []
+
+
+async def test_without_a_completed_snapshot_every_tool_refuses_and_nothing_is_charged(mcp_http, api_key):
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=MODERN) as client:
+        answers = {name: await client.call_tool(name, args) for name, (args, _) in {**PUBLIC, **SUBSCRIBER}.items()}
+
+    for name, answer in answers.items():
+        assert answer.is_error is True, name
+        assert answer.structured_content["error"]["code"] == "snapshot_not_found", name
+    assert await sync_to_async(UsageEvent.objects.count)() == 0
