@@ -120,6 +120,10 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
     universe = universe or universe_load()
     if not calendar.xnys().is_session(session.isoformat()):
         raise EodError("not_a_session", f"{session} is not an XNYS session.")
+    [close] = calendar.schedule(session, session).get_column("session_close").to_list()
+    if close > now():
+        # The layer publishes completed sessions only: a bar of a session still trading is not its close.
+        raise EodError("session_not_closed", f"{session} closes at {close.isoformat()}; it is not over yet.")
     _refuse_retroactive(session)
     found = {ticker: _series(ticker, session) for ticker in universe.tickers}
     available = {ticker: s for ticker, s in found.items() if s is not None}

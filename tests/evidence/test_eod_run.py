@@ -89,6 +89,15 @@ def test_a_refused_run_writes_nothing(world, session, code):
     assert (EodSnapshot.objects.count(), EodRow.objects.count(), LogEntry.objects.count()) == (0, 0, 0)
 
 
+def test_a_session_still_trading_is_refused_even_with_its_bars_present(world):
+    before_close = datetime(2023, 2, 28, 20, 59, tzinfo=UTC)
+    with time_machine.travel(before_close, tick=False), pytest.raises(EodError) as refused:
+        eod_run(session=LAST)
+
+    assert refused.value.code == "session_not_closed"
+    assert (EodSnapshot.objects.count(), EodRow.objects.count(), LogEntry.objects.count()) == (0, 0, 0)
+
+
 def test_an_earlier_session_is_never_reconstructed_after_a_later_one(world):
     eod_run(session=LAST)
 
