@@ -19,7 +19,7 @@ from pydantic import ConfigDict
 from starlette.types import ASGIApp
 
 from leroy.errors import DomainError
-from leroy.mcp import transport
+from leroy.mcp import resources, transport
 from leroy.mcp.registry import REGISTRY, ToolCall, ToolSpec, load_tools
 
 INSTRUCTIONS = (
@@ -156,6 +156,7 @@ def build_server() -> MCPServer:
         subscriptions=False,  # the per-process bus cannot fan out across workers; the tool list is static
         middleware=[_narrow_tools_list],
     )
+    resources.register(mcp)
     if settings.MCP_CONFORMANCE_FIXTURES:
         from leroy.mcp import conformance
 
