@@ -116,9 +116,22 @@ def _sdk_tool(spec: ToolSpec) -> Tool:
     sdk_tool.parameters = compact_schema(spec.args.model_json_schema(by_alias=True))
     published = sdk_tool.fn_metadata.output_schema
     if published is not None:  # only published: results are checked against the model itself
-        # The root title stays: it names the result model, which the contract and its docs refer to.
-        sdk_tool.fn_metadata.output_schema = {"title": published["title"], **compact_schema(published)}
+        sdk_tool.fn_metadata.output_schema = output_schema(published)
     return sdk_tool
+
+
+def output_schema(published: dict[str, Any]) -> dict[str, Any]:
+    """The published result schema: the model's, or the in-band refusal `{"error": {...}}` that an isError result
+    carries as structuredContent. Clients that validate every structuredContent against the schema (the
+    JavaScript SDK does, for each tool it has listed) must accept the refusal too, or they throw on it."""
+    schema = compact_schema(published)
+    defs = schema.pop("$defs", None)
+    schema.pop("type", None)
+    # The root title stays: it names the result model, which the contract and its docs refer to.
+    out: dict[str, Any] = {"title": published["title"], "type": "object", "anyOf": [schema, {"required": ["error"]}]}
+    if defs is not None:
+        out["$defs"] = defs
+    return out
 
 
 def _visible(spec: ToolSpec | None, headers: Mapping[str, str]) -> bool:
