@@ -40,7 +40,9 @@ def run_node(script: Path, **env: str) -> dict:
 
 
 def test_the_javascript_sdk_lists_tools_and_calls_two_tools_twenty_times_without_error(
-    origin: str, alice: User, world: World
+    origin: str,
+    alice: User,
+    world: World,  # noqa: F811  (the fixture)
 ):
     key = services.api_key_create(user=alice, name="js sdk").plaintext
 
