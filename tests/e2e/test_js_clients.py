@@ -60,3 +60,41 @@ def test_the_javascript_sdk_lists_tools_and_calls_two_tools_twenty_times_without
     assert [c["name"] for c in calls] == ["evaluate_current_setup", "get_usage"] * ROUNDS
     assert [c for c in calls if c["isError"]] == []
     assert all(c["keys"] and "error" not in c["keys"] for c in calls)
+
+
+def inspector(origin: str, key: str, era: str, *args: str) -> dict:
+    """One MCP Inspector CLI run (`mcp-inspector --cli`), its JSON answer."""
+    cli = [str(NODE), str(NODE_DIR / "node_modules" / ".bin" / "mcp-inspector"), "--cli", origin + "/api/mcp"]
+    done = subprocess.run(
+        [*cli, "--protocol-era", era, "--header", f"Authorization: Bearer {key}", *args],
+        cwd=NODE_DIR,
+        env={"PATH": f"{NODE.parent}:{os.environ['PATH']}", "HOME": str(NODE_DIR)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])  # 2025-11-25 and 2026-07-28
+def test_the_inspector_cli_lists_tools_and_calls_two_tools_twenty_times_without_error(
+    origin: str,
+    alice: User,
+    world: World,  # noqa: F811  (the fixture)
+    era: str,
+):
+    key = services.api_key_create(user=alice, name="inspector").plaintext
+
+    listed = inspector(origin, key, era, "--method", "tools/list")
+    calls = [("evaluate_current_setup", ["--tool-arg", "symbol=ALFA", "side=buy"]), ("get_usage", [])]
+    load = ["--load", "--load-requests", str(ROUNDS), "--load-concurrency", "1"]  # one connection, calls in turn
+    loads = {
+        tool: inspector(origin, key, era, "--method", "tools/call", "--tool-name", tool, *arguments, *load)
+        for tool, arguments in calls
+    }
+
+    assert {t["name"] for t in listed["tools"]} == set(load_tools())
+    for tool, load in loads.items():
+        assert (load["requests"], load["ok"], load["toolErrors"], load["errors"]) == (ROUNDS, ROUNDS, 0, 0), tool
