@@ -24,7 +24,7 @@ def test_create_pause_resume_and_delete_an_alert_rule(person: Page, origin: str,
     assert person.locator("#rules tbody").inner_text().strip() == "No alert rules yet."
 
     person.get_by_label("Name").fill("SPY dip wake")
-    person.get_by_label("Symbols").fill("spy, qqq")
+    person.get_by_label("Every symbol the frame feed follows").check()
     person.get_by_label("Side").select_option("buy")
     person.get_by_label("Horizon minutes").select_option("30")
     person.get_by_label("Min match tier").select_option("3")
@@ -34,9 +34,9 @@ def test_create_pause_resume_and_delete_an_alert_rule(person: Page, origin: str,
     rule = AlertRule.objects.get()
     secret = person.locator("#new-secret").inner_text().strip()
     assert secret.startswith("lr_whsec_") and secret.startswith(rule.secret_prefix)
-    assert (rule.symbols, rule.side, rule.horizon_minutes, rule.min_match_tier) == (["SPY", "QQQ"], "buy", 30, 3)
+    assert (rule.universe, rule.side, rule.horizon_minutes, rule.min_match_tier) == (True, "buy", 30, 3)
     row = person.locator("#rules tbody tr", has_text="SPY dip wake")
-    assert "SPY, QQQ · buy · 30 min" in row.inner_text()
+    assert "every followed symbol · buy · 30 min" in row.inner_text()
     assert row.locator("td.status-active").count() == 1
     shoot("alert-created")
 
