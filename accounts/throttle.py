@@ -1,13 +1,30 @@
-"""Sign-in lockout: failed passwords counted per submitted address and per client address in the shared cache.
+"""Sign-in lockout, and the limit on e-mails a stranger can make Leroy send (sign-up and password-reset links).
 
-Counted per submitted e-mail whether or not an account has it, so the lockout says nothing about which
-addresses exist. The count starts with the first failure and lapses LEROY_LOGIN_LOCKOUT_SECONDS later.
+Both count per submitted e-mail whether or not an account has it, so neither says which addresses exist, and per
+client address. The lockout count starts with the first failure and lapses LEROY_LOGIN_LOCKOUT_SECONDS later.
 """
 
 import hashlib
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.cache import cache
+
+from leroy.ratelimit import rate_limit_retry_after
+
+HOUR = 3600
+
+
+def email_send_retry_after(*, email: str, address: str) -> int | None:
+    """Seconds to wait before Leroy e-mails `email` again at the request of `address`; None when it may now.
+    Both counts advance on every request, so a flood from one client or at one inbox stops at its limit."""
+    digest = hashlib.sha256(email.strip().lower().encode()).hexdigest()[:32]
+    waits = [
+        async_to_sync(rate_limit_retry_after)(f"email-to:{digest}", settings.LEROY_EMAILS_PER_ADDRESS_PER_HOUR, HOUR),
+        async_to_sync(rate_limit_retry_after)(f"email-by:{address}", settings.LEROY_EMAILS_PER_CLIENT_PER_HOUR, HOUR),
+    ]
+    refused = [wait for wait in waits if wait is not None]
+    return max(refused) if refused else None
 
 
 def _keys(email: str, address: str) -> tuple[str, str]:

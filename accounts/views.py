@@ -23,6 +23,9 @@ from accounts.models import ApiKey, User
 NEW_KEY_COOKIE = "leroy_new_key"
 NEW_KEY_SALT = "accounts.new-key"
 SIGNUP_NEXT = "accounts.signup-next"
+EMAILS_THROTTLED = (
+    "Too many e-mails were requested for this address or from this network. Try again in {minutes} minutes."
+)
 LOCKED_OUT = (
     "Too many failed sign-ins for this address or from this network. Try again in {minutes} minutes, "
     "or reset your password."
@@ -43,6 +46,20 @@ def _next_on_site(request: HttpRequest) -> str:
     return target if on_site else ""
 
 
+def _emails_throttled(request: HttpRequest, email: str, template: str, **context: Any) -> HttpResponse | None:
+    """The form again with a 429 when Leroy has e-mailed this address, or for this client, too often; nothing is
+    sent. The same answer whether or not the address has an account."""
+    address = request.META.get("REMOTE_ADDR", "unknown")
+    retry_after = throttle.email_send_retry_after(email=email, address=address)
+    if retry_after is None:
+        return None
+    minutes = max(1, -(-retry_after // 60))
+    context["throttled"] = EMAILS_THROTTLED.format(minutes=minutes)
+    response = render(request, template, context, status=429)
+    response["Retry-After"] = str(retry_after)
+    return response
+
+
 @never_cache
 def signup(request: HttpRequest) -> HttpResponse:
     next_url = _next_on_site(request)
@@ -50,6 +67,9 @@ def signup(request: HttpRequest) -> HttpResponse:
         return redirect(next_url or "accounts:account")
     form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
+        email = form.cleaned_data["email"]
+        if refused := _emails_throttled(request, email, "accounts/signup.html", form=form, next=next_url):
+            return refused
         services.signup_request(email=form.cleaned_data["email"], next_url=next_url)
         # The same page whether or not the address has an account: sign-up reveals nothing.
         return render(request, "accounts/signup_sent.html", {"email": form.cleaned_data["email"]})
@@ -123,6 +143,8 @@ class PasswordResetView(auth_views.PasswordResetView):
     success_url = reverse_lazy("accounts:password-reset-done")
 
     def form_valid(self, form: Any) -> HttpResponse:
+        if refused := _emails_throttled(self.request, form.cleaned_data["email"], self.template_name, form=form):
+            return refused
         self.extra_email_context = {"origin": settings.LEROY_PUBLIC_ORIGIN}  # never the request's Host header
         return super().form_valid(form)
 

@@ -1,12 +1,12 @@
 """The Alerts account page: rules, their status and last delivery, the delivery log; the secret is shown once."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from accounts.models import User
+from accounts.views import account_page
 from alerts import selectors, services
 from alerts.forms import AlertCreateForm
 from leroy.errors import DomainError
@@ -22,10 +22,7 @@ def _page(request: HttpRequest, user: User, *, status: int = 200, **extra: objec
         "form": AlertCreateForm(),
         **extra,
     }
-    response = render(request, "alerts/alerts.html", context, status=status)
-    if "secret" in extra:
-        response["Cache-Control"] = "no-store"  # the plaintext secret is in this response only
-    return response
+    return render(request, "alerts/alerts.html", context, status=status)  # account_page: never stored
 
 
 def _user(request: HttpRequest) -> User:
@@ -33,12 +30,12 @@ def _user(request: HttpRequest) -> User:
     return request.user
 
 
-@login_required
+@account_page
 def alerts(request: HttpRequest) -> HttpResponse:
     return _page(request, _user(request))
 
 
-@login_required
+@account_page
 @require_POST
 def alert_create(request: HttpRequest) -> HttpResponse:
     user = _user(request)
@@ -87,13 +84,13 @@ def _act(request: HttpRequest, alert_id: str, action: str) -> HttpResponse:
     return redirect("alerts:alerts")
 
 
-@login_required
+@account_page
 @require_POST
 def alert_action(request: HttpRequest, alert_id: str, action: str) -> HttpResponse:
     return _act(request, alert_id, action)
 
 
-@login_required
+@account_page
 @require_POST
 def delivery_redeliver(request: HttpRequest, delivery_id: str) -> HttpResponse:
     try:

@@ -9,6 +9,7 @@ access tokens are accepted at /api/mcp alone: a request presenting any Authoriza
 also carries a session. Public tools need no session.
 """
 
+import json
 from typing import Any
 
 import pydantic_core
@@ -97,8 +98,30 @@ api = NinjaAPI(
 )
 
 
+def _strict_args(request: HttpRequest, spec: ToolSpec) -> BaseModel:
+    """The JSON body parsed exactly as MCP parses a call's arguments (strict: `"yes"` is not a boolean, `"5"` not a
+    number), so both edges refuse the same calls with the same `invalid_arguments` problems."""
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        problem = {"field": "body", "problem": "The body is not JSON"}
+        raise DomainError("invalid_arguments", "Invalid arguments: the body is not JSON", problems=[problem]) from None
+    return spec.args.from_arguments(body)
+
+
+def _refusal(refusal: DomainError) -> Status:
+    status = 422 if refusal.code == "invalid_arguments" else status_of(refusal.code)
+    return Status(status, ErrorOut.model_validate(refusal.payload()))
+
+
 @api.exception_handler(NinjaValidationError)
 def _invalid_arguments(request: HttpRequest, error: NinjaValidationError) -> HttpResponse:
+    spec = load_tools().get(request.path.rstrip("/").rsplit("/", 1)[-1])
+    if spec is not None and spec.rest:  # a generated route: the strict parser's problems, as MCP states them
+        try:
+            _strict_args(request, spec)
+        except DomainError as refusal:
+            return api.create_response(request, refusal.payload(), status=422)
     problems = [
         Problem(field=".".join(str(part) for part in item["loc"][2:]) or "body", problem=item["msg"])
         for item in error.errors
@@ -126,12 +149,17 @@ def _view(spec: ToolSpec) -> Any:
         try:
             return await spec.handler(call, args)
         except DomainError as refusal:
-            return Status(status_of(refusal.code), ErrorOut.model_validate(refusal.payload()))
+            return _refusal(refusal)
 
     if spec.args.model_fields:
 
         async def with_body(request: HttpRequest, args: BaseModel) -> Any:
-            return await answer(request, args)
+            # ninja's own (lax) parse documents the body in OpenAPI; the call runs on the strict parse.
+            try:
+                strict = _strict_args(request, spec)
+            except DomainError as refusal:
+                return _refusal(refusal)
+            return await answer(request, strict)
 
         with_body.__annotations__["args"] = spec.args
         return with_body

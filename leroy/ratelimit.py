@@ -67,15 +67,16 @@ def degraded_reset() -> None:
     _degraded_until, _warned_at = 0.0, -math.inf
 
 
-async def rate_limit_retry_after(identity: str, limit: int) -> int | None:
-    """Fixed one-minute windows in the shared cache; seconds to wait when over `limit`, else None."""
+async def rate_limit_retry_after(identity: str, limit: int, window_seconds: int = 60) -> int | None:
+    """Fixed windows (one minute unless told) in the shared cache; seconds to wait when over `limit`, else None."""
     instant = now().timestamp()
-    window = math.floor(instant / 60)
+    window = math.floor(instant / window_seconds)
+    identity = identity if window_seconds == 60 else f"{identity}:per{window_seconds}s"
     count: int | None = None
     if not degraded():
         key = f"leroy:rl:{identity}:{window}"
         try:
-            await cache.aadd(key, 0, timeout=120)
+            await cache.aadd(key, 0, timeout=2 * window_seconds)
             count = await cache.aincr(key)
         except Exception as error:  # any cache failure must degrade the limiter, never fail the request
             _mark_degraded(error)
@@ -83,5 +84,5 @@ async def rate_limit_retry_after(identity: str, limit: int) -> int | None:
         metrics.RATE_LIMIT_FAIL_OPEN.inc()
         count = _local.incr(identity, window)
     if count > limit:
-        return max(1, math.ceil((window + 1) * 60 - instant))
+        return max(1, math.ceil((window + 1) * window_seconds - instant))
     return None

@@ -5,7 +5,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from leroy.errors import DomainError
 
 # NUL cannot be stored in PostgreSQL text and a lone surrogate is not UTF-8: neither is a valid argument.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -24,6 +26,26 @@ def _storable(value: Any) -> Any:
     return value
 
 
+_UNION_TAGS = {"str", "int", "float", "bool", "none", "list", "dict", "literal", "date", "datetime"}
+
+
+def _union_member(part: object) -> bool:
+    return isinstance(part, str) and (part in _UNION_TAGS or "[" in part)
+
+
+def invalid_arguments(error: ValidationError) -> DomainError:
+    """One in-band refusal for arguments that do not fit the contract: a problem per field, in its own name."""
+    by_field: dict[str, list[str]] = {}
+    for item in error.errors(include_url=False):
+        # pydantic names the union member that failed ("min.int", "min.float"); the contract knows only "min"
+        field = ".".join(str(part) for part in item["loc"] if not _union_member(part)) or "arguments"
+        if item["msg"] not in by_field.setdefault(field, []):
+            by_field[field].append(item["msg"])
+    problems = [{"field": field, "problem": " or ".join(messages)} for field, messages in by_field.items()]
+    summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
+    return DomainError("invalid_arguments", f"Invalid arguments: {summary}", problems=problems)
+
+
 class ToolArgs(BaseModel):
     """Base of every tool's arguments: unknown fields are refused, never ignored; so is text no database keeps."""
 
@@ -35,11 +57,15 @@ class ToolArgs(BaseModel):
         return _storable(value)
 
     @classmethod
-    def from_arguments(cls, arguments: dict[str, Any]) -> Self:
+    def from_arguments(cls, arguments: Any) -> Self:
         """Validate a call's JSON arguments strictly: a boolean must be true/false and a number a JSON number
         (`"yes"`, `"1"` or `1` for a boolean and `"5"` for a number are refused, not coerced); strings that
-        carry dates are still parsed, as JSON has no date type. Raises pydantic's ValidationError."""
-        return cls.model_validate_json(json.dumps(arguments), strict=True)
+        carry dates are still parsed, as JSON has no date type. Both edges (MCP and REST) parse with this;
+        a misfit raises the `invalid_arguments` DomainError."""
+        try:
+            return cls.model_validate_json(json.dumps(arguments), strict=True)
+        except ValidationError as error:
+            raise invalid_arguments(error) from None
 
 
 @dataclass(frozen=True)

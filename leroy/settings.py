@@ -197,6 +197,9 @@ AUTH_PASSWORD_VALIDATORS = [
 LEROY_LOGIN_FAILURES_PER_ACCOUNT = env_int("LEROY_LOGIN_FAILURES_PER_ACCOUNT", 5)
 LEROY_LOGIN_FAILURES_PER_ADDRESS = env_int("LEROY_LOGIN_FAILURES_PER_ADDRESS", 20)
 LEROY_LOGIN_LOCKOUT_SECONDS = env_int("LEROY_LOGIN_LOCKOUT_SECONDS", 15 * 60)
+# Sign-up and password-reset e-mails Leroy sends per hour to one address and at the request of one client address.
+LEROY_EMAILS_PER_ADDRESS_PER_HOUR = env_int("LEROY_EMAILS_PER_ADDRESS_PER_HOUR", 3)
+LEROY_EMAILS_PER_CLIENT_PER_HOUR = env_int("LEROY_EMAILS_PER_CLIENT_PER_HOUR", 20)
 PASSWORD_RESET_TIMEOUT = 3 * 24 * 3600  # also the life of a sign-up link
 
 # E-mail (sign-up and password-reset links): the console in the demo, SMTP when LEROY_EMAIL_HOST is set.

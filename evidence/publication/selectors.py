@@ -98,6 +98,12 @@ def entries(*, start: int, end: int) -> list[LogEntryOut]:
     return [_entry(row) for row in LogEntry.objects.filter(index__gte=start, index__lt=end)]
 
 
+def recent_entries(*, limit: int) -> list[LogEntryOut]:
+    """The newest `limit` entries up to the latest checkpoint, newest first (what the log page lists)."""
+    rows = LogEntry.objects.filter(index__lt=log_size()).order_by("-index")[:limit]
+    return [_entry(row) for row in rows]
+
+
 def inclusion_proof(*, index: int, tree_size: int) -> InclusionProof:
     size = log_size()
     if not 0 <= index < tree_size <= size:

@@ -1,9 +1,11 @@
 from django.urls import path
 
+from evidence import pages
 from evidence.publication import views
 
 app_name = "publication"
 urlpatterns = [
+    path("log/", pages.publication_log, name="page"),
     path("log/checkpoint", views.checkpoint, name="checkpoint"),
     path(".well-known/leroy-log-key", views.log_key, name="key"),
     path("log/entries", views.entries, name="entries"),

@@ -1,6 +1,9 @@
-"""Domain-level MCP discovery documents (/.well-known/mcp.json and /.well-known/mcp/server-card.json)."""
+"""MCP discovery documents: /.well-known/mcp.json and /.well-known/mcp/server-card.json, and the MCP registry's
+server.json (`manage.py server_json`)."""
 
 from importlib.metadata import version
+from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
@@ -57,3 +60,45 @@ def server_card(request: HttpRequest) -> JsonResponse:
     response = JsonResponse(card)
     response["Access-Control-Allow-Origin"] = "*"  # a public document; no credentials are involved
     return response
+
+
+REGISTRY_SCHEMA = "https://static.modelcontextprotocol.io/schemas/2025-09-29/server.schema.json"
+REGISTRY_DESCRIPTION = "Research-only market evidence and Backtrader backtests for trading agents; never places orders."
+
+
+def registry_name(origin: str) -> str:
+    """The registry's reverse-DNS name for this deployment: leroy.example.com serves com.example.leroy/leroy."""
+    host = urlsplit(origin).hostname or "localhost"
+    return ".".join(reversed(host.split("."))) + "/leroy"
+
+
+def server_json() -> dict[str, Any]:
+    """This deployment's entry for the MCP registry: one streamable-http remote with its authorization header
+    (an OAuth access token, which clients obtain from the 401 challenge, or an API key from the account page)."""
+    origin = settings.LEROY_PUBLIC_ORIGIN
+    return {
+        "$schema": REGISTRY_SCHEMA,
+        "name": registry_name(origin),
+        "description": REGISTRY_DESCRIPTION,
+        "version": version("leroy"),
+        "websiteUrl": origin + "/",
+        "remotes": [
+            {
+                "type": "streamable-http",
+                "url": origin + settings.LEROY_MCP_PATH,
+                "headers": [
+                    {
+                        "name": "Authorization",
+                        "description": (
+                            "Optional for public tools. 'Bearer <OAuth access token>' (discovered from the 401 "
+                            f"challenge at {oauth.resource_metadata_url()}) or 'Bearer lr_live_...', an API key "
+                            f"created at {origin + reverse('accounts:account')}."
+                        ),
+                        "isRequired": False,
+                        "isSecret": True,
+                        "placeholder": "Bearer lr_live_...",
+                    }
+                ],
+            }
+        ],
+    }

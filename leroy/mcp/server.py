@@ -15,11 +15,11 @@ from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, ListToolsResult, TextContent, ToolAnnotations
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict
 from starlette.types import ASGIApp
 
 from leroy.errors import DomainError
-from leroy.mcp import transport
+from leroy.mcp import resources, transport
 from leroy.mcp.registry import REGISTRY, ToolCall, ToolSpec, load_tools
 
 INSTRUCTIONS = (
@@ -48,26 +48,6 @@ class _RawArguments(ArgModelBase):
 
     def model_dump_one_level(self) -> dict[str, Any]:
         return {"arguments": dict(self.model_extra or {})}
-
-
-_UNION_TAGS = {"str", "int", "float", "bool", "none", "list", "dict", "literal", "date", "datetime"}
-
-
-def _union_member(part: object) -> bool:
-    return isinstance(part, str) and (part in _UNION_TAGS or "[" in part)
-
-
-def invalid_arguments(error: ValidationError) -> DomainError:
-    """One in-band refusal for arguments that do not fit the contract: a problem per field, in its own name."""
-    by_field: dict[str, list[str]] = {}
-    for item in error.errors(include_url=False):
-        # pydantic names the union member that failed ("min.int", "min.float"); the contract knows only "min"
-        field = ".".join(str(part) for part in item["loc"] if not _union_member(part)) or "arguments"
-        if item["msg"] not in by_field.setdefault(field, []):
-            by_field[field].append(item["msg"])
-    problems = [{"field": field, "problem": " or ".join(messages)} for field, messages in by_field.items()]
-    summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
-    return DomainError("invalid_arguments", f"Invalid arguments: {summary}", problems=problems)
 
 
 _SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
@@ -110,10 +90,7 @@ def _sdk_tool(spec: ToolSpec) -> Tool:
             tool=spec.name, principal=principal, protocol_version=ctx.protocol_version, report_progress=report_progress
         )
         try:
-            args = spec.args.from_arguments(arguments)
-        except ValidationError as error:  # nothing ran, nothing was charged
-            return _result(invalid_arguments(error).payload(), is_error=True)
-        try:
+            args = spec.args.from_arguments(arguments)  # invalid_arguments: nothing ran, nothing was charged
             output = await spec.handler(call_info, args)
         except DomainError as refusal:  # every app's refusal, and ToolFailure, become one in-band error shape
             return _result(refusal.payload(), is_error=True)
@@ -139,9 +116,22 @@ def _sdk_tool(spec: ToolSpec) -> Tool:
     sdk_tool.parameters = compact_schema(spec.args.model_json_schema(by_alias=True))
     published = sdk_tool.fn_metadata.output_schema
     if published is not None:  # only published: results are checked against the model itself
-        # The root title stays: it names the result model, which the contract and its docs refer to.
-        sdk_tool.fn_metadata.output_schema = {"title": published["title"], **compact_schema(published)}
+        sdk_tool.fn_metadata.output_schema = output_schema(published)
     return sdk_tool
+
+
+def output_schema(published: dict[str, Any]) -> dict[str, Any]:
+    """The published result schema: the model's, or the in-band refusal `{"error": {...}}` that an isError result
+    carries as structuredContent. Clients that validate every structuredContent against the schema (the
+    JavaScript SDK does, for each tool it has listed) must accept the refusal too, or they throw on it."""
+    schema = compact_schema(published)
+    defs = schema.pop("$defs", None)
+    schema.pop("type", None)
+    # The root title stays: it names the result model, which the contract and its docs refer to.
+    out: dict[str, Any] = {"title": published["title"], "type": "object", "anyOf": [schema, {"required": ["error"]}]}
+    if defs is not None:
+        out["$defs"] = defs
+    return out
 
 
 def _visible(spec: ToolSpec | None, headers: Mapping[str, str]) -> bool:
@@ -179,6 +169,7 @@ def build_server() -> MCPServer:
         subscriptions=False,  # the per-process bus cannot fan out across workers; the tool list is static
         middleware=[_narrow_tools_list],
     )
+    resources.register(mcp)
     if settings.MCP_CONFORMANCE_FIXTURES:
         from leroy.mcp import conformance
 

@@ -156,3 +156,43 @@ def test_bearer_credentials_do_not_open_account_pages(client, api_key):
 
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("accounts:login"))
+
+
+def test_signup_emails_to_one_address_stop_at_the_hourly_limit_and_the_refusal_sends_nothing(
+    client, db, settings, mailoutbox
+):
+    settings.LEROY_EMAILS_PER_ADDRESS_PER_HOUR = 2
+    answers = [client.post(reverse("accounts:signup"), {"email": "victim@example.com"}) for _ in range(3)]
+    other = client.post(reverse("accounts:signup"), {"email": "someone@example.com"})
+
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert 1 <= int(answers[2]["Retry-After"]) <= 3600
+    assert "Too many e-mails were requested" in answers[2].content.decode()
+    assert [m.to for m in mailoutbox] == [["victim@example.com"], ["victim@example.com"], ["someone@example.com"]]
+    assert other.status_code == 200
+
+
+def test_one_client_can_request_only_so_many_emails_to_any_addresses(client, db, settings, mailoutbox):
+    settings.LEROY_EMAILS_PER_CLIENT_PER_HOUR = 2
+    statuses = [client.post(reverse("accounts:signup"), {"email": f"n{i}@example.com"}).status_code for i in range(3)]
+    reset = client.post(reverse("accounts:password-reset"), {"email": "n0@example.com"})
+    elsewhere = Client(REMOTE_ADDR="198.51.100.9").post(reverse("accounts:signup"), {"email": "n2@example.com"})
+
+    assert statuses == [200, 200, 429]
+    assert reset.status_code == 429  # password-reset links count against the same limit
+    assert elsewhere.status_code == 200
+    assert [m.to for m in mailoutbox] == [["n0@example.com"], ["n1@example.com"], ["n2@example.com"]]
+    assert User.objects.filter(email="n2@example.com").count() == 1  # made by the allowed request only
+
+
+def test_the_email_limit_answers_the_same_for_an_existing_account(client, owner, settings, mailoutbox):
+    settings.LEROY_EMAILS_PER_ADDRESS_PER_HOUR = 1
+    for email in ("alice@example.com", "ghost@example.com"):
+        client.post(reverse("accounts:password-reset"), {"email": email})
+    known = client.post(reverse("accounts:password-reset"), {"email": "alice@example.com"})
+    unknown = client.post(reverse("accounts:password-reset"), {"email": "ghost@example.com"})
+
+    assert (known.status_code, unknown.status_code) == (429, 429)
+    page = [re.sub(r'name="csrfmiddlewaretoken" value="\w+"', "", r.content.decode()) for r in (known, unknown)]
+    assert page[0].replace("alice@", "ghost@") == page[1].replace("alice@", "ghost@")
+    assert [m.to for m in mailoutbox] == [["alice@example.com"]]

@@ -228,8 +228,10 @@ async def test_every_tool_publishes_a_closed_input_and_its_own_output_schema(mcp
     for name, published in listed.items():
         assert published.input_schema["additionalProperties"] is False, name
         assert published.output_schema["title"] == specs[name].output.__name__, name
-        assert published.output_schema["additionalProperties"] is False, name
-        assert published.output_schema["properties"], name
+        result, refusal = published.output_schema["anyOf"]  # the answer, or the in-band refusal
+        assert result["additionalProperties"] is False, name
+        assert result["properties"], name
+        assert refusal == {"required": ["error"]}, name
 
 
 async def test_every_tool_answers_in_its_output_model_while_jobs_are_pending_failed_or_cancelled(

@@ -170,7 +170,8 @@ def test_optimization_page_has_results_and_a_heat_map_of_the_target(person: Page
 
 def test_every_page_of_the_navigation_bar_opens_cleanly(person: Page, origin: str, research, shoot):
     log_in(person, origin, "alice@example.com")
-    names = ["Keys", "Connected clients", "Usage", "Plan and billing", "Strategies", "Journal"]
+    names = ["Keys", "Connected clients", "Usage", "Plan and billing", "Strategies", "Journal", "Alerts"]
+    names += ["Publication log"]
     nav = person.get_by_role("navigation", name="Main")
     for name in names:
         response_url = person.url
@@ -180,6 +181,7 @@ def test_every_page_of_the_navigation_bar_opens_cleanly(person: Page, origin: st
         assert nav.get_by_role("link", name=name).get_attribute("aria-current") == "page"
         assert person.locator("h1").count() == 1
         shoot(name)
+    person.get_by_role("link", name="Journal").click()
     assert "Gap fill after a weak open" in person.locator("#journal").inner_text()
     assert "realized: 0.413 %" in person.locator("#journal").inner_text()
     person.get_by_role("button", name="Log out").click()
@@ -192,7 +194,8 @@ def test_account_pages_are_never_cached_not_frameable_and_every_form_carries_csr
 ):
     log_in(person, origin, "alice@example.com")
 
-    for path in ["/account/", "/account/clients/", "/account/usage/", "/account/billing/", "/account/journal/"]:
+    pages = ["/account/", "/account/clients/", "/account/usage/", "/account/billing/", "/account/journal/"]
+    for path in [*pages, "/account/alerts/"]:
         response = person.goto(origin + path)
 
         assert response is not None and response.status == 200

@@ -132,3 +132,43 @@ async def test_the_swagger_ui_is_served_from_local_static_files(mcp_http):
     assert 'src="/static/ninja/swagger-ui-bundle.js"' in page.text
     assert "cdn" not in page.text.lower()
     assert (bundle.status_code, len(bundle.content) > 100_000) == (200, True)
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [({"side": "buy", "fail": "yes"}, "fail"), ({"side": "buy", "fail": 1}, "fail"), (["buy"], "arguments")],
+)
+async def test_rest_refuses_loose_arguments_exactly_as_mcp_does_and_charges_nothing(
+    mcp_http, owner, api_key, arguments, field
+):
+    from asgiref.sync import sync_to_async
+    from mcp import Client as McpClient
+    from mcp.client.streamable_http import streamable_http_client
+
+    from billing.models import UsageEvent
+    from tests.conftest import MCP_URL
+
+    browser = await sync_to_async(signed_in_client)(owner)
+    rest = await sync_to_async(browser.post)(
+        "/api/v1/tests/probe_metered", arguments, content_type="application/json", headers={"X-CSRFToken": TOKEN}
+    )
+    mcp_error = None
+    if isinstance(arguments, dict):  # MCP's params.arguments is always an object
+        transport = streamable_http_client(MCP_URL, http_client=mcp_http(api_key))
+        async with McpClient(transport, mode="2026-07-28") as mcp:
+            mcp_error = (await mcp.call_tool("probe_metered", arguments)).structured_content["error"]
+
+    assert rest.status_code == 422
+    error = rest.json()["error"]
+    assert (error["code"], [p["field"] for p in error["problems"]]) == ("invalid_arguments", [field])
+    assert mcp_error == (error if isinstance(arguments, dict) else None)
+    assert await UsageEvent.objects.acount() == 0
+
+
+def signed_in_client(user) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    client.cookies["csrftoken"] = TOKEN
+    return client

@@ -83,7 +83,9 @@ async def test_tools_list_publishes_strict_input_and_output_schemas(mcp_http, mo
     assert echo.input_schema["additionalProperties"] is False
     assert echo.input_schema["required"] == ["text"]
     assert echo.input_schema["properties"]["text"]["maxLength"] == 200
-    assert echo.output_schema["properties"]["text"] == {"type": "string"}
+    result, refusal = echo.output_schema["anyOf"]  # the answer, or the in-band refusal an isError result carries
+    assert (result["properties"]["text"], result["required"]) == ({"type": "string"}, ["text", "protocol_version"])
+    assert refusal == {"required": ["error"]}
     assert echo.meta == {"leroy/access": "public", "leroy/scope": "mcp:read", "leroy/metering": "free"}
     assert tools["probe_write"].meta["leroy/scope"] == "mcp:write"
 
