@@ -13,7 +13,7 @@ import polars as pl
 
 from evidence.memory import features
 
-SCHEMA_VERSION = 2  # 2: exact distinct sessions across symbols, n_symbols
+SCHEMA_VERSION = 3  # 2: exact distinct sessions across symbols, n_symbols; 3: features.v2 (floors, tolerances)
 SYMBOL_BASELINE = 6  # per-symbol direction baseline: the lift reference for tier 5, never displayed as a match
 REGIME_TABLE = 7  # per regime bucket, for regime tools
 TIER_KEYS: dict[int, tuple[str, ...]] = {

@@ -139,7 +139,7 @@ def artifact_dir(relative: str, sha256: str) -> Path:
 class MemoryReader:
     def __init__(self, root: Path, sha256: str) -> None:
         manifest = verified_manifest(root, sha256)
-        if manifest["schema_version"] != SCHEMA_VERSION:  # e.g. v1 counted (symbol, session) pairs as sessions
+        if manifest["schema_version"] != SCHEMA_VERSION:  # v1 counted pairs as sessions, v2 float noise
             raise ArtifactRefused(
                 f"{root.name} has artifact schema {manifest['schema_version']}, this reader serves {SCHEMA_VERSION}: "
                 "rebuild Market Memory"
