@@ -14,12 +14,13 @@ pytestmark = pytest.mark.django_db
 HORIZON = 15
 
 
-def pooled_rows(reader: Any) -> pd.DataFrame:
-    """The historical buy rows at 15 minutes with a mature label, every symbol of the artifact's universe."""
+def pooled_rows(reader: Any, asset_class: str = "equity") -> pd.DataFrame:
+    """The historical buy rows at 15 minutes with a mature label, every symbol of one asset class (the pool)."""
     plan = BuildPlan(**reader.manifest["plan"])
     frames = [
         store.scan_parquet([feature_store_path(ticker, plan)]).collect().to_pandas().assign(symbol=ticker)
         for ticker in plan.tickers
+        if plan.asset_classes[ticker] == asset_class
     ]
     rows = pd.concat(frames)
     rows = rows[rows["ready"] & rows[f"lbl_{HORIZON}"].notna()]
@@ -88,7 +89,7 @@ def test_a_pooled_key_with_enough_symbol_session_pairs_but_too_few_dates_does_no
     rows = pooled_rows(reader)
     minimum = reader.min_sessions
     by_mask = rows.groupby("mask").agg(
-        sessions=("session", "nunique"), pairs=("session", lambda s: len(set(zip(rows.loc[s.index, "symbol"], s))))
+        sessions=("session", "nunique"), pairs=("session", lambda s: len(set(zip(rows.loc[s.index, "symbol"], s, strict=True))))
     )
     short = by_mask[(by_mask["pairs"] >= minimum) & (by_mask["sessions"] < minimum)]
     assert not short.empty  # the world holds such keys: symbols sharing dates
@@ -98,3 +99,23 @@ def test_a_pooled_key_with_enough_symbol_session_pairs_but_too_few_dates_does_no
         resolved = reader.resolve(symbol=symbol, side="buy", mask=int(mask), regime=int(regime), horizons=(HORIZON,))
         assert resolved[HORIZON].match is None or resolved[HORIZON].match.tier == 2
         assert (3, None) in resolved[HORIZON].unusable  # passed over: never stored, never pooled down
+
+
+def test_pooled_tiers_pool_only_the_asset_class_the_request_names(world):
+    reader = memory_reader()
+    assert reader.asset_classes == {"SYNX": "index", "ALFA": "equity", "BRVO": "equity"}
+    for asset_class, symbols in (("equity", {"ALFA", "BRVO"}), ("index", {"SYNX"})):
+        rows = pooled_rows(reader, asset_class)
+        served = reader.key_evidence(tier=1, side="buy", horizon=HORIZON, asset_class=asset_class)
+        assert served is not None
+        assert set(rows["symbol"]) == symbols
+        assert {name: getattr(served, name) for name in stats(rows)} == stats(rows)
+    # The index's setup resolves inside its own pool: no equity row is ever evidence for it, nor it for an equity.
+    index = pooled_rows(reader, "index")
+    symbol, mask, regime = index.iloc[0][["symbol", "mask", "regime"]]
+    tier, expected = cascade(index, symbol, int(mask), int(regime), reader.min_sessions)
+    match = reader.resolve(symbol="SYNX", side="buy", mask=int(mask), regime=int(regime), horizons=(HORIZON,))
+    found = match[HORIZON].match
+    assert found is not None
+    assert (found.tier, found.distinct_symbols) == (tier, 1)
+    assert {name: getattr(found, name) for name in expected} == expected
