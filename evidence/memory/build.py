@@ -238,9 +238,7 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
     out = partial_dir(build_dir, ticker)
     store.write_parquet(pl.concat(stats).sort(KEY_COLUMNS), f"{out}/stats.parquet")
     store.write_parquet(pl.concat(reservoir), f"{out}/reservoir.parquet")
-    store.write_parquet(
-        long.select(*[c for c in KEY_SCHEMA if c != "tier"], "r"), f"{out}/returns.parquet"
-    )
+    store.write_parquet(long.select(*[c for c in KEY_SCHEMA if c != "tier"], "r"), f"{out}/returns.parquet")
     store.write_parquet(coverage.sort("period"), f"{out}/coverage.parquet")
     store.write_parquet(execution.sort("bucket"), f"{out}/execution.parquet")
     marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
