@@ -569,7 +569,9 @@ class ExecutionOut(BaseModel):
 
 
 class LineageArgs(ToolArgs):
-    pass
+    evaluation_id: str | None = Field(
+        default=None, min_length=1, max_length=64, description="One of your evaluations: explain its served rows"
+    )
 
 
 class ArtifactFile(BaseModel):
@@ -602,6 +604,44 @@ class LineageOut(BaseModel):
     files: list[ArtifactFile]
     research_boundary: ResearchBoundary
     publication_log: CheckpointOut | None = None  # the latest signed checkpoint and what it does (not) guarantee
+    evaluation_rows: list["ExplainedRow"] | None = None  # with evaluation_id: where each served row comes from
+
+
+class TierKey(BaseModel):
+    tier: int
+    tier_name: TierName
+    period: Literal["historical"]
+    asset_class: str
+    symbol: str | None = None
+    mask: int | None = None  # bit i = registry strategy i active (get_strategy_registry order)
+    regime: int | None = None
+    band: int | None = None
+
+
+class ServedFrom(BaseModel):
+    artifact_version: str
+    artifact_sha256: str
+    file: str  # in the artifact directory, listed with its SHA-256 in manifest.json
+    file_sha256: str
+    row: int  # 0-based row of that Parquet file holding the key's integer sums
+
+
+class RecomputeQuery(BaseModel):
+    feature_store_files: list[str]  # relative to the data directory, one per pooled symbol
+    historical_through: str
+    sql: str  # DuckDB-flavoured SQL over those files that gives the served figures
+
+
+class ExplainedRow(BaseModel):
+    side: Side
+    horizon_minutes: Horizon
+    served: dict[str, float | int | None]
+    key: TierKey
+    served_from: ServedFrom
+    recompute: RecomputeQuery
+
+
+LineageOut.model_rebuild()
 
 
 class RecordHypothesisArgs(ToolArgs):

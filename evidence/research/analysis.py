@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from accounts.models import User
 from evidence.live import frames
 from evidence.memory.artifact import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
 from evidence.memory.reader import PCT, Evidence, MemoryReader
@@ -32,6 +33,7 @@ from evidence.schemas import (
     KeyStats,
     Leader,
     LeadersArgs,
+    LineageArgs,
     LineageOut,
     MatchedSetup,
     MatchStrength,
@@ -570,9 +572,16 @@ def execution_conditions(*, args: ExecutionArgs) -> ExecutionOut:
     )
 
 
-def data_lineage() -> LineageOut:
-    """The active artifact's identity, inputs, code, registry, calendar, coverage and file hashes. Free, public."""
+def data_lineage(*, args: LineageArgs, user: User | None) -> LineageOut:
+    """The active artifact's identity, inputs, code, registry, calendar, coverage and file hashes. Free, public.
+    With an evaluation id (the caller's own), also where each of its served rows comes from."""
+    from evidence.research.explain import evaluation_explain  # it builds on this module's errors
 
+    rows = None
+    if args.evaluation_id is not None:
+        if user is None:
+            raise ResearchError("unknown_evaluation", "evaluations are explained to their own account: authenticate")
+        rows = evaluation_explain(evaluation_id=args.evaluation_id, user=user)
     reader = memory_reader()
     coverage, _, _ = evaluation.memory_blocks(reader, now())
     lineage = reader.lineage()
@@ -600,4 +609,5 @@ def data_lineage() -> LineageOut:
         files=[ArtifactFile(name=name, **entry) for name, entry in sorted(reader.manifest["files"].items())],
         research_boundary=ResearchBoundary(),
         publication_log=publication_selectors.checkpoint(),
+        evaluation_rows=rows,
     )
