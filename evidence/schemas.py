@@ -373,7 +373,7 @@ class SearchArgs(ToolArgs):
     source: Literal["historical", "forward_overlay"] = Field(
         default="historical", description="Historical contract, or the forward overlay (served only when current)"
     )
-    asset_class: AssetClass = Field(default="equity", description="Pool of keys searched (a symbol implies its own)")
+    asset_class: AssetClass = Field(default="equity", description="Pool searched (a symbol implies its own)")
     limit: int = Field(default=20, ge=1, le=50, description="Most keys returned, most distinct sessions first")
     client_request_id: str | None = _request_id()
 
@@ -570,7 +570,7 @@ class ExecutionOut(BaseModel):
 
 class LineageArgs(ToolArgs):
     evaluation_id: str | None = Field(
-        default=None, min_length=1, max_length=64, description="One of your evaluations: explain its served rows"
+        default=None, min_length=1, max_length=64, description="Your evaluation to explain"
     )
 
 
@@ -607,19 +607,7 @@ class LineageOut(BaseModel):
     evaluation_rows: list["ExplainedRow"] | None = None  # with evaluation_id: where each served row comes from
 
 
-class TierKey(BaseModel):
-    tier: int
-    tier_name: TierName
-    period: Literal["historical"]
-    asset_class: str
-    symbol: str | None = None
-    mask: int | None = None  # bit i = registry strategy i active (get_strategy_registry order)
-    regime: int | None = None
-    band: int | None = None
-
-
 class ServedFrom(BaseModel):
-    artifact_version: str
     artifact_sha256: str
     file: str  # in the artifact directory, listed with its SHA-256 in manifest.json
     file_sha256: str
@@ -628,7 +616,6 @@ class ServedFrom(BaseModel):
 
 class RecomputeQuery(BaseModel):
     feature_store_files: list[str]  # relative to the data directory, one per pooled symbol
-    historical_through: str
     sql: str  # DuckDB-flavoured SQL over those files that gives the served figures
 
 
@@ -636,7 +623,8 @@ class ExplainedRow(BaseModel):
     side: Side
     horizon_minutes: Horizon
     served: dict[str, float | int | None]
-    key: TierKey
+    tier: int  # its historical key: `key` holds the tier's own fields (mask bit i = registry strategy i)
+    key: dict[str, int | str]
     served_from: ServedFrom
     recompute: RecomputeQuery
 

@@ -167,8 +167,8 @@ async def estimate_execution_conditions(call: ToolCall, args: ExecutionArgs) -> 
       scope="mcp:read", metering="free")  # fmt: skip
 async def get_data_lineage(call: ToolCall, args: LineageArgs) -> LineageOut:
     """The active Market Memory artifact: version, SHA-256, inputs and code hashes, strategy registry, calendar,
-    coverage (historical and forward overlay) and every file's hash. With one of your evaluation_ids: each served
-    row's tier key, artifact file and row, and the SQL recomputing it from the feature store. Free and public."""
+    coverage (historical and forward overlay) and every file's hash; with your evaluation_id, each served row's
+    source and recomputing SQL. Free and public."""
 
     def lineage() -> LineageOut:
         return research.data_lineage(args=args, user=call.user() if call.principal is not None else None)

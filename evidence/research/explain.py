@@ -10,7 +10,7 @@ from evidence.memory.reader import MemoryReader, artifact_dir
 from evidence.memory.strategies import names_mask
 from evidence.models import MarketMemoryArtifact
 from evidence.research.analysis import ResearchError
-from evidence.schemas import ExplainedRow, RecomputeQuery, ServedFrom, TierKey
+from evidence.schemas import ExplainedRow, RecomputeQuery, ServedFrom
 
 FIGURES = ("sample_size", "distinct_sessions", "distinct_symbols", "average_return_pct", "win_rate", "profit_factor")
 
@@ -71,9 +71,9 @@ def evaluation_explain(*, evaluation_id: str, user: User | None) -> list[Explain
                 side=side,
                 horizon_minutes=horizon,
                 served={k: row[k] for k in FIGURES},
-                key=TierKey(tier=tier, tier_name=row["match_strength"]["tier"], period="historical", **key),
+                tier=tier,
+                key=key,
                 served_from=ServedFrom(
-                    artifact_version=reader.version,
                     artifact_sha256=sha,
                     file=name,
                     file_sha256=reader.manifest["files"][name]["sha256"],
@@ -81,7 +81,6 @@ def evaluation_explain(*, evaluation_id: str, user: User | None) -> list[Explain
                 ),
                 recompute=RecomputeQuery(
                     feature_store_files=files,
-                    historical_through=plan.historical_through,
                     sql=_sql(files, side, horizon, where or ["true"], plan.historical_through),
                 ),
             )

@@ -12,6 +12,7 @@ from django.core.management import CommandError, call_command
 
 from accounts import services as account_services
 from evidence import schemas
+from evidence.memory.selectors import memory_reader
 from evidence.memory.strategies import STRATEGIES
 from leroy.errors import DomainError
 from tests.calls import call_tool
@@ -19,13 +20,14 @@ from tests.calls import call_tool
 pytestmark = pytest.mark.django_db
 
 
-def pandas_figures(data_dir: Path, explained: dict) -> dict:
+def pandas_figures(data_dir: Path, explained: dict, through: str) -> dict:
     """The row's figures from the feature-store files it names, filtered by its key, aggregated by hand."""
     key, side, h = explained["key"], explained["side"], explained["horizon_minutes"]
+    key = {name: key.get(name) for name in ("mask", "regime", "band")}
     files = explained["recompute"]["feature_store_files"]
     rows = pd.concat([pd.read_parquet(data_dir / name) for name in files], ignore_index=True)
     rows = rows[rows["ready"] & rows[f"lbl_{h}"].notna()]
-    rows = rows[pd.to_datetime(rows["session"]) <= pd.Timestamp(explained["recompute"]["historical_through"])]
+    rows = rows[pd.to_datetime(rows["session"]) <= pd.Timestamp(through)]
     rows = rows.assign(mask=rows[f"{side}_mask"].astype("int64"))
     if key["mask"] is not None:
         rows = rows[rows["mask"] == key["mask"]]
@@ -57,18 +59,18 @@ def test_three_served_rows_are_recomputed_from_the_feature_store(fed_world):
     assert [(e["side"], e["horizon_minutes"]) for e in explained] == [(r.side, r.horizon_minutes) for r in available]
     for row, e in list(zip(available, explained, strict=True))[:3]:
         assert e["served"]["sample_size"] == row.sample_size
-        assert e["key"]["tier"] == row.match_strength.score
+        assert e["tier"] == row.match_strength.score
         assert e["served_from"]["artifact_sha256"] == fed_world.sha256
         # The named file and row hold the key's sums ...
         stored = pl.read_parquet(fed_world.data_dir / f"market_memory/{fed_world.sha256}" / e["served_from"]["file"])
         held = stored.row(e["served_from"]["row"], named=True)
         counts = (row.sample_size, row.distinct_sessions)
-        assert (held["tier"], held["n"], held["n_sessions"]) == (e["key"]["tier"], *counts)
+        assert (held["tier"], held["n"], held["n_sessions"]) == (e["tier"], *counts)
         assert held["asset_class"] == e["key"]["asset_class"] == "equity"
-        if e["key"]["mask"] is not None:
+        if "mask" in e["key"]:
             assert held["mask"] == e["key"]["mask"] < 1 << len(STRATEGIES)
         # ... and the feature store, filtered by the key, gives the stored sums exactly and every served figure again.
-        figures = pandas_figures(fed_world.data_dir, e)
+        figures = pandas_figures(fed_world.data_dir, e, memory_reader().manifest["plan"]["historical_through"])
         assert figures == {
             "sample_size": held["n"],
             "distinct_sessions": held["n_sessions"],
