@@ -60,11 +60,11 @@ def main() -> None:
 
     def point_queries(item: tuple) -> None:
         symbol, side, mask, regime = item
-        s, band = SIDES.index(side), min(mask.bit_count(), 4)
+        s, band, c = SIDES.index(side), min(mask.bit_count(), 4), reader.pool(symbol)
         for h in (5, 15, 30, 60):
-            for key in ((0, 5, s, h, symbol, mask, regime, -1), (0, 4, s, h, "", mask, regime, -1),
-                        (0, 3, s, h, "", mask, -1, -1), (0, 2, s, h, "", -1, regime, band),
-                        (0, 1, s, h, "", -1, -1, -1), (0, 6, s, h, symbol, -1, -1, -1)):  # fmt: skip
+            for key in ((0, 5, s, h, c, symbol, mask, regime, -1), (0, 4, s, h, c, "", mask, regime, -1),
+                        (0, 3, s, h, c, "", mask, -1, -1), (0, 2, s, h, c, "", -1, regime, band),
+                        (0, 1, s, h, c, "", -1, -1, -1), (0, 6, s, h, c, symbol, -1, -1, -1)):  # fmt: skip
                 db.execute(f"SELECT * FROM stats WHERE {placeholders}", key).fetchone()  # noqa: S608
 
     results = {}

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from evidence.publication.schemas import CheckpointOut, Receipt
 from evidence.vocabulary import (
+    AssetClass,
     Horizon,
     RequestSide,
     Side,
@@ -372,6 +373,7 @@ class SearchArgs(ToolArgs):
     source: Literal["historical", "forward_overlay"] = Field(
         default="historical", description="Historical contract, or the forward overlay (served only when current)"
     )
+    asset_class: AssetClass = Field(default="equity", description="Pool searched (a symbol implies its own)")
     limit: int = Field(default=20, ge=1, le=50, description="Most keys returned, most distinct sessions first")
     client_request_id: str | None = _request_id()
 
@@ -567,7 +569,9 @@ class ExecutionOut(BaseModel):
 
 
 class LineageArgs(ToolArgs):
-    pass
+    evaluation_id: str | None = Field(
+        default=None, min_length=1, max_length=64, description="Your evaluation to explain"
+    )
 
 
 class ArtifactFile(BaseModel):
@@ -600,6 +604,32 @@ class LineageOut(BaseModel):
     files: list[ArtifactFile]
     research_boundary: ResearchBoundary
     publication_log: CheckpointOut | None = None  # the latest signed checkpoint and what it does (not) guarantee
+    evaluation_rows: list["ExplainedRow"] | None = None  # with evaluation_id: where each served row comes from
+
+
+class ServedFrom(BaseModel):
+    artifact_sha256: str
+    file: str  # in the artifact directory, listed with its SHA-256 in manifest.json
+    file_sha256: str
+    row: int  # 0-based row of that Parquet file holding the key's integer sums
+
+
+class RecomputeQuery(BaseModel):
+    feature_store_files: list[str]  # relative to the data directory, one per pooled symbol
+    sql: str  # DuckDB-flavoured SQL over those files that gives the served figures
+
+
+class ExplainedRow(BaseModel):
+    side: Side
+    horizon_minutes: Horizon
+    served: dict[str, float | int | None]
+    tier: int  # its historical key: `key` holds the tier's own fields (mask bit i = registry strategy i)
+    key: dict[str, int | str]
+    served_from: ServedFrom
+    recompute: RecomputeQuery
+
+
+LineageOut.model_rebuild()
 
 
 class RecordHypothesisArgs(ToolArgs):

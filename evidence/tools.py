@@ -167,8 +167,13 @@ async def estimate_execution_conditions(call: ToolCall, args: ExecutionArgs) -> 
       scope="mcp:read", metering="free")  # fmt: skip
 async def get_data_lineage(call: ToolCall, args: LineageArgs) -> LineageOut:
     """The active Market Memory artifact: version, SHA-256, inputs and code hashes, strategy registry, calendar,
-    coverage (historical and forward overlay) and every file's hash. Free and public."""
-    return await _run(research.data_lineage)
+    coverage (historical and forward overlay) and every file's hash; with your evaluation_id, each served row's
+    source and recomputing SQL. Free and public."""
+
+    def lineage() -> LineageOut:
+        return research.data_lineage(args=args, user=call.user() if call.principal is not None else None)
+
+    return await _run(lineage)
 
 
 @tool(name="record_research_hypothesis", title="Record research hypothesis", args=RecordHypothesisArgs,

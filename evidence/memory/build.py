@@ -82,6 +82,7 @@ def build_plan(*, through: date | None = None) -> BuildPlan:
         overlay_tickers=sorted(set(corpus.overlay_tickers) & {s.ticker for s in symbols}),
         inputs=inputs,
         min_sessions=settings.LEROY_MM_MIN_SESSIONS,
+        asset_classes={s.ticker: s.asset_class for s in symbols},
     )
 
 
@@ -139,7 +140,9 @@ def _rows(frame: pl.DataFrame, ticker: str, plan: BuildPlan) -> pl.DataFrame:
     period = pl.when(pl.col("session") <= boundary).then(0).when(pl.lit(in_overlay)).then(1).otherwise(None)
     return (
         frame.filter(pl.col("ready"))
-        .with_columns(period=period.cast(pl.Int8), symbol=pl.lit(ticker))
+        .with_columns(
+            period=period.cast(pl.Int8), symbol=pl.lit(ticker), asset_class=pl.lit(plan.asset_classes[ticker])
+        )
         .filter(pl.col("period").is_not_null())
     )
 
@@ -154,7 +157,7 @@ def _long(rows: pl.DataFrame) -> pl.DataFrame:
             adv = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
             parts.append(
                 rows.filter(pl.col(f"lbl_{h}").is_not_null()).select(
-                    "period", "symbol", "session", "ts", "regime",
+                    "period", "asset_class", "symbol", "session", "ts", "regime",
                     side=pl.lit(side_index, pl.Int8),
                     horizon=pl.lit(h, pl.Int16),
                     mask=pl.col(f"{side}_mask"),
@@ -179,7 +182,7 @@ def _reservoir_candidates(rows: pl.DataFrame) -> pl.DataFrame:
             labels[f"adv_{h}"] = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
         parts.append(
             rows.select(
-                "period", "symbol", "session", "ts", "regime",
+                "period", "asset_class", "symbol", "session", "ts", "regime",
                 side=pl.lit(side_index, pl.Int8),
                 mask=pl.col(f"{side}_mask"),
                 band=pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX)).cast(pl.Int8),
@@ -235,9 +238,7 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
     out = partial_dir(build_dir, ticker)
     store.write_parquet(pl.concat(stats).sort(KEY_COLUMNS), f"{out}/stats.parquet")
     store.write_parquet(pl.concat(reservoir), f"{out}/reservoir.parquet")
-    store.write_parquet(
-        long.select("period", "side", "horizon", "symbol", "mask", "regime", "band", "r"), f"{out}/returns.parquet"
-    )
+    store.write_parquet(long.select(*[c for c in KEY_SCHEMA if c != "tier"], "r"), f"{out}/returns.parquet")
     store.write_parquet(coverage.sort("period"), f"{out}/coverage.parquet")
     store.write_parquet(execution.sort("bucket"), f"{out}/execution.parquet")
     marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from accounts.models import User
 from evidence.live import frames
 from evidence.memory.artifact import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
 from evidence.memory.reader import PCT, Evidence, MemoryReader
@@ -32,6 +33,7 @@ from evidence.schemas import (
     KeyStats,
     Leader,
     LeadersArgs,
+    LineageArgs,
     LineageOut,
     MatchedSetup,
     MatchStrength,
@@ -118,6 +120,7 @@ class Setup:
     regime: int | None
     match: Evidence | None
     reason: str | None
+    asset_class: str = ""  # the pool of the symbol's cross-ticker tiers
 
     @property
     def usable(self) -> bool:
@@ -130,7 +133,8 @@ class Setup:
         values = {"symbol": self.context.symbol, "mask": self.mask, "regime": self.regime,
                   "band": min(self.mask.bit_count(), BAND_MAX)}  # fmt: skip
         sentinels = {"symbol": "", "mask": -1, "regime": -1, "band": -1}
-        return {name: values[name] if name in TIER_KEYS[tier] else sentinels[name] for name in values}
+        fields = {name: values[name] if name in TIER_KEYS[tier] else sentinels[name] for name in values}
+        return {**fields, "asset_class": self.asset_class}
 
     def matched(self) -> MatchedSetup | None:
         if self.match is None:
@@ -169,7 +173,7 @@ def setup_resolve(*, symbol: str, side: str, horizon: int, reader: MemoryReader,
     context = FrameContext(symbol=ticker, side=side, source_time=frame.source_time, frame_status=current.status,  # type: ignore[arg-type]
                            active_signals=mask_names(mask), regime=regime_of(regime))  # fmt: skip
     match = reader.lookup(symbol=ticker, side=side, mask=mask, regime=regime, horizons=(horizon,))[horizon]
-    return Setup(context, mask, regime, match, None if match else NO_SAMPLE)
+    return Setup(context, mask, regime, match, None if match else NO_SAMPLE, reader.pool(ticker))
 
 
 def _matched_rows(setup: Setup, reader: MemoryReader) -> list[dict[str, Any]]:
@@ -291,7 +295,7 @@ def market_memory_search(*, args: SearchArgs) -> Answer:
             side=args.side, horizon=args.horizon_minutes, tiers=tiers,
             min_sessions=args.min_sample_sessions or 0, required_mask=required,
             symbol=args.symbol, limit=args.limit,
-            period=int(args.source == "forward_overlay"),
+            period=int(args.source == "forward_overlay"), asset_class=args.asset_class,
         )  # fmt: skip
         hits = [
             SearchHit(key=_key(k["tier"], k["symbol"], k["mask"], k["regime"], k["band"]), stats=_stats(e))
@@ -568,9 +572,16 @@ def execution_conditions(*, args: ExecutionArgs) -> ExecutionOut:
     )
 
 
-def data_lineage() -> LineageOut:
-    """The active artifact's identity, inputs, code, registry, calendar, coverage and file hashes. Free, public."""
+def data_lineage(*, args: LineageArgs, user: User | None) -> LineageOut:
+    """The active artifact's identity, inputs, code, registry, calendar, coverage and file hashes. Free, public.
+    With an evaluation id (the caller's own), also where each of its served rows comes from."""
+    from evidence.research.explain import evaluation_explain  # it builds on this module's errors
 
+    rows = None
+    if args.evaluation_id is not None:
+        if user is None:
+            raise ResearchError("unknown_evaluation", "evaluations are explained to their own account: authenticate")
+        rows = evaluation_explain(evaluation_id=args.evaluation_id, user=user)
     reader = memory_reader()
     coverage, _, _ = evaluation.memory_blocks(reader, now())
     lineage = reader.lineage()
@@ -598,4 +609,5 @@ def data_lineage() -> LineageOut:
         files=[ArtifactFile(name=name, **entry) for name, entry in sorted(reader.manifest["files"].items())],
         research_boundary=ResearchBoundary(),
         publication_log=publication_selectors.checkpoint(),
+        evaluation_rows=rows,
     )

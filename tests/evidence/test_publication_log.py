@@ -22,6 +22,7 @@ from evidence.publication.schemas import Receipt
 from evidence.publication.signing import signer
 from evidence.publication.tasks import answers_commit_task
 from evidence.research import analysis as research
+from evidence.schemas import LineageArgs
 from leroy_verify.merkle import Tree, leaf_hash, verify_inclusion
 from leroy_verify.note import open_note, parse_checkpoint, parse_verifier_key
 
@@ -290,7 +291,7 @@ def test_the_beat_task_commits_every_day_through_today(owner):
 
 
 def test_data_lineage_cites_the_latest_signed_checkpoint(world):
-    lineage = research.data_lineage()
+    lineage = research.data_lineage(args=LineageArgs(), user=None)
 
     cited = lineage.publication_log
     assert cited is not None and cited.checkpoint == selectors.checkpoint_note()

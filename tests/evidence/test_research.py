@@ -13,7 +13,7 @@ from evidence.memory.strategies import mask_names, names_mask
 from evidence.models import Frame
 from evidence.research import analysis as research
 from evidence.research.analysis import ResearchError
-from evidence.schemas import ExecutionArgs, ExitPolicyArgs, LeadersArgs, RegimeArgs, SearchArgs, SetupArgs
+from evidence.schemas import ExecutionArgs, ExitPolicyArgs, LeadersArgs, LineageArgs, RegimeArgs, SearchArgs, SetupArgs
 from tests.calls import call_tool
 
 pytestmark = pytest.mark.django_db
@@ -279,7 +279,7 @@ def test_execution_conditions_of_an_unknown_symbol_are_not_available(fed_world):
 
 
 def test_lineage_names_the_active_artifact_and_every_file_hash(fed_world):
-    result = research.data_lineage()
+    result = research.data_lineage(args=LineageArgs(), user=None)
 
     reader = memory_reader()
     assert (result.artifact_sha256, result.artifact_version) == (fed_world.sha256, reader.version)
