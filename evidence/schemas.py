@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from evidence.publication.schemas import CheckpointOut, Receipt
 from evidence.vocabulary import (
+    AssetClass,
     Horizon,
     RequestSide,
     Side,
@@ -372,6 +373,7 @@ class SearchArgs(ToolArgs):
     source: Literal["historical", "forward_overlay"] = Field(
         default="historical", description="Historical contract, or the forward overlay (served only when current)"
     )
+    asset_class: AssetClass = Field(default="equity", description="Pool of keys searched (a symbol implies its own)")
     limit: int = Field(default=20, ge=1, le=50, description="Most keys returned, most distinct sessions first")
     client_request_id: str | None = _request_id()
 

@@ -10,7 +10,11 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 # --- market data -------------------------------------------------------------------------------------------------
-ASSET_CLASSES = ("equity", "etf", "index", "forex", "crypto")
+AssetClass = Literal["equity", "etf", "index", "forex", "crypto"]
+# Each is its own pool: a cross-ticker tier pools only symbols of the asset class the request names (an index or an
+# ETF is never evidence for a single stock).
+ASSET_CLASSES: tuple[AssetClass, ...] = ("equity", "etf", "index", "forex", "crypto")
+DEFAULT_ASSET_CLASS: AssetClass = "equity"  # the pool of a request that names no symbol and no class
 # Asset classes whose intraday bars must sit on XNYS regular-session minutes.
 XNYS_ASSET_CLASSES = ("equity", "etf", "index")
 FREQUENCIES = ("1m", "5m", "15m", "30m", "1h", "4h", "1d")

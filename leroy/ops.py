@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from leroy import metrics, ratelimit
 from leroy.clock import now
+from leroy.errors import DomainError
 
 Check = Callable[[], dict[str, Any]]
 
@@ -117,6 +118,8 @@ def readiness() -> tuple[bool, dict[str, Any]]:
             entry = {"status": "ok", **check()}
         except Exception as error:
             entry = {"status": "fail", "detail": f"{type(error).__name__}: {error}"[:300]}
+            if isinstance(error, DomainError):  # e.g. evidence_unavailable: its code and reason, as the tools say it
+                entry.update(code=error.code, **{k: v for k, v in error.details.items() if isinstance(v, str)})
         entry.update(required=required, ms=round((time.perf_counter() - started) * 1000, 1))
         if entry["status"] == "fail" and required:
             ready = False

@@ -6,29 +6,31 @@ each other.
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import polars as pl
 
 from evidence.memory import features
 
-SCHEMA_VERSION = 2  # 2: exact distinct sessions across symbols, n_symbols
+# 2: exact distinct sessions across symbols, n_symbols; 3: features.v2 (floors, tolerances), pools by asset class
+SCHEMA_VERSION = 3
 SYMBOL_BASELINE = 6  # per-symbol direction baseline: the lift reference for tier 5, never displayed as a match
 REGIME_TABLE = 7  # per regime bucket, for regime tools
+# Every tier keys on the asset class: pooled tiers pool only one class, per-symbol tiers hold their symbol's.
 TIER_KEYS: dict[int, tuple[str, ...]] = {
-    5: ("symbol", "mask", "regime"),
-    4: ("mask", "regime"),
-    3: ("mask",),
-    2: ("regime", "band"),
-    1: (),
-    SYMBOL_BASELINE: ("symbol",),
-    REGIME_TABLE: ("regime",),
+    5: ("asset_class", "symbol", "mask", "regime"),
+    4: ("asset_class", "mask", "regime"),
+    3: ("asset_class", "mask"),
+    2: ("asset_class", "regime", "band"),
+    1: ("asset_class",),
+    SYMBOL_BASELINE: ("asset_class", "symbol"),
+    REGIME_TABLE: ("asset_class", "regime"),
 }
-KEY_COLUMNS = ("period", "tier", "side", "horizon", "symbol", "mask", "regime", "band")
+KEY_COLUMNS = ("period", "tier", "side", "horizon", "asset_class", "symbol", "mask", "regime", "band")
 SENTINEL: dict[str, Any] = {"symbol": "", "mask": -1, "regime": -1, "band": -1}
 KEY_SCHEMA: dict[str, Any] = {
-    "period": pl.Int8, "tier": pl.Int8, "side": pl.Int8, "horizon": pl.Int16,
+    "period": pl.Int8, "tier": pl.Int8, "side": pl.Int8, "horizon": pl.Int16, "asset_class": pl.String,
     "symbol": pl.String, "mask": pl.Int64, "regime": pl.Int8, "band": pl.Int8,
 }  # fmt: skip
 RESERVOIR_KEY_SCHEMA = {name: dtype for name, dtype in KEY_SCHEMA.items() if name != "horizon"}
@@ -62,6 +64,7 @@ class BuildPlan:
     overlay_tickers: list[str]
     inputs: dict[str, list[str]]  # ticker -> SHA-256 of its 1m partitions, in year order
     min_sessions: int
+    asset_classes: dict[str, str] = field(default_factory=dict)  # ticker -> asset class (its pool)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -84,6 +84,7 @@ def build_plan(*, through: date | None = None) -> BuildPlan:
         overlay_tickers=sorted(set(corpus.overlay_tickers) & {s.ticker for s in symbols}),
         inputs=inputs,
         min_sessions=settings.LEROY_MM_MIN_SESSIONS,
+        asset_classes={s.ticker: s.asset_class for s in symbols},
     )
 
 
@@ -114,10 +115,13 @@ FINE_KEYS = ("period", "side", "horizon", "mask", "regime", "band", "session")
 
 # Inside one symbol's partial the symbol is constant, so tier 5 groups exactly as tier 4 and the symbol baseline
 # exactly as tier 1: five distinct group-bys give all seven tiers.
+PARTIAL_CONSTANTS = ("asset_class", "symbol")  # one value in a symbol's partial: never a group key there
+
+
 def _partial_groups() -> dict[tuple[str, ...], list[int]]:
     groups: dict[tuple[str, ...], list[int]] = {}
     for tier, keys in TIER_KEYS.items():
-        groups.setdefault(tuple(k for k in keys if k != "symbol"), []).append(tier)
+        groups.setdefault(tuple(k for k in keys if k not in PARTIAL_CONSTANTS), []).append(tier)
     return groups
 
 
@@ -141,7 +145,7 @@ def _fine_stats(long: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _partial_stats(fine: pl.DataFrame, ticker: str) -> pl.DataFrame:
+def _partial_stats(fine: pl.DataFrame, ticker: str, asset_class: str) -> pl.DataFrame:
     """Every tier's rows for one symbol: additive sums and the key's sorted session ordinals (exact sets)."""
     parts = []
     for keys, tiers in PARTIAL_GROUPS.items():
@@ -152,7 +156,8 @@ def _partial_stats(fine: pl.DataFrame, ticker: str) -> pl.DataFrame:
             *[pl.col(c).sum() for c in SUMMED if c != "n"],
         )
         for tier in tiers:
-            tagged = grouped.with_columns(symbol=pl.lit(ticker)) if "symbol" in TIER_KEYS[tier] else grouped
+            constants = {"asset_class": asset_class, "symbol": ticker}
+            tagged = grouped.with_columns(**{k: pl.lit(v) for k, v in constants.items() if k in TIER_KEYS[tier]})
             parts.append(_with_key(tagged, tier))
     return pl.concat(parts)
 
@@ -173,7 +178,9 @@ def _rows(frame: pl.DataFrame, ticker: str, plan: BuildPlan) -> pl.DataFrame:
     period = pl.when(pl.col("session") <= boundary).then(0).when(pl.lit(in_overlay)).then(1).otherwise(None)
     return (
         frame.filter(pl.col("ready"))
-        .with_columns(period=period.cast(pl.Int8), symbol=pl.lit(ticker))
+        .with_columns(
+            period=period.cast(pl.Int8), symbol=pl.lit(ticker), asset_class=pl.lit(plan.asset_classes[ticker])
+        )
         .filter(pl.col("period").is_not_null())
     )
 
@@ -188,7 +195,7 @@ def _long(rows: pl.DataFrame) -> pl.DataFrame:
             adv = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
             parts.append(
                 rows.filter(pl.col(f"lbl_{h}").is_not_null()).select(
-                    "period", "symbol", "session", "ts", "regime",
+                    "period", "asset_class", "symbol", "session", "ts", "regime",
                     side=pl.lit(side_index, pl.Int8),
                     horizon=pl.lit(h, pl.Int16),
                     mask=pl.col(f"{side}_mask"),
@@ -213,7 +220,7 @@ def _reservoir_candidates(rows: pl.DataFrame) -> pl.DataFrame:
             labels[f"adv_{h}"] = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
         parts.append(
             rows.select(
-                "period", "symbol", "session", "ts", "regime",
+                "period", "asset_class", "symbol", "session", "ts", "regime",
                 side=pl.lit(side_index, pl.Int8),
                 mask=pl.col(f"{side}_mask"),
                 band=pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX)).cast(pl.Int8),
@@ -244,7 +251,7 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
     store.write_parquet(stored, feature_store_path(ticker, plan))
     rows = _rows(frame, ticker, plan)
     long = _long(rows).with_columns(pl.col("session").cast(pl.Int32))  # session ordinals: integer group keys
-    stats = _partial_stats(_fine_stats(long), ticker)
+    stats = _partial_stats(_fine_stats(long), ticker, plan.asset_classes[ticker])
     # A tier-5 key lies in this one partial, so one below the minimum sample is final here and can never be served:
     # only its count travels on (the manifest's keys_built), not its row.
     pruned = (pl.col("tier") == EXACT_TIER) & (pl.col(SESSION_SET).list.len() < plan.min_sessions)
@@ -277,7 +284,8 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
     store.write_parquet(stats, f"{out}/stats.parquet", scratch=True)
     store.write_parquet(counts, f"{out}/pruned.parquet", scratch=True)
     store.write_parquet(pl.concat(reservoir), f"{out}/reservoir.parquet", scratch=True)
-    returns = long.select("period", "side", "horizon", "mask", "regime", "band", "r")  # the symbol is the directory
+    # The symbol (and so its asset class) is the directory: the reduce puts them back.
+    returns = long.select("period", "side", "horizon", "mask", "regime", "band", "r")
     store.write_parquet(returns, f"{out}/returns.parquet", scratch=True)
     store.write_parquet(coverage.sort("period"), f"{out}/coverage.parquet", scratch=True)
     store.write_parquet(execution.sort("bucket"), f"{out}/execution.parquet", scratch=True)
@@ -301,12 +309,14 @@ def code_sha256() -> str:
     return digest.hexdigest()
 
 
-def _medians(build_dir: str, tickers: list[str], served: pl.DataFrame) -> pl.DataFrame:
+def _medians(build_dir: str, plan: BuildPlan, served: pl.DataFrame) -> pl.DataFrame:
     """Exact median return of each served key, from every symbol's mature returns (medians are not additive)."""
     returns = pl.concat(
         [
-            store.scan_parquet([f"{partial_dir(build_dir, t)}/returns.parquet"]).with_columns(symbol=pl.lit(t))
-            for t in tickers
+            store.scan_parquet([f"{partial_dir(build_dir, t)}/returns.parquet"]).with_columns(
+                asset_class=pl.lit(plan.asset_classes[t]), symbol=pl.lit(t)
+            )
+            for t in plan.tickers
         ]
     ).collect()
     parts = []
@@ -400,7 +410,7 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
     shown = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE]) | (pl.col("n_sessions") >= plan.min_sessions)
     served = summed.filter(shown)
-    served = served.join(_medians(build_dir, tickers, served), on=KEY_COLUMNS, how="left").sort(KEY_COLUMNS)
+    served = served.join(_medians(build_dir, plan, served), on=KEY_COLUMNS, how="left").sort(KEY_COLUMNS)
     pruned = dict(read("pruned.parquet").group_by("tier").agg(pl.col("keys_pruned").sum()).iter_rows())
     key_counts = {
         str(tier): {

@@ -13,8 +13,21 @@ import polars as pl
 from evidence.marketdata import calendar
 from evidence.vocabulary import HORIZONS, WARMUP_SESSIONS
 
-FEATURE_VERSION = "features.v1"
+FEATURE_VERSION = "features.v2"  # v2: ratio floors, tie tolerance, an anchored session-VWAP variance
 LABEL_SCALE = 100_000_000  # labels are int64 in 1e-8 units
+
+# Floors. A ratio feature is null until its denominator is defined and at least its floor, so float noise in a
+# vanishing denominator never becomes a value (without them the session-open VWAP z-score reached ±141,259).
+PRICE_FLOOR = 1e-6  # a price level (close, moving average, VWAP, prior-day level) below this is bad data
+# A price dispersion (standard deviation, range, ATR, mean move) must be at least this fraction of the close:
+# 0.01 bp, below one cent at any price under $10,000 and far above the float64 error of the dispersions here.
+RELATIVE_FLOOR = 1e-6
+VOLUME_FLOOR = 1.0  # a volume denominator (a mean or a sum of volumes, or money flow per unit of price) in units
+DI_FLOOR = 1e-6  # DI+ + DI-, in index points, below which DX (their normalised difference) is undefined
+VWAP_Z_MIN_BARS = 5  # the session VWAP deviation is a dispersion only from the session's fifth bar
+# Ties. A price move smaller than this fraction of the price is no move: a 1-ulp difference between tied prices
+# (about 1e-16 of the price) never decides a direction (it once moved the money-flow index from 38 to 17).
+TIE_TOLERANCE = 1e-9
 
 FEATURES = (
     "r1", "r5", "r15", "r30", "r60",
@@ -29,6 +42,15 @@ FEATURES = (
 )  # fmt: skip
 # Features that are legitimately null on ready rows (not yet defined in the session) rather than warming up.
 SESSION_LATE = {"or5_pos": 5, "or15_pos": 15, "or30_pos": 30, "first_hour_return": 60}
+# Ratios over a price dispersion or a volume: null on a ready row whenever the denominator is below its floor (a flat
+# stretch, a quiet open), and every strategy reading them is then inactive. The warm-up (WARMUP_SESSIONS) covers
+# their lookbacks, so readiness does not wait for them.
+FLOORED = (
+    "rsi14", "stoch_k", "stoch_d", "williams_r", "cci20", "tr_atr", "di_plus", "di_minus", "bb_z", "bb_width",
+    "bb_squeeze", "keltner_pos",
+    "donchian20_pos", "donchian55_pos", "vwap_z", "or5_pos", "or15_pos", "or30_pos", "rvol", "obv_slope", "mfi14",
+    "daily_rsi2",
+)  # fmt: skip
 
 
 def dense_minutes(bars: pl.DataFrame, *, through: date | None = None) -> pl.DataFrame:
@@ -66,8 +88,20 @@ def dense_minutes(bars: pl.DataFrame, *, through: date | None = None) -> pl.Data
     )  # fmt: skip
 
 
-def _ratio(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
-    return pl.when(denominator != 0).then(numerator / denominator).otherwise(None)
+def _ratio(numerator: pl.Expr, denominator: pl.Expr, floor: pl.Expr | float) -> pl.Expr:
+    """numerator / denominator, null unless the denominator is defined and at least `floor` (denominators here are
+    non-negative: prices, dispersions, volumes)."""
+    return pl.when(denominator >= floor).then(numerator / denominator).otherwise(None)
+
+
+def _gap(value: pl.Expr, level: pl.Expr) -> pl.Expr:
+    """value / level - 1 for a price level (null below PRICE_FLOOR)."""
+    return _ratio(value, level, PRICE_FLOOR) - 1
+
+
+def _tie(price: pl.Expr) -> pl.Expr:
+    """The largest price difference that still counts as a tie at `price`."""
+    return TIE_TOLERANCE * price.abs()
 
 
 def _wilder(expr: pl.Expr, n: int) -> pl.Expr:
@@ -94,14 +128,16 @@ def daily_context(frame: pl.DataFrame) -> pl.DataFrame:
     gain, loss = change.clip(lower_bound=0), (-change).clip(lower_bound=0)
     rng = pl.col("d_high") - pl.col("d_low")
     pivot = (pl.col("d_high") + pl.col("d_low") + close) / 3
+    gain2, loss2 = _wilder(gain, 2), _wilder(loss, 2)
     known = daily.with_columns(
         k_high=pl.col("d_high"),
         k_low=pl.col("d_low"),
         k_close=close,
         k_sma20=close.rolling_mean(20),
         k_sma50=close.rolling_mean(50),
-        k_rsi2=100 * _wilder(gain, 2) / (_wilder(gain, 2) + _wilder(loss, 2)),
-        k_nr7=(rng == rng.rolling_min(7)).cast(pl.Float64),
+        k_rsi2=_ratio(100 * gain2, gain2 + loss2, RELATIVE_FLOOR * close),
+        # Narrowest of the last 7 (ties within the tolerance count as narrowest).
+        k_nr7=(rng - rng.rolling_min(7) <= _tie(close)).cast(pl.Float64),
         k_high20=pl.col("d_high").rolling_max(20),
         k_low20=pl.col("d_low").rolling_min(20),
         k_r1=2 * pivot - pl.col("d_low"),
@@ -127,7 +163,7 @@ def regime_sessions(benchmark: pl.DataFrame) -> pl.DataFrame:
     return shifted.with_columns(
         trend=pl.when(pl.col("bench_sma20").is_null())
         .then(None)
-        .otherwise((pl.col("bench_close") > pl.col("bench_sma20")).cast(pl.Int8)),
+        .otherwise((pl.col("bench_close") - pl.col("bench_sma20") > _tie(pl.col("bench_close"))).cast(pl.Int8)),
         volatility=pl.when(pl.col("bench_vol_q67").is_null())
         .then(None)
         .when(pl.col("bench_vol20") <= pl.col("bench_vol_q33"))
@@ -147,6 +183,7 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
     tr = pl.max_horizontal(h - lo, (h - prev_close).abs(), (lo - prev_close).abs())
     tp = (h + lo + c) / 3
     change = c.diff()
+    spread_floor = RELATIVE_FLOOR * c  # the floor of every price-dispersion denominator at this close
     base = frame.with_columns(
         _tr=tr,
         _tp=tp,
@@ -165,45 +202,56 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
         _hh14=h.rolling_max(14),
         _ll14=lo.rolling_min(14),
         _i=pl.int_range(pl.len()).cast(pl.Float64),
-        # Cumulative sums stay per session partition (a global cumsum minus an offset loses precision).
+        # Cumulative sums stay per session partition (a global cumsum minus an offset loses precision); the VWAP
+        # variance sums deviations from the session's first typical price, so it does not cancel price squared.
         _cum_v=v.cum_sum().over(session),
         _cum_pv=(tp * v).cum_sum().over(session),
-        _cum_p2v=(tp * tp * v).cum_sum().over(session),
+        _cum_dv=((tp - tp.first().over(session)) * v).cum_sum().over(session),
+        _cum_d2v=((tp - tp.first().over(session)) ** 2 * v).cum_sum().over(session),
         _session_high=h.cum_max().over(session),
         _session_open=o.first().over(session),
     )
+    up, down, tie = pl.col("_up"), pl.col("_down"), _tie(c)
+    tp_move = pl.col("_tp") - pl.col("_tp").shift(1)
     base = base.with_columns(
         _atr=_wilder(pl.col("_tr"), 14),
-        _plus_dm=pl.when((pl.col("_up") > pl.col("_down")) & (pl.col("_up") > 0)).then(pl.col("_up")).otherwise(0.0),
-        _minus_dm=pl.when((pl.col("_down") > pl.col("_up")) & (pl.col("_down") > 0))
-        .then(pl.col("_down"))
-        .otherwise(0.0),
+        _plus_dm=pl.when((up - down > tie) & (up > tie)).then(up).otherwise(0.0),
+        _minus_dm=pl.when((down - up > tie) & (down > tie)).then(down).otherwise(0.0),
         _macd=pl.col("_ema12") - pl.col("_ema26"),
-        _vwap=_ratio(pl.col("_cum_pv"), pl.col("_cum_v")),
-        _k=100 * _ratio(c - pl.col("_ll14"), pl.col("_hh14") - pl.col("_ll14")),
-        _flow=pl.when(pl.col("_tp") > pl.col("_tp").shift(1))
+        _vwap=_ratio(pl.col("_cum_pv"), pl.col("_cum_v"), VOLUME_FLOOR),
+        _k=100 * _ratio(c - pl.col("_ll14"), pl.col("_hh14") - pl.col("_ll14"), spread_floor),
+        _flow=pl.when(tp_move > _tie(pl.col("_tp")))
         .then(pl.col("_tp") * v)
-        .otherwise(-pl.when(pl.col("_tp") < pl.col("_tp").shift(1)).then(pl.col("_tp") * v).otherwise(0.0)),
-        _obv=(pl.when(change > 0).then(v).when(change < 0).then(-v).otherwise(0.0)).cum_sum(),
+        .when(tp_move < -_tie(pl.col("_tp")))
+        .then(-pl.col("_tp") * v)
+        .otherwise(0.0),
+        _obv=(pl.when(change > tie).then(v).when(change < -tie).then(-v).otherwise(0.0)).cum_sum(),
     )
-    di_plus = 100 * _ratio(_wilder(pl.col("_plus_dm"), 14), pl.col("_atr"))
-    di_minus = 100 * _ratio(_wilder(pl.col("_minus_dm"), 14), pl.col("_atr"))
+    di_plus = 100 * _ratio(_wilder(pl.col("_plus_dm"), 14), pl.col("_atr"), spread_floor)
+    di_minus = 100 * _ratio(_wilder(pl.col("_minus_dm"), 14), pl.col("_atr"), spread_floor)
+    mean_dev = _ratio(pl.col("_cum_dv"), pl.col("_cum_v"), VOLUME_FLOOR)
     base = base.with_columns(
         _di_plus=di_plus,
         _di_minus=di_minus,
         _macd_signal=_ema(pl.col("_macd"), 9),
-        _vwap_sd=(pl.col("_cum_p2v") / pl.col("_cum_v") - pl.col("_vwap") ** 2).clip(lower_bound=0).sqrt(),
-        _bb_width=_ratio(4 * pl.col("_sd20"), pl.col("_sma20")),
+        _vwap_sd=pl.when(m >= VWAP_Z_MIN_BARS - 1).then(
+            (_ratio(pl.col("_cum_d2v"), pl.col("_cum_v"), VOLUME_FLOOR) - mean_dev**2).clip(lower_bound=0).sqrt()
+        ),
+        # The band width is the dispersion itself (relative to price), so it is undefined where the dispersion is.
+        _bb_width=pl.when(pl.col("_sd20") >= spread_floor).then(
+            _ratio(4 * pl.col("_sd20"), pl.col("_sma20"), PRICE_FLOOR)
+        ),
     )
     base = base.with_columns(
-        _dx=100 * _ratio((pl.col("_di_plus") - pl.col("_di_minus")).abs(), pl.col("_di_plus") + pl.col("_di_minus")),
+        _dx=100
+        * _ratio((pl.col("_di_plus") - pl.col("_di_minus")).abs(), pl.col("_di_plus") + pl.col("_di_minus"), DI_FLOOR),
     )
     opening = {}
     for k in (5, 15, 30):
         # The range is complete when bar k-1 closes; before that the feature is null (never a partial range).
         high_k = pl.when(m == k - 1).then(h.rolling_max(k)).forward_fill()
         low_k = pl.when(m == k - 1).then(lo.rolling_min(k)).forward_fill()
-        opening[f"or{k}_pos"] = pl.when(m >= k - 1).then(_ratio(c - low_k, high_k - low_k)).otherwise(None)
+        opening[f"or{k}_pos"] = pl.when(m >= k - 1).then(_ratio(c - low_k, high_k - low_k, spread_floor))
     # Same minute-of-session volume over the prior 20 sessions: sort by (minute, ts), roll, mask the group boundary.
     by_minute = (
         base.select("ts", "minute_of_session", "volume")
@@ -223,62 +271,61 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
     )
     pos_flow = pl.col("_flow").clip(lower_bound=0).rolling_sum(14)
     neg_flow = (-pl.col("_flow")).clip(lower_bound=0).rolling_sum(14)
+    gain14, loss14 = _wilder(pl.col("_gain"), 14), _wilder(pl.col("_loss"), 14)
+    tp_sd20 = pl.col("_tp").rolling_std(20)
     features = base.with_columns(
-        r1=c / c.shift(1) - 1,
-        r5=c / c.shift(5) - 1,
-        r15=c / c.shift(15) - 1,
-        r30=c / c.shift(30) - 1,
-        r60=c / c.shift(60) - 1,
-        sma20_gap=c / pl.col("_sma20") - 1,
-        sma50_gap=c / pl.col("_sma50") - 1,
-        ema9_gap=c / pl.col("_ema9") - 1,
-        ema21_gap=c / pl.col("_ema21") - 1,
-        ema_9_21=pl.col("_ema9") / pl.col("_ema21") - 1,
-        ema_12_26=pl.col("_ema12") / pl.col("_ema26") - 1,
-        sma_20_50=pl.col("_sma20") / pl.col("_sma50") - 1,
-        macd=pl.col("_macd") / c,
-        macd_signal=pl.col("_macd_signal") / c,
-        macd_hist=(pl.col("_macd") - pl.col("_macd_signal")) / c,
-        rsi14=pl.when(_wilder(pl.col("_gain"), 14) + _wilder(pl.col("_loss"), 14) > 0)
-        .then(100 * _wilder(pl.col("_gain"), 14) / (_wilder(pl.col("_gain"), 14) + _wilder(pl.col("_loss"), 14)))
-        .otherwise(pl.when(_wilder(pl.col("_gain"), 14).is_not_null()).then(50.0)),
-        stoch_k=pl.col("_k").fill_null(pl.when(pl.col("_hh14").is_not_null()).then(50.0)),
-        stoch_d=pl.col("_k").fill_null(pl.when(pl.col("_hh14").is_not_null()).then(50.0)).rolling_mean(3),
-        williams_r=pl.col("_k").fill_null(pl.when(pl.col("_hh14").is_not_null()).then(50.0)) - 100,
-        cci20=_ratio(pl.col("_tp") - pl.col("_tp").rolling_mean(20), 0.015 * pl.col("_tp").rolling_std(20)).fill_null(
-            pl.when(pl.col("_tp").rolling_std(20).is_not_null()).then(0.0)
-        ),
-        atr14_pct=pl.col("_atr") / c,
-        tr_atr=_ratio(pl.col("_tr"), pl.col("_atr")).fill_null(pl.when(pl.col("_atr").is_not_null()).then(0.0)),
+        r1=_gap(c, c.shift(1)),
+        r5=_gap(c, c.shift(5)),
+        r15=_gap(c, c.shift(15)),
+        r30=_gap(c, c.shift(30)),
+        r60=_gap(c, c.shift(60)),
+        sma20_gap=_gap(c, pl.col("_sma20")),
+        sma50_gap=_gap(c, pl.col("_sma50")),
+        ema9_gap=_gap(c, pl.col("_ema9")),
+        ema21_gap=_gap(c, pl.col("_ema21")),
+        ema_9_21=_gap(pl.col("_ema9"), pl.col("_ema21")),
+        ema_12_26=_gap(pl.col("_ema12"), pl.col("_ema26")),
+        sma_20_50=_gap(pl.col("_sma20"), pl.col("_sma50")),
+        macd=_ratio(pl.col("_macd"), c, PRICE_FLOOR),
+        macd_signal=_ratio(pl.col("_macd_signal"), c, PRICE_FLOOR),
+        macd_hist=_ratio(pl.col("_macd") - pl.col("_macd_signal"), c, PRICE_FLOOR),
+        rsi14=_ratio(100 * gain14, gain14 + loss14, spread_floor),
+        stoch_k=pl.col("_k"),
+        stoch_d=pl.col("_k").rolling_mean(3),
+        williams_r=pl.col("_k") - 100,
+        cci20=_ratio((pl.col("_tp") - pl.col("_tp").rolling_mean(20)) / 0.015, tp_sd20, spread_floor),
+        atr14_pct=_ratio(pl.col("_atr"), c, PRICE_FLOOR),
+        tr_atr=_ratio(pl.col("_tr"), pl.col("_atr"), spread_floor),
+        # Wilder's ADX: a minute without directional movement (DX undefined) contributes 0.
         adx14=_wilder(pl.col("_dx").fill_null(0.0), 14),
-        di_plus=pl.col("_di_plus").fill_null(pl.when(pl.col("_atr").is_not_null()).then(0.0)),
-        di_minus=pl.col("_di_minus").fill_null(pl.when(pl.col("_atr").is_not_null()).then(0.0)),
-        bb_z=_ratio(c - pl.col("_sma20"), pl.col("_sd20")).fill_null(pl.when(pl.col("_sd20").is_not_null()).then(0.0)),
+        di_plus=pl.col("_di_plus"),
+        di_minus=pl.col("_di_minus"),
+        bb_z=_ratio(c - pl.col("_sma20"), pl.col("_sd20"), spread_floor),
         bb_width=pl.col("_bb_width"),
-        bb_squeeze=(pl.col("_bb_width") <= 1.05 * pl.col("_bb_width").rolling_min(120)).cast(pl.Float64),
-        keltner_pos=_ratio(c - pl.col("_ema20"), 2 * pl.col("_atr")).fill_null(
-            pl.when(pl.col("_atr").is_not_null() & pl.col("_ema20").is_not_null()).then(0.0)
+        bb_squeeze=(pl.col("_bb_width") - 1.05 * pl.col("_bb_width").rolling_min(120) <= TIE_TOLERANCE).cast(
+            pl.Float64
         ),
-        donchian20_pos=_ratio(c - lo.rolling_min(20).shift(1), (h.rolling_max(20) - lo.rolling_min(20)).shift(1)),
-        donchian55_pos=_ratio(c - lo.rolling_min(55).shift(1), (h.rolling_max(55) - lo.rolling_min(55)).shift(1)),
-        vwap_gap=c / pl.col("_vwap") - 1,
-        vwap_z=_ratio(c - pl.col("_vwap"), pl.col("_vwap_sd")).fill_null(
-            pl.when(pl.col("_vwap").is_not_null()).then(0.0)
+        keltner_pos=_ratio(c - pl.col("_ema20"), 2 * pl.col("_atr"), spread_floor),
+        donchian20_pos=_ratio(
+            c - lo.rolling_min(20).shift(1), (h.rolling_max(20) - lo.rolling_min(20)).shift(1), spread_floor
         ),
+        donchian55_pos=_ratio(
+            c - lo.rolling_min(55).shift(1), (h.rolling_max(55) - lo.rolling_min(55)).shift(1), spread_floor
+        ),
+        vwap_gap=_gap(c, pl.col("_vwap")),
+        vwap_z=_ratio(c - pl.col("_vwap"), pl.col("_vwap_sd"), spread_floor),
         **opening,
-        gap=pl.col("_session_open") / prev_session_close - 1,
-        session_return=c / pl.col("_session_open") - 1,
-        first_hour_return=pl.when(m >= 59).then(first_hour_close / pl.col("_session_open") - 1).otherwise(None),
-        rvol=_ratio(v, pl.col("_rv_mean")).fill_null(pl.when(pl.col("_rv_mean").is_not_null()).then(0.0)),
-        obv_slope=_ratio(pl.col("_obv") - pl.col("_obv").shift(20), v.rolling_sum(20)).fill_null(
-            pl.when(v.rolling_sum(20).is_not_null()).then(0.0)
-        ),
-        mfi14=_ratio(100 * pos_flow, pos_flow + neg_flow).fill_null(pl.when(pos_flow.is_not_null()).then(50.0)),
-        rvol20=(c / c.shift(1)).log().rolling_std(20),
-        roc10=c / c.shift(10) - 1,
-        linreg_slope30=slope / c,
-        inside_break=pl.when((h.shift(1) < h.shift(2)) & (lo.shift(1) > lo.shift(2)))
-        .then(pl.when(c > h.shift(1)).then(1.0).when(c < lo.shift(1)).then(-1.0).otherwise(0.0))
+        gap=_gap(pl.col("_session_open"), prev_session_close),
+        session_return=_gap(c, pl.col("_session_open")),
+        first_hour_return=pl.when(m >= 59).then(_gap(first_hour_close, pl.col("_session_open"))),
+        rvol=_ratio(v, pl.col("_rv_mean"), VOLUME_FLOOR),
+        obv_slope=_ratio(pl.col("_obv") - pl.col("_obv").shift(20), v.rolling_sum(20), VOLUME_FLOOR),
+        mfi14=_ratio(100 * pos_flow, pos_flow + neg_flow, VOLUME_FLOOR * c),
+        rvol20=_ratio(c, c.shift(1), PRICE_FLOOR).log().rolling_std(20),
+        roc10=_gap(c, c.shift(10)),
+        linreg_slope30=_ratio(slope, c, PRICE_FLOOR),
+        inside_break=pl.when((h.shift(2) - h.shift(1) > tie) & (lo.shift(1) - lo.shift(2) > tie))
+        .then(pl.when(c - h.shift(1) > tie).then(1.0).when(lo.shift(1) - c > tie).then(-1.0).otherwise(0.0))
         .otherwise(pl.when(h.shift(2).is_not_null()).then(0.0)),
     )
     return features
@@ -291,16 +338,16 @@ def _attach_daily(features: pl.DataFrame, context: pl.DataFrame, regimes: pl.Dat
     )
     tod = pl.when(pl.col("minute_of_session") < 30).then(0).when(pl.col("minutes_to_close") <= 30).then(2).otherwise(1)
     return joined.with_columns(
-        prev_high_gap=c / pl.col("prev_high") - 1,
-        prev_low_gap=c / pl.col("prev_low") - 1,
-        pivot_r1_gap=c / pl.col("prev_r1") - 1,
-        pivot_s1_gap=c / pl.col("prev_s1") - 1,
-        daily_sma20_gap=pl.col("prev_close") / pl.col("prev_sma20") - 1,
-        daily_sma_20_50=pl.col("prev_sma20") / pl.col("prev_sma50") - 1,
+        prev_high_gap=_gap(c, pl.col("prev_high")),
+        prev_low_gap=_gap(c, pl.col("prev_low")),
+        pivot_r1_gap=_gap(c, pl.col("prev_r1")),
+        pivot_s1_gap=_gap(c, pl.col("prev_s1")),
+        daily_sma20_gap=_gap(pl.col("prev_close"), pl.col("prev_sma20")),
+        daily_sma_20_50=_gap(pl.col("prev_sma20"), pl.col("prev_sma50")),
         daily_rsi2=pl.col("prev_rsi2"),
         daily_nr7=pl.col("prev_nr7"),
-        daily_20d_high_gap=c / pl.col("prev_high20") - 1,
-        daily_20d_low_gap=c / pl.col("prev_low20") - 1,
+        daily_20d_high_gap=_gap(c, pl.col("prev_high20")),
+        daily_20d_low_gap=_gap(c, pl.col("prev_low20")),
         tod=tod.cast(pl.Int8),
         minute_of_session=pl.col("minute_of_session"),
     ).with_columns(
@@ -346,6 +393,7 @@ def symbol_frame(bars: pl.DataFrame, benchmark_bars: pl.DataFrame, *, through: d
         if name in SESSION_LATE
         else pl.col(name).is_not_null()
         for name in FEATURES
+        if name not in FLOORED
     ]
     featured = featured.with_columns(
         ready=(pl.col("session_pos") >= WARMUP_SESSIONS)
@@ -381,4 +429,13 @@ def describe() -> dict[str, Any]:
         "features": list(FEATURES),
         "horizons": list(HORIZONS),
         "warmup_sessions": WARMUP_SESSIONS,
+        "floors": {
+            "price": PRICE_FLOOR,
+            "relative_dispersion": RELATIVE_FLOOR,
+            "volume": VOLUME_FLOOR,
+            "di_sum": DI_FLOOR,
+            "vwap_z_min_bars": VWAP_Z_MIN_BARS,
+        },
+        "floored": list(FLOORED),
+        "tie_tolerance": TIE_TOLERANCE,
     }

@@ -27,7 +27,7 @@ from evidence.memory.artifact import (
     SCHEMA_VERSION,
     SYMBOL_BASELINE,
 )
-from evidence.vocabulary import HORIZONS, SIDES, TIER_NAMES
+from evidence.vocabulary import DEFAULT_ASSET_CLASS, HORIZONS, SIDES, TIER_NAMES
 
 PCT = 1_000_000  # label units (1e-8) per percent
 TABLE_NAMES = {**TIER_NAMES, SYMBOL_BASELINE: "symbol_baseline", REGIME_TABLE: "regime_bucket"}
@@ -139,7 +139,7 @@ def artifact_dir(relative: str, sha256: str) -> Path:
 class MemoryReader:
     def __init__(self, root: Path, sha256: str) -> None:
         manifest = verified_manifest(root, sha256)
-        if manifest["schema_version"] != SCHEMA_VERSION:  # e.g. v1 counted (symbol, session) pairs as sessions
+        if manifest["schema_version"] != SCHEMA_VERSION:  # v1 counted pairs as sessions, v2 float noise
             raise ArtifactRefused(
                 f"{root.name} has artifact schema {manifest['schema_version']}, this reader serves {SCHEMA_VERSION}: "
                 "rebuild Market Memory"
@@ -149,6 +149,7 @@ class MemoryReader:
         self.manifest: dict[str, Any] = manifest
         self.version: str = manifest["version"]
         self.min_sessions: int = manifest["min_sessions"]
+        self.asset_classes: dict[str, str] = manifest["plan"]["asset_classes"]
         self._uri = f"file:{root / 'serve.sqlite3'}?mode=ro&immutable=1"
         self._local = threading.local()
 
@@ -164,20 +165,25 @@ class MemoryReader:
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
+    def pool(self, symbol: str = "", asset_class: str = DEFAULT_ASSET_CLASS) -> str:
+        """The asset class a key pools: the symbol's own when one is named, else `asset_class`."""
+        return self.asset_classes.get(symbol, "") if symbol else asset_class
+
     def _fetch(self, keys: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, Any]]:
         # A VALUES CTE cross-joined on the primary key: one index search per key (a row-value IN would scan).
-        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(keys))
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(keys))
+        columns = "period, tier, side, horizon, asset_class, symbol, mask, regime, band"
         sql = (
-            f"WITH k(period, tier, side, horizon, symbol, mask, regime, band) AS (VALUES {values}) "  # noqa: S608
-            "SELECT s.* FROM k CROSS JOIN stats AS s USING (period, tier, side, horizon, symbol, mask, regime, band)"
+            f"WITH k({columns}) AS (VALUES {values}) "  # noqa: S608
+            f"SELECT s.* FROM k CROSS JOIN stats AS s USING ({columns})"
         )
         cursor = self._db().execute(sql, [v for key in keys for v in key])
         rows = cursor.fetchall()
         if not rows:
             return {}
         names = [d[0] for d in cursor.description]
-        # The key columns come first in the table, so a row's first eight values are its key.
-        return {tuple(row[:8]): dict(zip(names, row, strict=True)) for row in rows}
+        # The key columns come first in the table, so a row's first nine values are its key.
+        return {tuple(row[:9]): dict(zip(names, row, strict=True)) for row in rows}
 
     def resolve(
         self,
@@ -195,21 +201,22 @@ class MemoryReader:
         (tier 1), which is the lift reference and never the match; `context=False` skips the last two."""
         s = SIDES.index(side)
         band = min(mask.bit_count(), BAND_MAX)
+        pool = self.pool(symbol)  # pooled tiers pool only the symbol's asset class
         keys = []
         for h in horizons:
             keys += [
-                (period, 5, s, h, symbol, mask, regime, -1),
-                (period, 4, s, h, "", mask, regime, -1),
-                (period, 3, s, h, "", mask, -1, -1),
-                (period, 2, s, h, "", -1, regime, band),
-                (period, 1, s, h, "", -1, -1, -1),
-                (period, SYMBOL_BASELINE, s, h, symbol, -1, -1, -1),
+                (period, 5, s, h, pool, symbol, mask, regime, -1),
+                (period, 4, s, h, pool, "", mask, regime, -1),
+                (period, 3, s, h, pool, "", mask, -1, -1),
+                (period, 2, s, h, pool, "", -1, regime, band),
+                (period, 1, s, h, pool, "", -1, -1, -1),
+                (period, SYMBOL_BASELINE, s, h, pool, symbol, -1, -1, -1),
             ]
         found = self._fetch(keys)
         out: dict[int, Resolution] = {}
         for h in horizons:
-            universe = found.get((period, 1, s, h, "", -1, -1, -1))
-            own = found.get((period, SYMBOL_BASELINE, s, h, symbol, -1, -1, -1))
+            universe = found.get((period, 1, s, h, pool, "", -1, -1, -1))
+            own = found.get((period, SYMBOL_BASELINE, s, h, pool, symbol, -1, -1, -1))
             match, unusable = None, []
             for key in keys:
                 if key[3] != h or key[1] in (1, SYMBOL_BASELINE):
@@ -248,33 +255,34 @@ class MemoryReader:
 
     def key_evidence(
         self, *, tier: int, side: str, horizon: int, symbol: str = "", mask: int = -1, regime: int = -1,
-        band: int = -1, period: int = 0,
+        band: int = -1, period: int = 0, asset_class: str = DEFAULT_ASSET_CLASS,
     ) -> Evidence | None:  # fmt: skip
         """The statistics of one stored key as served (no minimum applied here: callers decide what may be shown)."""
-        key = (period, tier, SIDES.index(side), horizon, symbol, mask, regime, band)
+        key = (period, tier, SIDES.index(side), horizon, self.pool(symbol, asset_class), symbol, mask, regime, band)
         row = self._fetch([key]).get(key)
         return None if row is None else _derive(row, side=side, baseline=None, min_sessions=self.min_sessions)
 
     def search(
         self, *, side: str, horizon: int, tiers: tuple[int, ...], min_sessions: int, required_mask: int = 0,
-        symbol: str | None = None, limit: int = 20, period: int = 0,
+        symbol: str | None = None, limit: int = 20, period: int = 0, asset_class: str = DEFAULT_ASSET_CLASS,
     ) -> list[tuple[dict[str, Any], Evidence]]:  # fmt: skip
-        """Served keys of `tiers` for a side and horizon with at least `min_sessions` (never below the artifact's
-        minimum) whose active set contains `required_mask`; most distinct sessions first. Returns (key, stats)."""
+        """Served keys of `tiers` for a side and horizon in one asset class (the symbol's, when one is named) with at
+        least `min_sessions` (never below the artifact's minimum) whose active set contains `required_mask`; most
+        distinct sessions first. Returns (key, stats)."""
         floor = max(min_sessions, self.min_sessions)
         marks = ", ".join("?" * len(tiers))
         sql = (
             f"SELECT * FROM stats WHERE period=? AND side=? AND horizon=? AND tier IN ({marks}) "  # noqa: S608
-            "AND n_sessions>=? AND (? = 0 OR (mask >= 0 AND (mask & ?) = ?))"
+            "AND asset_class=? AND n_sessions>=? AND (? = 0 OR (mask >= 0 AND (mask & ?) = ?))"
         )
-        params: list[Any] = [period, SIDES.index(side), horizon, *tiers, floor, required_mask, required_mask,
-                             required_mask]  # fmt: skip
+        params: list[Any] = [period, SIDES.index(side), horizon, *tiers, self.pool(symbol or "", asset_class), floor,
+                             required_mask, required_mask, required_mask]  # fmt: skip
         if symbol is not None:
             sql += " AND symbol=?"
             params.append(symbol)
         sql += " ORDER BY n_sessions DESC, n DESC, tier DESC, symbol, mask, regime, band LIMIT ?"
         rows = self._rows(sql, (*params, limit))
-        keys = ("tier", "symbol", "mask", "regime", "band")
+        keys = ("tier", "asset_class", "symbol", "mask", "regime", "band")
         return [
             ({k: row[k] for k in keys}, _derive(row, side=side, baseline=None, min_sessions=self.min_sessions))
             for row in rows
@@ -282,19 +290,21 @@ class MemoryReader:
 
     def examples(
         self, *, tier: int, side: str, symbol: str = "", mask: int = -1, regime: int = -1, band: int = -1,
-        period: int = 0,
+        period: int = 0, asset_class: str = DEFAULT_ASSET_CLASS,
     ) -> list[dict[str, Any]]:  # fmt: skip
         """The reservoir rows stored for a served key (a fixed pseudo-random sample, at most RESERVOIR_SIZE)."""
         return self._rows(
-            "SELECT * FROM reservoir WHERE period=? AND tier=? AND side=? AND symbol=? AND mask=? AND regime=? "
-            "AND band=? ORDER BY rank",
-            (period, tier, SIDES.index(side), symbol, mask, regime, band),
+            "SELECT * FROM reservoir WHERE period=? AND tier=? AND side=? AND asset_class=? AND symbol=? AND mask=? "
+            "AND regime=? AND band=? ORDER BY rank",
+            (period, tier, SIDES.index(side), self.pool(symbol, asset_class), symbol, mask, regime, band),
         )
 
-    def regime_table(self, *, side: str, horizon: int, period: int = 0) -> list[dict[str, Any]]:
+    def regime_table(
+        self, *, side: str, horizon: int, period: int = 0, asset_class: str = DEFAULT_ASSET_CLASS
+    ) -> list[dict[str, Any]]:
         rows = self._rows(
-            "SELECT * FROM stats WHERE period=? AND tier=? AND side=? AND horizon=? ORDER BY regime",
-            (period, REGIME_TABLE, SIDES.index(side), horizon),
+            "SELECT * FROM stats WHERE period=? AND tier=? AND side=? AND horizon=? AND asset_class=? ORDER BY regime",
+            (period, REGIME_TABLE, SIDES.index(side), horizon, asset_class),
         )
         return [
             {"regime": row["regime"], **vars(_derive(row, side=side, baseline=None, min_sessions=0))} for row in rows

@@ -118,6 +118,7 @@ class Setup:
     regime: int | None
     match: Evidence | None
     reason: str | None
+    asset_class: str = ""  # the pool of the symbol's cross-ticker tiers
 
     @property
     def usable(self) -> bool:
@@ -130,7 +131,8 @@ class Setup:
         values = {"symbol": self.context.symbol, "mask": self.mask, "regime": self.regime,
                   "band": min(self.mask.bit_count(), BAND_MAX)}  # fmt: skip
         sentinels = {"symbol": "", "mask": -1, "regime": -1, "band": -1}
-        return {name: values[name] if name in TIER_KEYS[tier] else sentinels[name] for name in values}
+        fields = {name: values[name] if name in TIER_KEYS[tier] else sentinels[name] for name in values}
+        return {**fields, "asset_class": self.asset_class}
 
     def matched(self) -> MatchedSetup | None:
         if self.match is None:
@@ -169,7 +171,7 @@ def setup_resolve(*, symbol: str, side: str, horizon: int, reader: MemoryReader,
     context = FrameContext(symbol=ticker, side=side, source_time=frame.source_time, frame_status=current.status,  # type: ignore[arg-type]
                            active_signals=mask_names(mask), regime=regime_of(regime))  # fmt: skip
     match = reader.lookup(symbol=ticker, side=side, mask=mask, regime=regime, horizons=(horizon,))[horizon]
-    return Setup(context, mask, regime, match, None if match else NO_SAMPLE)
+    return Setup(context, mask, regime, match, None if match else NO_SAMPLE, reader.pool(ticker))
 
 
 def _matched_rows(setup: Setup, reader: MemoryReader) -> list[dict[str, Any]]:
@@ -291,7 +293,7 @@ def market_memory_search(*, args: SearchArgs) -> Answer:
             side=args.side, horizon=args.horizon_minutes, tiers=tiers,
             min_sessions=args.min_sample_sessions or 0, required_mask=required,
             symbol=args.symbol, limit=args.limit,
-            period=int(args.source == "forward_overlay"),
+            period=int(args.source == "forward_overlay"), asset_class=args.asset_class,
         )  # fmt: skip
         hits = [
             SearchHit(key=_key(k["tier"], k["symbol"], k["mask"], k["regime"], k["band"]), stats=_stats(e))

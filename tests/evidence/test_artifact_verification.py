@@ -34,7 +34,7 @@ CALLS = {
 }
 
 
-def test_a_flipped_byte_withdraws_the_artifact_from_every_tool_within_one_verification(world, tmp_path: Path):
+def test_a_flipped_byte_withdraws_the_artifact_from_every_tool_within_one_verification(world, tmp_path: Path, client):
     user = account_services.user_create(email="agent@example.com", password=None)
     data_dir = tmp_path / "copy"
     shutil.copytree(world.data_dir, data_dir)  # the world's files are shared by the session: corrupt a copy
@@ -65,6 +65,13 @@ def test_a_flipped_byte_withdraws_the_artifact_from_every_tool_within_one_verifi
                 assert set(payload) == {"code", "message", "reason", "artifact_version", "artifact_sha256"}
             with pytest.raises(CommandError, match="failed verification"):
                 call_command("market_memory_status")
+            ready = client.get("/readyz")
+            assert ready.status_code == 503
+            check = ready.json()["checks"]["market_memory"]
+            assert (check["status"], check["code"], check["artifact_version"]) == (
+                "fail", "evidence_unavailable", artifact.version
+            )  # fmt: skip
+            assert "serve.sqlite3" in check["reason"]
 
     assert UsageEvent.objects.count() == charged == 1  # only the evaluation before the corruption
     assert MarketMemoryArtifact.objects.filter(is_active=True).exists() is False

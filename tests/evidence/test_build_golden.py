@@ -1,6 +1,7 @@
 """The Market Memory build's bytes are pinned: a small deterministic universe gives exactly these files.
 
-The hashes were taken on the build as it was before its fast path, so every later change to how the build computes
+The hashes were taken on the build as it was before its fast path (re-taken on issue-12's features.v2 / schema 3
+build, with the old code path, when that branch was merged), so every later change to how the build computes
 must reproduce the artifact byte for byte. The manifest is compared without `code_sha256` and `version`, the two
 fields that name the code itself (they change with any edit of the build modules, by design).
 """
@@ -23,22 +24,22 @@ GOLDEN_FILES = {
     "coverage.parquet": "a0b2a43a1299d366fe74bc5f9deff0bd740770f4ca7ad79413a18ded077ae930",
     "execution.parquet": "a255768869b81899e263f9de081c397d530ced7fe89f1d895e9fe02e6cbf16cc",
     "regime_sessions.parquet": "709354c1f2cf0b9063ef1df5450e8f007d558e557a4561580086d7515e2de75b",
-    "regimes.parquet": "eb4ccd09529c953a9cc2c677f91b319eabb1094763eb47f1b52a36e77b57357f",
-    "reservoir.parquet": "606c53796f70a0000a46b69e91587eaf17c30b1f0e833e4cef554dbe7e6a33b0",
-    "serve.sqlite3": "ebc232d2f667d902bc6c1f306bf8b78f7d08d588ef79a9c4bb4676aeedf510ca",
-    "symbol_baseline.parquet": "f33bc08106977edf22c6bb2095ad30f3881c11c4598bce51f0e331465bfa329b",
-    "tier1.parquet": "b5ccf185a7c845c8d644a44cfbdec7423085cda30d9aaf9dea27da298c96d89b",
-    "tier2.parquet": "996266a1384d808eb6950f065eb7446d5fd1fac23ba0861bd865658a701205e8",
-    "tier3.parquet": "54079e63fba52d75e04688cfc9971e10f212c1f7cf4cf0188530c480a975caaa",
-    "tier4.parquet": "5f1b33eef3cd070bffd4ee9434b97bb51b0181f151da1904629610fa68a411c9",
-    "tier5.parquet": "9e9fdf508e4df684052e6ad5667bd9a09a9914dc331dcba86301769ce81ca302",
+    "regimes.parquet": "c0eca263584879aaafa9114a2aa98a3897eff3a5766e816bd1774ba4382e8bf9",
+    "reservoir.parquet": "fc1fd9ae225e7d55ab387fb5a19f72e904934a2d2bb75593819cc26d1fb913ed",
+    "serve.sqlite3": "b512f3e18359fce765bba4fb7a3f4a07baf54da8af832990f94020289f6ff209",
+    "symbol_baseline.parquet": "c5709918570b6ad1b707d4c58b656bb6054ef26ef9bffa6f2ed7bd8a83eae9a1",
+    "tier1.parquet": "8cac1ac630eb4a4a5ee8ad660d4662248fc88a35e88e166457eb94c32a3af3a4",
+    "tier2.parquet": "09721819b8c6b3759ab8b3ac4e6f8f13b3285060e681f6b823b54f7056864ad0",
+    "tier3.parquet": "7302847a2f23e7b84cb04e675c1e4a1192f3cea6956642ea1f849c236398aee8",
+    "tier4.parquet": "2456e41bad4e9e654c0d57f585bfe5abf8a32d37626366064367710b0cdbe676",
+    "tier5.parquet": "a037319ea4618a15317f8076a2cc6995d4081c0e393f26a88a902ec91d53c9e1",
 }
 GOLDEN_FEATURE_FILES = {
-    "features.v1/ALFA/a9de1af30d224781.parquet": "d76e58d0895264bb61a25ef0878403ac21272bce71eaa112cc40508713149cc3",
-    "features.v1/BRVO/dde7d6c4b0381f2f.parquet": "9a1cc3dd0ffdb8230716a07b51e6ecb8f4fb64cfd3d5ce9b06b2e7f820376bc0",
-    "features.v1/SYNX/e30680b5d47aca9d.parquet": "a177d63b0d3e0d34efbdb90a33340d2aa3a26e0fe1537b32114c92bfd5a7e52d",
+    "features.v2/ALFA/a9de1af30d224781.parquet": "90c569e6864a85f842ef6942f6fd19ed4239ff78cb703b69bad772e271b359de",
+    "features.v2/BRVO/dde7d6c4b0381f2f.parquet": "a03307ff4078d640d77225e8286825bc6305be4ada1262d91eae2397c978875a",
+    "features.v2/SYNX/e30680b5d47aca9d.parquet": "cddd27e5e08d123e65944a544dbf0ac05c4ab0ded3511a0c00b0a00f37eaabf3",
 }
-GOLDEN_MANIFEST = "47ab00ef723ac3b9f754a43b24f87bb9b3d0fed4cdbfb9a2df6e899428b1dd7d"
+GOLDEN_MANIFEST = "c14d451d08e94199c69ae43cb01067a33066eff7d3e7920fb9f65db7bce1e3b5"
 
 
 def _hash(path: Path) -> str:

@@ -64,6 +64,8 @@ def test_readyz_is_503_without_an_artifact_and_with_the_broker_down(client: Clie
     assert checks["market_memory"] == {
         "status": "fail",
         "detail": "MemoryUnavailable: no Market Memory artifact is active",
+        "code": "evidence_unavailable",
+        "reason": "no artifact is active",
         "required": True,
         "ms": checks["market_memory"]["ms"],
     }

@@ -1,0 +1,124 @@
+"""Every tier's served statistics recomputed from the stored point-in-time rows with independent pandas code: the
+tier cascade, sample size, distinct sessions and symbols, average return, win rate, profit factor and lift."""
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from evidence.marketdata import store
+from evidence.memory.artifact import BuildPlan, feature_store_path
+from evidence.memory.selectors import memory_reader
+
+pytestmark = pytest.mark.django_db
+HORIZON = 15
+
+
+def pooled_rows(reader: Any, asset_class: str = "equity") -> pd.DataFrame:
+    """The historical buy rows at 15 minutes with a mature label, every symbol of one asset class (the pool)."""
+    plan = BuildPlan(**reader.manifest["plan"])
+    frames = [
+        store.scan_parquet([feature_store_path(ticker, plan)]).collect().to_pandas().assign(symbol=ticker)
+        for ticker in plan.tickers
+        if plan.asset_classes[ticker] == asset_class
+    ]
+    rows = pd.concat(frames)
+    rows = rows[rows["ready"] & rows[f"lbl_{HORIZON}"].notna()]
+    rows = rows[pd.to_datetime(rows["session"]) <= pd.Timestamp(plan.historical_through)]
+    return rows.assign(
+        r=rows[f"lbl_{HORIZON}"].astype("int64"),
+        mask=rows["buy_mask"].astype("int64"),
+        band=rows["buy_mask"].astype("int64").map(lambda m: min(int(m).bit_count(), 4)),
+    )
+
+
+def stats(subset: pd.DataFrame) -> dict[str, Any]:
+    r = subset["r"]
+    losses = int((-r).clip(lower=0).sum())
+    return {
+        "row_count": len(subset),
+        "distinct_sessions": subset["session"].nunique(),
+        "distinct_symbols": subset["symbol"].nunique(),
+        "average_return_pct": round(int(r.sum()) / len(subset) / 1_000_000, 10),
+        "win_rate": round(int((r > 0).sum()) / len(subset), 6),
+        "profit_factor": round(int(r.clip(lower=0).sum()) / losses, 6) if losses else None,
+    }
+
+
+def cascade(rows: pd.DataFrame, symbol: str, mask: int, regime: int, minimum: int) -> tuple[int, dict[str, Any]]:
+    """The strongest tier >= 2 with the minimum distinct sessions, and its lift over its baseline, by hand."""
+    band = min(mask.bit_count(), 4)
+    tiers = {
+        5: rows[(rows["symbol"] == symbol) & (rows["mask"] == mask) & (rows["regime"] == regime)],
+        4: rows[(rows["mask"] == mask) & (rows["regime"] == regime)],
+        3: rows[rows["mask"] == mask],
+        2: rows[(rows["regime"] == regime) & (rows["band"] == band)],
+    }
+    for tier, subset in tiers.items():
+        if subset["session"].nunique() >= minimum:
+            baseline = rows[rows["symbol"] == symbol] if tier == 5 else rows
+            lift = None
+            if baseline["session"].nunique() >= minimum:
+                lift = round((int(subset["r"].sum()) / len(subset) - int(baseline["r"].sum()) / len(baseline)) / 1e4, 4)
+            return tier, {**stats(subset), "lift_vs_baseline_bps": lift}
+    return 0, {}
+
+
+def test_every_tier_served_for_a_setup_is_its_pandas_recomputation(world):
+    reader = memory_reader()
+    rows = pooled_rows(reader)
+    minimum = reader.min_sessions
+    setups = sorted(set(zip(rows["symbol"], rows["mask"], rows["regime"], strict=True)))
+    unseen = max(rows["mask"]) + 1  # a signal set history never saw: only the contextual tier can answer
+    setups += [(symbol, unseen | 0b1111, regime) for symbol, _, regime in setups[:50]]
+    checked: dict[int, int] = {}
+    for symbol, mask, regime in setups:
+        tier, expected = cascade(rows, symbol, int(mask), int(regime), minimum)
+        if tier == 0 or checked.get(tier, 0) >= 3:
+            continue
+        served = reader.resolve(symbol=symbol, side="buy", mask=int(mask), regime=int(regime), horizons=(HORIZON,))
+        match = served[HORIZON].match
+        assert match is not None and match.tier == tier, (symbol, mask, regime)
+        assert {name: getattr(match, name) for name in expected} == expected
+        checked[tier] = checked.get(tier, 0) + 1
+    assert checked == {5: 3, 4: 3, 3: 3, 2: 3}
+
+
+def test_a_pooled_key_with_enough_symbol_session_pairs_but_too_few_dates_does_not_pass_the_gate(world):
+    reader = memory_reader()
+    rows = pooled_rows(reader)
+    minimum = reader.min_sessions
+    by_mask = pd.DataFrame(
+        {
+            "sessions": rows.groupby("mask")["session"].nunique(),
+            "pairs": rows.drop_duplicates(["mask", "symbol", "session"]).groupby("mask").size(),
+        }
+    )
+    short = by_mask[(by_mask["pairs"] >= minimum) & (by_mask["sessions"] < minimum)]
+    assert not short.empty  # the world holds such keys: symbols sharing dates
+    for mask in short.index[:5]:
+        assert reader.key_evidence(tier=3, side="buy", horizon=HORIZON, mask=int(mask)) is None
+        symbol, regime = rows[rows["mask"] == mask].iloc[0][["symbol", "regime"]]
+        resolved = reader.resolve(symbol=symbol, side="buy", mask=int(mask), regime=int(regime), horizons=(HORIZON,))
+        assert resolved[HORIZON].match is None or resolved[HORIZON].match.tier == 2
+        assert (3, None) in resolved[HORIZON].unusable  # passed over: never stored, never pooled down
+
+
+def test_pooled_tiers_pool_only_the_asset_class_the_request_names(world):
+    reader = memory_reader()
+    assert reader.asset_classes == {"SYNX": "index", "ALFA": "equity", "BRVO": "equity"}
+    for asset_class, symbols in (("equity", {"ALFA", "BRVO"}), ("index", {"SYNX"})):
+        rows = pooled_rows(reader, asset_class)
+        served = reader.key_evidence(tier=1, side="buy", horizon=HORIZON, asset_class=asset_class)
+        assert served is not None
+        assert set(rows["symbol"]) == symbols
+        assert {name: getattr(served, name) for name in stats(rows)} == stats(rows)
+    # The index's setup resolves inside its own pool: no equity row is ever evidence for it, nor it for an equity.
+    index = pooled_rows(reader, "index")
+    symbol, mask, regime = index.iloc[0][["symbol", "mask", "regime"]]
+    tier, expected = cascade(index, symbol, int(mask), int(regime), reader.min_sessions)
+    match = reader.resolve(symbol="SYNX", side="buy", mask=int(mask), regime=int(regime), horizons=(HORIZON,))
+    found = match[HORIZON].match
+    assert found is not None
+    assert (found.tier, found.distinct_symbols) == (tier, 1)
+    assert {name: getattr(found, name) for name in expected} == expected
