@@ -1,28 +1,52 @@
-"""Market Memory build throughput on the loaded universe (run `make demo` or load_demo_data first).
+"""Market Memory build throughput, forced (never a cache lookup), against a same-run polars baseline.
 
-Prints one line: bar rows per CPU-second (per core) for the whole build (features, states, labels, partials, reduce,
-artifact), its wall time and the artifact size, against a baseline measured in the same run: only reading the same
-bars from the store. The build does not activate its artifact (identical inputs give the identical artifact).
+Builds a throwaway Leroy in a temporary var dir (SQLite), loads the synthetic universe (`--symbols`, `--sessions`),
+then times, in this one process:
+- the baseline: per symbol, read its stored bars and compute the point-in-time feature and label columns alone
+  (`features.symbol_frame`: dense grid, features, daily context, regime, labels; no states, partials or writes);
+- the whole build, forced: features, states, labels, partials, feature-store files, reduce, artifact.
+Prints wall, CPU (all threads of this process) and bar rows for both, bar-rows per CPU-second, and the build's
+CPU cost as a multiple of the baseline's. The temporary directory is removed on any exit.
 
-    .venv/bin/python bench/build_memory.py
+    .venv/bin/python bench/build_memory.py [--symbols 20] [--sessions 180] [--profile OUT.txt]
 """
 
+import argparse
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 import time
+from datetime import date
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
+ROOT = Path(__file__).resolve().parents[1]
+VAR = tempfile.mkdtemp(prefix="leroy-bench-build-")
+atexit.register(shutil.rmtree, VAR, ignore_errors=True)
+for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
+    del os.environ[name]
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="leroy.settings",
+    LEROY_VAR_DIR=VAR,
+    DATABASE_URL=f"sqlite:///{VAR}/bench.sqlite3",
+    SECRET_KEY="bench-only-secret-key-" + "x" * 40,
+    LEROY_MM_MIN_SESSIONS="3",
+)
+sys.path.insert(0, str(ROOT))
 
-import django
+import django  # noqa: E402
 
 django.setup()
 
-from evidence.marketdata import store  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+
+from evidence.marketdata import demo  # noqa: E402
 from evidence.marketdata.selectors import bars_read  # noqa: E402
+from evidence.memory import build, features  # noqa: E402
 from evidence.memory.services import market_memory_build_run  # noqa: E402
 from evidence.models import Symbol  # noqa: E402
+from leroy import clock  # noqa: E402
 
 
 def timed(work):  # type: ignore[no-untyped-def]
@@ -31,20 +55,55 @@ def timed(work):  # type: ignore[no-untyped-def]
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
+def baseline() -> int:
+    """Read + features + labels for every symbol, as the build computes them; returns the bar rows read."""
+    plan = build.build_plan()
+    through = date.fromisoformat(plan.through)
+    benchmark = bars_read(symbol=Symbol.objects.get(ticker=plan.benchmark), frequency="1m")
+    rows = 0
+    for ticker in plan.tickers:
+        bars = bars_read(symbol=Symbol.objects.get(ticker=ticker), frequency="1m")
+        features.symbol_frame(bars, benchmark, through=through)
+        rows += len(bars)
+    return rows
+
+
 def main() -> None:
-    symbols = list(Symbol.objects.filter(partitions__frequency="1m").distinct())
-    if not symbols:
-        sys.exit("no minute bars stored: run `manage.py load_demo_data` first")
-    rows, _, read_cpu = timed(lambda: sum(len(bars_read(symbol=s, frequency="1m")) for s in symbols))
-    artifact, wall, cpu = timed(lambda: market_memory_build_run(activate=False))
-    manifest_bytes = len(store.read_bytes(f"{artifact.path}/manifest.json"))
-    size = manifest_bytes + sum(entry["bytes"] for entry in artifact.manifest["files"].values())
-    per_core = rows / cpu
-    baseline = rows / read_cpu
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--symbols", type=int, default=demo.DEFAULT_SYMBOLS)
+    parser.add_argument("--sessions", type=int, default=demo.DEFAULT_SESSIONS)
+    parser.add_argument("--profile", help="write a pyinstrument profile of the build to this file")
+    args = parser.parse_args()
+    call_command("migrate", verbosity=0)
+    call_command("load_demo_data", symbols=args.symbols, sessions=args.sessions, stdout=open(os.devnull, "w"))  # noqa: SIM115
+    replay = clock.now()
+    rows, base_wall, base_cpu = timed(baseline)
+    profiler = None
+    if args.profile:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.005)
+        profiler.start()
+    marks: list[float] = []  # CPU clock when each symbol's partial is done: the map ends at the last one
+    started = time.process_time()
+    artifact, wall, cpu = timed(
+        lambda: market_memory_build_run(
+            activate=False, force=True, progress=lambda _: marks.append(time.process_time())
+        )
+    )
+    map_cpu = marks[-1] - started
+    if profiler is not None:
+        profiler.stop()
+        Path(args.profile).write_text(profiler.output_text(unicode=False, color=False, show_all=False))
+    stored = sum(entry["bytes"] for entry in artifact.manifest["files"].values())
     print(
-        f"build_memory: {rows:,} bar rows, {len(symbols)} symbols, {wall:.1f} s wall, {cpu:.1f} s CPU -> "
-        f"{per_core:,.0f} bar-rows/s per core (baseline, reading the bars only: {baseline:,.0f}/s per core, "
-        f"{baseline / per_core:.0f}x); artifact {size / 1e6:.1f} MB, sha256 {artifact.sha256[:16]}"
+        f"build_memory symbols={args.symbols + 1} sessions={args.sessions} bar_rows={rows:,} (now={replay:%Y-%m-%d}) | "
+        f"build (forced): {wall:.1f} s wall, {cpu:.1f} s CPU, {rows / cpu:,.0f} bar-rows/CPU-s | "
+        f"baseline (read + polars features + labels only): {base_wall:.1f} s wall, {base_cpu:.1f} s CPU, "
+        f"{rows / base_cpu:,.0f} bar-rows/CPU-s | build CPU / baseline CPU = {cpu / base_cpu:.2f}x | "
+        f"map (per-symbol partials) {map_cpu:.1f} s CPU = {rows / map_cpu:,.0f} bar-rows/CPU-s, "
+        f"reduce {cpu - map_cpu:.1f} s CPU | "
+        f"artifact {stored / 1e6:.1f} MB sha256 {artifact.sha256[:16]}"
     )
 
 

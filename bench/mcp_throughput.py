@@ -5,15 +5,23 @@ cache), drives N concurrent `tools/call` requests per tool and prints one line: 
 for each tool and each one's throughput ratio to the no-op tool, the baseline measured in the same run.
 
 For `evaluate_current_setup` it first loads a small synthetic universe, builds and activates Market Memory and runs
-one replay tick of the frame feed on the replay clock the server also uses; the agent then repeats one request on
-that frame, so after the first (charged) call the cached evaluation is served and metered at 0 lookups.
+one replay tick of the frame feed on the replay clock the server also uses. The timed evaluations are all distinct
+(symbol, side, horizons and entry/stop/target prices vary across the universe), so none can be a cache hit; the
+account's plan allows every lookup. Cache hits are timed apart (one request repeated) and every answer's
+`usage.cache` is counted, so a hit can never pass for an evaluation. The server runs in its own process group and
+is killed, with the bench database dropped, on any exit (including Ctrl-C and SIGTERM).
 
-    .venv/bin/python bench/mcp_throughput.py [--requests 2000] [--concurrency 16] [--subscriber-tool get_usage]
+    .venv/bin/python bench/mcp_throughput.py [--requests 2000] [--concurrency 16] [--symbols 5]
 """
 
 import argparse
 import asyncio
+import atexit
+import contextlib
+import itertools
+import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -26,6 +34,7 @@ import httpx2
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+DATABASE = f"leroy_bench_mcp_{os.getpid()}"
 
 
 def answers(port: int) -> bool:
@@ -50,23 +59,22 @@ def prepare_env(var_dir: str) -> dict[str, str]:
         MCP_CONFORMANCE_FIXTURES="1",  # test_simple_text is the no-op public tool
         LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE="100000000",
         LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE="100000000",
+        LEROY_ADMISSION_PER_PRINCIPAL="16",  # one bench account drives every request: throughput, not fairness
         SECRET_KEY="bench-only-secret-key-" + "x" * 40,
     )
     if answers(5432):
-        subprocess.run(
-            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", "DROP DATABASE IF EXISTS leroy_bench"],
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run(
-            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", "CREATE DATABASE leroy_bench"],
-            check=True,
-            capture_output=True,
-        )
-        env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/leroy_bench"
+        psql(f"CREATE DATABASE {DATABASE}")
+        atexit.register(psql, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        env["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{DATABASE}"
     if answers(6379):
-        env["REDIS_URL"] = "redis://127.0.0.1:6379/14"
+        # Its own Redis database (LEROY_TEST_REDIS_URL when set), emptied first: no earlier run's cached answers.
+        env["REDIS_URL"] = os.environ.get("LEROY_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
+        subprocess.run([PY, "-c", f"import redis; redis.Redis.from_url({env['REDIS_URL']!r}).flushdb()"], check=True)
     return env
+
+
+def psql(sql: str) -> None:
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True, capture_output=True)
 
 
 def manage(env: dict[str, str], *args: str) -> list[str]:
@@ -74,14 +82,35 @@ def manage(env: dict[str, str], *args: str) -> list[str]:
     return done.stdout.strip().splitlines()
 
 
-def prepare_evidence(env: dict[str, str]) -> None:
-    """A 2-symbol demo universe with an active artifact and current frames; pins the replay clock into `env`."""
+def prepare_evidence(env: dict[str, str], symbols: int) -> list[str]:
+    """A demo universe with an active artifact and current frames; pins the replay clock into `env`; returns the
+    tickers."""
     env["LEROY_MM_MIN_SESSIONS"] = "3"  # a 75-session universe cannot reach the production minimum of 30
-    clock = manage(env, "load_demo_data", "--symbols", "2", "--sessions", "75", "--overlay-sessions", "2")[-1]
+    loaded = manage(env, "load_demo_data", "--symbols", str(symbols), "--sessions", "75", "--overlay-sessions", "2")
+    clock = loaded[-1]
     env["LEROY_CLOCK"] = clock.removeprefix("LEROY_CLOCK=")
     env["LEROY_FRAME_FEED"] = "replay"
     manage(env, "build_market_memory")
     manage(env, "feed_frames")
+    return [t for t in json.loads(loaded[-2])["tickers"] if t != "SYNX"]
+
+
+def distinct_setups(tickers: list[str], total: int) -> list[dict]:
+    """`total` different evaluation requests: every symbol, side and horizon set, and a distinct entry price each
+    (with a stop and target on the side's correct sides), so no two share a cache key."""
+    horizons = [list(c) for n in (1, 2, 4) for c in itertools.combinations((5, 15, 30, 60), n)]
+    combos = itertools.cycle(itertools.product(tickers, ("buy", "sell", "both"), horizons))
+    setups = []
+    for i in range(total):
+        symbol, side, chosen = next(combos)
+        entry = round(50 + i * 0.01, 2)
+        setup = {"symbol": symbol, "side": side, "holding_horizons": chosen, "entry_price": entry}
+        if side != "both":
+            sign = 1 if side == "buy" else -1
+            setup |= {"stop_price": round(entry - sign * 1.5, 2), "target_price": round(entry + sign * 3.0, 2)}
+        setups.append(setup)
+    assert len({repr(s) for s in setups}) == total
+    return setups
 
 
 def call_body(name: str, arguments: dict, request_id: int) -> dict:
@@ -99,8 +128,10 @@ def call_body(name: str, arguments: dict, request_id: int) -> dict:
 
 
 async def drive(
-    url: str, name: str, arguments: dict, key: str | None, total: int, concurrency: int, expect: str = ""
+    url: str, name: str, arguments: dict | list[dict], key: str | None, total: int, concurrency: int, expect: str = ""
 ) -> tuple:
+    """Requests/s, p50 and p99 ms, and how many answers said `"cache":"hit"`; `arguments` is one request repeated,
+    or one per request."""
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
@@ -111,90 +142,88 @@ async def drive(
     if key:
         headers["Authorization"] = f"Bearer {key}"
     latencies: list[float] = []
+    hits = 0
     counter = iter(range(total))
     limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx2.AsyncClient(headers=headers, limits=limits, timeout=30) as client:
 
         async def worker() -> None:
+            nonlocal hits
             for request_id in counter:
+                body = call_body(name, arguments[request_id] if isinstance(arguments, list) else arguments, request_id)
                 started = time.perf_counter()
-                response = await client.post(url, json=call_body(name, arguments, request_id))
+                response = await client.post(url, json=body)
                 if response.status_code != 200 or '"isError":true' in response.text or expect not in response.text:
                     raise SystemExit(f"{name} failed: {response.status_code} {response.text[:300]}")
                 latencies.append(time.perf_counter() - started)
+                hits += '\\"cache\\":\\"hit\\"' in response.text or '"cache":"hit"' in response.text
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
     latencies.sort()
-    return total / elapsed, statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99) - 1] * 1000
+    return total / elapsed, statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99) - 1] * 1000, hits
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--symbols", type=int, default=5)
     parser.add_argument("--subscriber-tool", default="get_usage")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks and atexit hooks
 
     with tempfile.TemporaryDirectory() as var_dir:
         env = prepare_env(var_dir)
         subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-        issued = subprocess.run(
-            [PY, "manage.py", "issue_api_key", "bench@leroy.local", "--create-user"],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        key = issued.stdout.strip().splitlines()[-1]
-        prepare_evidence(env)
+        # Enough included lookups that no timed evaluation is refused for quota (a throwaway database).
+        unlimited = "from billing.models import Plan; Plan.objects.update(included_lookups=10**9)"
+        subprocess.run([PY, "manage.py", "shell", "-c", unlimited], cwd=ROOT, env=env, check=True)
+        key = manage(env, "issue_api_key", "bench@leroy.local", "--create-user")[-1]
+        tickers = prepare_evidence(env, args.symbols)
         port = free_port()
         server = subprocess.Popen(
-            [
-                str(Path(PY).parent / "uvicorn"),
-                "leroy.asgi:application",
-                "--port",
-                str(port),
-                "--workers",
-                "2",
-                "--lifespan",
-                "on",
-                "--log-level",
-                "warning",
-                "--no-access-log",
-            ],
-            cwd=ROOT,
-            env=env,
-        )
+            [str(Path(PY).parent / "uvicorn"), "leroy.asgi:application", "--port", str(port), "--workers", "2",
+             "--lifespan", "on", "--log-level", "warning", "--no-access-log"],
+            cwd=ROOT, env=env, start_new_session=True,
+        )  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}/api/mcp"
             for _ in range(600):  # uvicorn workers import Django and build the MCP server before listening
-                try:
+                with contextlib.suppress(httpx2.TransportError):
                     if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                         break
-                except httpx2.TransportError:
-                    pass
                 time.sleep(0.1)
             asyncio.run(drive(url, "test_simple_text", {}, None, 50, 4))  # warm both workers
             public = asyncio.run(drive(url, "test_simple_text", {}, None, args.requests, args.concurrency))
             keyed = asyncio.run(drive(url, args.subscriber_tool, {}, key, args.requests, args.concurrency))
-            setup = {"symbol": "ALFA", "side": "buy"}
-            evaluated = '"status":"evaluated"'  # a real evaluation, not an unavailable frame
+            answered = '"evaluation_id"'
+            setups = distinct_setups(tickers, args.requests + 20)
+            asyncio.run(drive(url, "evaluate_current_setup", setups[-20:], key, 20, 4, answered))  # warm the readers
             evaluate = asyncio.run(
-                drive(url, "evaluate_current_setup", setup, key, args.requests, args.concurrency, evaluated)
+                drive(url, "evaluate_current_setup", setups, key, args.requests, args.concurrency, answered)
+            )
+            repeated = asyncio.run(
+                drive(url, "evaluate_current_setup", setups[0], key, args.requests, args.concurrency, answered)
             )
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
     database = "postgresql" if "DATABASE_URL" in env else "sqlite"
     print(
-        f"mcp_throughput db={database} n={args.requests} c={args.concurrency} "
+        f"mcp_throughput db={database} n={args.requests} c={args.concurrency} symbols={len(tickers)} "
         f"noop_public: {public[0]:.0f} req/s p50={public[1]:.1f}ms p99={public[2]:.1f}ms | "
         f"{args.subscriber_tool}_keyed: {keyed[0]:.0f} req/s p50={keyed[1]:.1f}ms p99={keyed[2]:.1f}ms | "
-        f"evaluate_current_setup_keyed: {evaluate[0]:.0f} req/s p50={evaluate[1]:.1f}ms p99={evaluate[2]:.1f}ms | "
-        f"keyed/noop throughput ratio={keyed[0] / public[0]:.2f} evaluate/noop={evaluate[0] / public[0]:.2f}"
+        f"evaluate distinct uncached: {evaluate[0]:.0f} req/s p50={evaluate[1]:.1f}ms p99={evaluate[2]:.1f}ms "
+        f"cache_hits={evaluate[3]} | evaluate one request repeated: {repeated[0]:.0f} req/s "
+        f"cache_hits={repeated[3]}/{args.requests} | keyed/noop={keyed[0] / public[0]:.2f} "
+        f"evaluate_uncached/noop={evaluate[0] / public[0]:.2f} evaluate_cached/noop={repeated[0] / public[0]:.2f}"
     )
 
 

@@ -9,7 +9,11 @@ baseline. Prints one line.
 """
 
 import argparse
+import atexit
+import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VAR = tempfile.mkdtemp(prefix="leroy-bench-opt-")
+atexit.register(shutil.rmtree, VAR, ignore_errors=True)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks (the worker's kill) and atexit
 for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
     del os.environ[name]
 os.environ.update(
@@ -106,9 +112,14 @@ def run_grid(user, strategy, workers: int) -> float:
         assert optimization.status == Status.COMPLETED and optimization.completed_iterations == 20, optimization.error
         assert Optimization.objects.filter(pk=optimization.pk, total_iterations=20).exists()
         return elapsed
-    finally:
-        os.killpg(worker.pid, 15)
-        worker.wait(timeout=60)
+    finally:  # any exit, a timeout or Ctrl-C included: the worker's whole process group goes
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
 
 
 def main() -> None:

@@ -47,8 +47,8 @@ def open_session(at: datetime) -> SessionWindow | None:
     if not cal.is_open_on_minute(minute):
         return None
     session = cal.minute_to_session(minute).date()
-    schedule = calendar.schedule(session, session).row(0, named=True)
-    return SessionWindow(session=session, open=schedule["session_open"], close=schedule["session_close"])
+    opens, closes = calendar.session_bounds(session)
+    return SessionWindow(session=session, open=opens, close=closes)
 
 
 def feed_universe() -> list[Symbol]:

@@ -1,7 +1,7 @@
 """The XNYS calendar (exchange_calendars), loaded once per process; its lib and version go into lineage."""
 
 from datetime import date, datetime
-from functools import cache
+from functools import cache, lru_cache
 
 import exchange_calendars
 import pandas as pd
@@ -42,6 +42,14 @@ def schedule(first: date, last: date) -> pl.DataFrame:
         pl.col("session").cast(pl.Date),
         pl.col("session_open", "session_close").cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
     )
+
+
+@lru_cache(maxsize=4096)
+def session_bounds(session: date) -> tuple[datetime, datetime]:
+    """A session's open and close (aware UTC). A session's hours never change within a calendar version, so the
+    request path computes each once per process instead of slicing the pandas schedule on every call."""
+    row = schedule(session, session).row(0, named=True)
+    return row["session_open"], row["session_close"]
 
 
 def session_of_minute(ts: datetime) -> date | None:

@@ -6,7 +6,7 @@ so the universe for M sessions is an exact prefix of the one for M + k sessions 
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 
 import numpy as np
 import polars as pl
@@ -64,11 +64,21 @@ class DemoSymbol:
     index: int  # seed slot
 
 
+MAX_SYMBOLS = len(TICKERS) * 100
+
+
+def demo_ticker(index: int) -> str:
+    """The index-th invented ticker: the 26 names, then the same names with a round number (ALFA1 ... ZULU99)."""
+    name, round_ = TICKERS[index % len(TICKERS)], index // len(TICKERS)
+    return f"{name}{round_}" if round_ else name
+
+
 def universe(symbols: int) -> list[DemoSymbol]:
-    if not 1 <= symbols <= len(TICKERS):
-        raise ValueError(f"--symbols must be between 1 and {len(TICKERS)}")
+    if not 1 <= symbols <= MAX_SYMBOLS:
+        raise ValueError(f"--symbols must be between 1 and {MAX_SYMBOLS}")
     out = [DemoSymbol(BENCHMARK, "Synthetic Benchmark Index", "index", 0)]
-    out += [DemoSymbol(t, f"Synthetic {t.title()} Corp", "equity", i + 1) for i, t in enumerate(TICKERS[:symbols])]
+    tickers = [demo_ticker(i) for i in range(symbols)]
+    out += [DemoSymbol(t, f"Synthetic {t.title()} Corp", "equity", i + 1) for i, t in enumerate(tickers)]
     return out
 
 
@@ -100,7 +110,12 @@ def _market(seed: int, lengths: list[int]) -> Iterator[np.ndarray]:
 
 
 def _bars(
-    rng: np.random.Generator, log_returns: np.ndarray, previous_close: float, gap_vol: float, base_volume: float
+    rng: np.random.Generator,
+    log_returns: np.ndarray,
+    previous_close: float,
+    gap_vol: float,
+    base_volume: float,
+    shapes: dict[int, np.ndarray],
 ) -> tuple[dict[str, np.ndarray], float]:
     minutes = len(log_returns)
     gap = rng.normal(0.0, gap_vol) + (rng.normal(0.0, 4 * gap_vol) if rng.random() < 0.03 else 0.0)
@@ -112,7 +127,7 @@ def _bars(
     low = np.round(np.minimum(np.minimum(open_, close), np.minimum(open_, close) - wiggle[1]), 2)
     low = np.maximum(low, 0.01)
     spikes = np.where(rng.random(minutes) < 0.004, rng.uniform(3.0, 8.0, minutes), 1.0)
-    volume = np.round(base_volume * _u_shape(minutes) * rng.lognormal(0.0, 0.5, minutes) * spikes)
+    volume = np.round(base_volume * shapes[minutes] * rng.lognormal(0.0, 0.5, minutes) * spikes)
     return {"open": open_, "high": high, "low": low, "close": close, "volume": volume}, float(close[-1])
 
 
@@ -128,24 +143,30 @@ def generate(*, symbols: int, sessions: int, seed: int, start: date) -> dict[str
     """Minute bars per ticker. Equities occasionally miss a few minutes (no trade printed); the index never does."""
     days = demo_sessions(start, sessions)
     sched = calendar.schedule(days[0], days[-1])
-    opens = sched.get_column("session_open").to_list()
+    opens_us = sched.get_column("session_open").dt.epoch("us").to_numpy()
     lengths = ((sched.get_column("session_close") - sched.get_column("session_open")).dt.total_minutes()).to_list()
     market = list(_market(seed, lengths))
+    shapes = {minutes: _u_shape(minutes) for minutes in set(lengths)}
+    # Every session's minute timestamps once, as epoch microseconds (the same for every symbol).
+    minute_ts = [opens_us[i] + np.arange(minutes, dtype=np.int64) * 60_000_000 for i, minutes in enumerate(lengths)]
     out: dict[str, pl.DataFrame] = {}
     for member in universe(symbols):
         beta, idio, price, base_volume = _profile(seed, member)
-        chunks: list[pl.DataFrame] = []
-        for index, (session_open, minutes) in enumerate(zip(opens, lengths, strict=True)):
+        chunks: dict[str, list[np.ndarray]] = {name: [] for name in ("ts", "open", "high", "low", "close", "volume")}
+        for index, minutes in enumerate(lengths):
             rng = _rng(seed, member.index, index)
-            noise = idio * _u_shape(minutes) * rng.standard_t(4, size=minutes) / np.sqrt(2.0)
-            columns, price = _bars(rng, beta * market[index] + noise, price, 0.004 + idio * 4, base_volume)
-            ts = [session_open + timedelta(minutes=m) for m in range(minutes)]
-            frame = pl.DataFrame({"ts": ts, **columns}).cast(BAR_SCHEMA)  # type: ignore[arg-type]
+            noise = idio * shapes[minutes] * rng.standard_t(4, size=minutes) / np.sqrt(2.0)
+            columns, price = _bars(rng, beta * market[index] + noise, price, 0.004 + idio * 4, base_volume, shapes)
+            columns["ts"] = minute_ts[index]
             if member.asset_class != "index" and rng.random() < 0.15:
                 dropped = rng.choice(np.arange(1, minutes - 1), size=int(rng.integers(1, 4)), replace=False)
-                frame = frame.with_row_index("_i").filter(~pl.col("_i").is_in(dropped.tolist())).drop("_i")
-            chunks.append(frame)
-        out[member.ticker] = pl.concat(chunks)
+                keep = np.ones(minutes, dtype=bool)
+                keep[dropped] = False
+                columns = {name: values[keep] for name, values in columns.items()}
+            for name, values in columns.items():
+                chunks[name].append(values)
+        frame = pl.DataFrame({name: np.concatenate(parts) for name, parts in chunks.items()})
+        out[member.ticker] = frame.with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC"))).cast(BAR_SCHEMA)  # type: ignore[arg-type]
     return out
 
 

@@ -74,10 +74,14 @@ def scan_parquet(relatives: list[str]) -> pl.LazyFrame:
     return pl.scan_parquet([read_bytes(relative) for relative in relatives])
 
 
-def parquet_bytes(frame: pl.DataFrame) -> bytes:
+def parquet_bytes(frame: pl.DataFrame, *, scratch: bool = False) -> bytes:
+    """Statistics and compression are fixed so identical frames give identical bytes. `scratch` files (a build's
+    partials, read once by its reduce and then deleted) trade size for speed: lz4, no statistics."""
     buffer = io.BytesIO()
-    # Statistics and compression are fixed so identical frames give identical bytes.
-    frame.write_parquet(buffer, compression="zstd", compression_level=3, statistics=True)
+    if scratch:
+        frame.write_parquet(buffer, compression="lz4", statistics=False)
+    else:
+        frame.write_parquet(buffer, compression="zstd", compression_level=3, statistics=True)
     return buffer.getvalue()
 
 
@@ -107,8 +111,8 @@ def write_bytes(relative: str, data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_parquet(frame: pl.DataFrame, relative: str) -> str:
-    return write_bytes(relative, parquet_bytes(frame))
+def write_parquet(frame: pl.DataFrame, relative: str, *, scratch: bool = False) -> str:
+    return write_bytes(relative, parquet_bytes(frame, scratch=scratch))
 
 
 def remove(relatives: list[str]) -> None:

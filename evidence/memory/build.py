@@ -46,6 +46,8 @@ from evidence.models import BarPartition, Corpus, Symbol
 from evidence.vocabulary import HORIZONS, REGIME_DEFINITION, SIDES, TIER_NAMES
 from leroy.clock import now
 
+EXACT_TIER = 5  # the one tier keyed by symbol that is displayed as a match
+
 
 class BuildError(Exception):
     pass
@@ -107,12 +109,31 @@ def symbol_evidence_frame(ticker: str, plan: BuildPlan) -> pl.DataFrame:
     return strategies.with_states(features.symbol_frame(bars, benchmark, through=through))
 
 
-def _stats_aggs() -> list[pl.Expr]:
+SUMMED = tuple(c for c in ADDITIVE_COLUMNS if c != "n_symbols")  # per-row terms; n_symbols is 1 per partial
+FINE_KEYS = ("period", "side", "horizon", "mask", "regime", "band", "session")
+
+
+# Inside one symbol's partial the symbol is constant, so tier 5 groups exactly as tier 4 and the symbol baseline
+# exactly as tier 1: five distinct group-bys give all seven tiers.
+PARTIAL_CONSTANTS = ("asset_class", "symbol")  # one value in a symbol's partial: never a group key there
+
+
+def _partial_groups() -> dict[tuple[str, ...], list[int]]:
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for tier, keys in TIER_KEYS.items():
+        groups.setdefault(tuple(k for k in keys if k not in PARTIAL_CONSTANTS), []).append(tier)
+    return groups
+
+
+PARTIAL_GROUPS = _partial_groups()
+
+
+def _fine_stats(long: pl.DataFrame) -> pl.DataFrame:
+    """Integer sums per (period, side, horizon, mask, regime, band, session ordinal): every tier of the partial is a
+    group-by of this frame (sums of sums are exact in int64), and its distinct sessions are the union of its rows'."""
     r, fav, adv = pl.col("r"), pl.col("fav"), pl.col("adv")
-    return [
+    return long.group_by(FINE_KEYS).agg(
         pl.len().cast(pl.Int64).alias("n"),
-        pl.col("session").unique().sort().cast(pl.Int32).alias(SESSION_SET),
-        pl.lit(1, pl.Int64).alias("n_symbols"),
         r.sum().alias("sum_r"),
         (r > 0).sum().cast(pl.Int64).alias("n_win"),
         r.clip(lower_bound=0).sum().alias("sum_pos"),
@@ -121,7 +142,24 @@ def _stats_aggs() -> list[pl.Expr]:
         adv.sum().alias("sum_adv"),
         *[(fav >= level * BPS).sum().cast(pl.Int64).alias(f"n_fav_{level}") for level in EXCURSION_LEVELS_BPS],
         *[(adv >= level * BPS).sum().cast(pl.Int64).alias(f"n_adv_{level}") for level in EXCURSION_LEVELS_BPS],
-    ]
+    )
+
+
+def _partial_stats(fine: pl.DataFrame, ticker: str, asset_class: str) -> pl.DataFrame:
+    """Every tier's rows for one symbol: additive sums and the key's sorted session ordinals (exact sets)."""
+    parts = []
+    for keys, tiers in PARTIAL_GROUPS.items():
+        grouped = fine.group_by(["period", "side", "horizon", *keys]).agg(
+            pl.col("n").sum(),
+            pl.col("session").unique().sort().alias(SESSION_SET),
+            pl.lit(1, pl.Int64).alias("n_symbols"),
+            *[pl.col(c).sum() for c in SUMMED if c != "n"],
+        )
+        for tier in tiers:
+            constants = {"asset_class": asset_class, "symbol": ticker}
+            tagged = grouped.with_columns(**{k: pl.lit(v) for k, v in constants.items() if k in TIER_KEYS[tier]})
+            parts.append(_with_key(tagged, tier))
+    return pl.concat(parts)
 
 
 def _with_key(frame: pl.DataFrame, tier: int, schema: dict[str, Any] = KEY_SCHEMA) -> pl.DataFrame:
@@ -198,9 +236,10 @@ def _reservoir_candidates(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _reservoir(candidates: pl.DataFrame, tier: int) -> pl.DataFrame:
+def _reservoir(ordered: pl.DataFrame, tier: int) -> pl.DataFrame:
+    """The first RESERVOIR_SIZE candidates per key of `tier`, from candidates already sorted by (pick, symbol, ts)."""
     keys = ["period", "side", *TIER_KEYS[tier]]
-    chosen = candidates.sort("pick", "row_symbol", "ts").group_by(keys, maintain_order=True).head(RESERVOIR_SIZE)
+    chosen = ordered.group_by(keys, maintain_order=True).head(RESERVOIR_SIZE)
     return _with_key(chosen, tier, RESERVOIR_KEY_SCHEMA)
 
 
@@ -211,13 +250,18 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
     stored = frame.with_columns(pl.col(features.FEATURES).cast(pl.Float32), symbol=pl.lit(ticker))
     store.write_parquet(stored, feature_store_path(ticker, plan))
     rows = _rows(frame, ticker, plan)
-    long = _long(rows)
-    stats = [
-        _with_key(long.group_by(["period", "side", "horizon", *keys]).agg(_stats_aggs()), tier)
-        for tier, keys in TIER_KEYS.items()
-    ]
-    candidates = _reservoir_candidates(rows)
-    reservoir = [_reservoir(candidates, tier) for tier in TIER_KEYS if tier <= 5]
+    long = _long(rows).with_columns(pl.col("session").cast(pl.Int32))  # session ordinals: integer group keys
+    stats = _partial_stats(_fine_stats(long), ticker, plan.asset_classes[ticker])
+    # A tier-5 key lies in this one partial, so one below the minimum sample is final here and can never be served:
+    # only its count travels on (the manifest's keys_built), not its row.
+    pruned = (pl.col("tier") == EXACT_TIER) & (pl.col(SESSION_SET).list.len() < plan.min_sessions)
+    counts = stats.filter(pruned).group_by("tier").agg(pl.len().cast(pl.Int64).alias("keys_pruned"))
+    stats = stats.filter(~pruned)
+    ordered = _reservoir_candidates(rows).sort("pick", "row_symbol", "ts")
+    kept = stats.filter(pl.col("tier") == EXACT_TIER).select(*RESERVOIR_KEY_SCHEMA).unique()
+    reservoir = [_reservoir(ordered, tier) for tier in TIER_KEYS if tier <= EXACT_TIER]
+    reservoir = [r.join(kept, on=[*RESERVOIR_KEY_SCHEMA], how="semi") if tier == EXACT_TIER else r
+                 for tier, r in zip([t for t in TIER_KEYS if t <= EXACT_TIER], reservoir, strict=True)]  # fmt: skip
     coverage = rows.group_by("period").agg(
         symbol=pl.lit(ticker),
         ready_rows=pl.len().cast(pl.Int64),
@@ -236,11 +280,15 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
         zero_volume_bars=(pl.col("volume") == 0).sum().cast(pl.Int64),
     )
     out = partial_dir(build_dir, ticker)
-    store.write_parquet(pl.concat(stats).sort(KEY_COLUMNS), f"{out}/stats.parquet")
-    store.write_parquet(pl.concat(reservoir), f"{out}/reservoir.parquet")
-    store.write_parquet(long.select(*[c for c in KEY_SCHEMA if c != "tier"], "r"), f"{out}/returns.parquet")
-    store.write_parquet(coverage.sort("period"), f"{out}/coverage.parquet")
-    store.write_parquet(execution.sort("bucket"), f"{out}/execution.parquet")
+    # Partials are scratch (the reduce sorts and sums them, then deletes them): fast writes, no pre-sorting.
+    store.write_parquet(stats, f"{out}/stats.parquet", scratch=True)
+    store.write_parquet(counts, f"{out}/pruned.parquet", scratch=True)
+    store.write_parquet(pl.concat(reservoir), f"{out}/reservoir.parquet", scratch=True)
+    # The symbol (and so its asset class) is the directory: the reduce puts them back.
+    returns = long.select("period", "side", "horizon", "mask", "regime", "band", "r")
+    store.write_parquet(returns, f"{out}/returns.parquet", scratch=True)
+    store.write_parquet(coverage.sort("period"), f"{out}/coverage.parquet", scratch=True)
+    store.write_parquet(execution.sort("bucket"), f"{out}/execution.parquet", scratch=True)
     marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
     store.write_bytes(f"{out}/done.json", canonical_json(marker))
     return {"rows": len(frame), "ready_rows": len(rows)}
@@ -261,15 +309,22 @@ def code_sha256() -> str:
     return digest.hexdigest()
 
 
-def _medians(build_dir: str, tickers: list[str], served: pl.DataFrame) -> pl.DataFrame:
+def _medians(build_dir: str, plan: BuildPlan, served: pl.DataFrame) -> pl.DataFrame:
     """Exact median return of each served key, from every symbol's mature returns (medians are not additive)."""
-    returns = store.scan_parquet([f"{partial_dir(build_dir, t)}/returns.parquet" for t in tickers])
+    returns = pl.concat(
+        [
+            store.scan_parquet([f"{partial_dir(build_dir, t)}/returns.parquet"]).with_columns(
+                asset_class=pl.lit(plan.asset_classes[t]), symbol=pl.lit(t)
+            )
+            for t in plan.tickers
+        ]
+    ).collect()
     parts = []
     for tier, keys in TIER_KEYS.items():
         group = ["period", "side", "horizon", *keys]
-        wanted = served.lazy().filter(pl.col("tier") == tier).select(group)
+        wanted = served.filter(pl.col("tier") == tier).select(group)
         grouped = returns.join(wanted, on=group, how="semi").group_by(group).agg(median_r=pl.col("r").median())
-        parts.append(_with_key(grouped.collect(), tier))
+        parts.append(_with_key(grouped, tier))
     return pl.concat(parts)
 
 
@@ -311,7 +366,7 @@ def _write_serving_file(path: Path, stats: pl.DataFrame, reservoir: pl.DataFrame
             columns = ", ".join(f'"{c}"' for c in frame.columns)
             db.execute(f"CREATE TABLE {name} ({columns}, PRIMARY KEY ({', '.join(key)})) WITHOUT ROWID")
             values = ", ".join("?" * len(frame.columns))
-            db.executemany(f"INSERT INTO {name} VALUES ({values})", frame.sort(list(key)).iter_rows())  # noqa: S608
+            db.executemany(f"INSERT INTO {name} VALUES ({values})", frame.sort(list(key)).rows())  # noqa: S608
         db.commit()
     finally:
         db.close()
@@ -330,22 +385,36 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
         [store.scan_parquet([f"{partial_dir(build_dir, t)}/{name}"]).collect() for t in tickers],
         how="vertical_relaxed",
     )
-    summed = (
-        read("stats.parquet")
+    partials = read("stats.parquet").lazy()
+    # The exact distinct sessions of a key: the size of the union of its partials' session sets. A key of a tier that
+    # names the symbol comes from one partial only, so its set is already the union.
+    single = pl.col("tier").is_in([t for t, keys in TIER_KEYS.items() if "symbol" in keys])
+    sessions = (
+        partials.filter(~single)
+        .select(*KEY_COLUMNS, SESSION_SET)
+        .explode(SESSION_SET)
+        .unique()
         .group_by(KEY_COLUMNS)
-        .agg(
-            pl.col(SESSION_SET).explode().n_unique().cast(pl.Int64).alias("n_sessions"),
-            *[pl.col(c).sum() for c in ADDITIVE_COLUMNS],
-        )
-        .select(*KEY_COLUMNS, *STAT_COLUMNS)
+        .agg(pl.len().cast(pl.Int64).alias("n_sessions"))
     )
+    sessions = pl.concat(
+        [
+            sessions,
+            partials.filter(single).select(
+                *KEY_COLUMNS, pl.col(SESSION_SET).list.len().cast(pl.Int64).alias("n_sessions")
+            ),
+        ]
+    )
+    sums = partials.group_by(KEY_COLUMNS).agg(*[pl.col(c).sum() for c in ADDITIVE_COLUMNS])
+    summed = sums.join(sessions, on=KEY_COLUMNS).select(*KEY_COLUMNS, *STAT_COLUMNS).collect()
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
     shown = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE]) | (pl.col("n_sessions") >= plan.min_sessions)
     served = summed.filter(shown)
-    served = served.join(_medians(build_dir, tickers, served), on=KEY_COLUMNS, how="left").sort(KEY_COLUMNS)
+    served = served.join(_medians(build_dir, plan, served), on=KEY_COLUMNS, how="left").sort(KEY_COLUMNS)
+    pruned = dict(read("pruned.parquet").group_by("tier").agg(pl.col("keys_pruned").sum()).iter_rows())
     key_counts = {
         str(tier): {
-            "keys_built": int((summed.get_column("tier") == tier).sum()),
+            "keys_built": int((summed.get_column("tier") == tier).sum()) + int(pruned.get(tier, 0)),
             "keys_served": int((served.get_column("tier") == tier).sum()),
         }
         for tier in TIER_KEYS

@@ -98,3 +98,14 @@ def test_freshness_is_behind_once_later_sessions_complete() -> None:
     assert (fresh["status"], fresh["lag_sessions"]) == ("behind", 3)
     assert withheld.withheld_reason == "forward overlay is behind"
     assert set(withheld.matches.values()) == {None}
+
+
+def test_a_benchmark_universe_past_the_26_names_reuses_them_with_a_round_number() -> None:
+    tickers = [member.ticker for member in demo.universe(53)]
+
+    assert len(tickers) == len(set(tickers)) == 54
+    assert tickers[:3] == ["SYNX", "ALFA", "BRVO"]
+    assert tickers[26:29] == ["ZULU", "ALFA1", "BRVO1"]
+    assert tickers[-1] == "ALFA2"
+    with pytest.raises(ValueError, match="between 1 and 2600"):
+        demo.universe(2601)
