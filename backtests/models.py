@@ -55,6 +55,7 @@ class DryRunPass(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        verbose_name_plural = "dry run passes"
         constraints = [models.UniqueConstraint(fields=["user", "code_sha256"], name="backtests_dry_run_pass_unique")]
 
 

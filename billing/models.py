@@ -292,6 +292,7 @@ class ExportBatch(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        verbose_name_plural = "export batches"
         ordering = ["-created_at"]
 
     def __str__(self) -> str:

@@ -72,6 +72,7 @@ class Corpus(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        verbose_name_plural = "corpora"
         ordering = ["-created_at", "-pk"]
 
     def __str__(self) -> str:
@@ -184,6 +185,7 @@ class ResearchHypothesis(models.Model):
 
     class Meta:
         ordering = ["user_id", "pk"]
+        verbose_name_plural = "research hypotheses"
         constraints = [
             models.UniqueConstraint(
                 fields=["user", "client_request_id"],
@@ -248,6 +250,7 @@ class LogEntry(AppendOnlyModel):
     objects = AppendOnlyQuerySet.as_manager()
 
     class Meta:
+        verbose_name_plural = "log entries"
         ordering = ["index"]
         indexes = [models.Index(fields=["kind", "index"])]
 

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from django.apps import apps
 from django.contrib import admin
@@ -14,6 +16,17 @@ def project_models() -> list:
 
 def test_every_project_model_has_an_admin():
     assert [m._meta.label for m in project_models() if m not in admin.site._registry] == []
+
+
+def test_no_admin_plural_is_a_bare_s_after_a_word_that_needs_another_ending():
+    # "research hypothesiss", "strategys", "deliverys": Django's default plural is verbose_name + "s".
+    naive = [
+        f"{m._meta.label}: {m._meta.verbose_name_plural}"
+        for m in project_models()
+        if re.search(r"(s|x|sh|ch|[^aeiou]y)$", str(m._meta.verbose_name))
+        and m._meta.verbose_name_plural == f"{m._meta.verbose_name}s"
+    ]
+    assert naive == []
 
 
 @pytest.mark.parametrize("model", project_models(), ids=lambda m: m._meta.label)
