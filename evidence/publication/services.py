@@ -97,19 +97,36 @@ def entry_append(entry: Mapping[str, Any]) -> LogEntry:
     return entries_append([entry])[0]
 
 
-def artifact_published(*, artifact: MarketMemoryArtifact) -> LogEntry | None:
-    """Log the artifact now being served, unless the log's latest artifact entry already names it."""
+def artifact_published(*, artifact: MarketMemoryArtifact) -> list[LogEntry]:
+    """Log the artifact now being served and the forward overlay it carries, unless the log's latest artifact entry
+    already names it. The overlay is committed apart so a caller can hold what was observed after the historical
+    boundary to its own entry (tickers, coverage, sessions through), appended in the same checkpoint."""
     latest = LogEntry.objects.filter(kind="market_memory_artifact").order_by("-index").first()
     if latest is not None and json.loads(latest.body)["artifact_sha256"] == artifact.sha256:
-        return None
-    return entry_append(
+        return []
+    manifest = artifact.manifest
+    entries: list[dict[str, Any]] = [
         {
             "kind": "market_memory_artifact",
             "artifact_version": artifact.version,
             "artifact_sha256": artifact.sha256,
-            "sessions_through": artifact.manifest["data_as_of"],
+            "sessions_through": manifest["data_as_of"],
         }
-    )
+    ]
+    overlay = manifest.get("coverage", {}).get("forward_overlay", {})
+    if overlay.get("status") == "available":
+        described = {"tickers": manifest["corpus"]["overlay_tickers"], "coverage": overlay}
+        entries.append(
+            {
+                "kind": "forward_overlay",
+                "artifact_sha256": artifact.sha256,
+                "overlay_sha256": hashlib.sha256(canonical(described)).hexdigest(),
+                "sessions_through": overlay["last_session"],
+                "first_session": overlay["first_session"],
+                "symbols": overlay["symbols"],
+            }
+        )
+    return entries_append(entries)
 
 
 def answer_sha256(answer: BaseModel) -> str:

@@ -179,6 +179,28 @@ def test_activating_an_artifact_logs_it_once_until_another_is_served(tmp_path):
     assert bodies[0]["artifact_version"] == "mm-1111" and bodies[0]["sessions_through"] == "2026-06-30"
 
 
+def test_an_artifact_with_a_forward_overlay_commits_the_overlay_beside_it_in_one_checkpoint():
+    overlay = {"status": "available", "symbols": 2, "ready_rows": 780, "first_session": "2026-07-01",
+               "last_session": "2026-07-09", "sessions": 7}  # fmt: skip
+    manifest = {"data_as_of": "2026-07-09", "corpus": {"overlay_tickers": ["ALFA", "BRVO"]},
+                "coverage": {"historical": {"status": "available"}, "forward_overlay": overlay}}  # fmt: skip
+    served = MarketMemoryArtifact.objects.create(
+        sha256="3" * 64, version="mm-3333", path="x", manifest=manifest, built_at=datetime(2026, 7, 10, tzinfo=UTC)
+    )
+
+    market_memory_activate(artifact=served)
+
+    bodies = [json.loads(body) for body in LogEntry.objects.order_by("index").values_list("body", flat=True)]
+    described = {"tickers": ["ALFA", "BRVO"], "coverage": overlay}
+    assert [b["kind"] for b in bodies] == ["market_memory_artifact", "forward_overlay"]
+    assert {k: v for k, v in bodies[1].items() if k != "logged_at"} == {
+        "kind": "forward_overlay", "artifact_sha256": "3" * 64,
+        "overlay_sha256": hashlib.sha256(rfc8785.dumps(described)).hexdigest(),
+        "sessions_through": "2026-07-09", "first_session": "2026-07-01", "symbols": 2,
+    }  # fmt: skip
+    assert LogCheckpoint.objects.count() == 1  # one append batch, one signed checkpoint
+
+
 def answered(user, value: float, at: datetime) -> Answer:
     with time_machine.travel(at, tick=False):
         return services.receipt_attach(user=user, tool="search_market_memory", answer=Answer(value=value, words="é"))
@@ -295,7 +317,7 @@ def test_data_lineage_cites_the_latest_signed_checkpoint(world):
 
     cited = lineage.publication_log
     assert cited is not None and cited.checkpoint == selectors.checkpoint_note()
-    assert cited.tree_size == 1  # the world's build logged its artifact
+    assert cited.tree_size == 2  # the world's build logged its artifact and its forward overlay
     assert json.loads(LogEntry.objects.get(index=0).body)["artifact_sha256"] == world.sha256
 
 

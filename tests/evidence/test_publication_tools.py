@@ -83,7 +83,7 @@ async def test_a_real_answer_is_committed_proved_and_verified_from_the_servers_e
     body = proof.structured_content
     assert (body["status"], body["day_tree"]["size"], body["log_entry"]["entry"]["answer_count"]) == ("committed", 2, 2)
     kinds = [kind async for kind in LogEntry.objects.values_list("kind", flat=True)]
-    assert kinds == ["market_memory_artifact", "daily_answers_root"]  # the world's build logged its artifact
+    assert kinds == ["market_memory_artifact", "forward_overlay", "daily_answers_root"]  # the world's build, then
     (tmp_path / "answer.json").write_text(json.dumps(received))
     (tmp_path / "proof.json").write_text(json.dumps(body))
 
@@ -97,4 +97,4 @@ async def test_a_real_answer_is_committed_proved_and_verified_from_the_servers_e
         "ok    answer hash", "ok    day tree", "ok    proof checkpoint signature", "ok    log inclusion",
         "ok    checkpoint signature", "ok    consistency", "ok    entries", "ok    inclusion",
     ]  # fmt: skip
-    assert lines[-1] == "ok    inclusion: entry 0 (market_memory_artifact) is in the tree of size 2"
+    assert lines[-1] == "ok    inclusion: entry 0 (market_memory_artifact) is in the tree of size 3"
