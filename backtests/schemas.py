@@ -941,12 +941,24 @@ class WalkForward(Out):
     efficiency: float | None = Field(default=None, description="OOS / IS annualized return; null unless IS > 0")
 
 
-class WalkForwardOut(OptimizationOut):
+class WalkForwardOut(Out):
+    """The walk-forward part; progress, credits and the probe are get_optimization's."""
+
+    id: str
+    status: JobStatus
     walk_forward: WalkForward
+    verdict: dict[str, Any] | None  # verdicts.verdict of the stitched out-of-sample returns
+    report_hash: str
 
     @classmethod
-    def from_walk_forward(cls, optimization: Optimization, completed: Iterable[OptimizationRun]) -> Self:
+    def from_optimization(cls, optimization: Optimization) -> Self:
         shown = {k: v for k, v in (optimization.walk_forward or {}).items() if k != "oos_returns"}
         return cls.model_validate(
-            OptimizationOut.from_runs(optimization, completed).model_dump() | {"walk_forward": shown}
+            {
+                "id": str(optimization.pk),
+                "status": optimization.status,
+                "walk_forward": shown,
+                "verdict": optimization.verdict,
+                "report_hash": optimization.report_hash,
+            }
         )

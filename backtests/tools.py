@@ -471,14 +471,12 @@ async def get_optimization(call: ToolCall, args: IdArgs) -> OptimizationOut:
 
 @_tool("get_walk_forward_optimization", "Get walk-forward optimization", IdArgs, WalkForwardOut)
 async def get_walk_forward_optimization(call: ToolCall, args: IdArgs) -> WalkForwardOut:
-    """get_optimization plus walk_forward: per-fold windows, choices, in- and out-of-sample statistics, the
-    stitched out-of-sample equity curve and the efficiency (OOS / IS annualized return)."""
+    """A walk-forward optimization's folds (windows, choices, in- and out-of-sample statistics), stitched
+    out-of-sample equity curve, efficiency (OOS / IS annualized return), verdict and hash."""
 
     def run() -> WalkForwardOut:
         found = selectors.walk_forward_get(user=call.user(), optimization_id=args.id)
-        optimization = _found(found, "walk-forward optimization", args.id)
-        completed = selectors.optimization_completed_runs(optimization=optimization)
-        return WalkForwardOut.from_walk_forward(optimization, completed)
+        return WalkForwardOut.from_optimization(_found(found, "walk-forward optimization", args.id))
 
     return await _run(run)
 

@@ -178,7 +178,7 @@ async def test_an_agent_walks_forward_over_mcp(mcp_http, owner, write_key):
         key = {"id": started.structured_content["optimization_id"]}
         waited = (await session.call_tool("wait_for_optimization", key)).structured_content
         detail = (await session.call_tool("get_walk_forward_optimization", key)).structured_content
-        results = (await session.call_tool("list_optimization_results", key | {"sort_by": "iteration"}))
+        results = await session.call_tool("list_optimization_results", key | {"sort_by": "iteration"})
         short = await session.call_tool("run_walk_forward_optimization", args | {"end_date": "2024-03-31"})
 
     assert (started.structured_content["total_iterations"], started.structured_content["credits_reserved"]) == (2, 25)
