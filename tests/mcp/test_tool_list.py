@@ -9,9 +9,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
 # What an agent pays to learn the tools, in tokens, measured as the tools/list result's bytes / 4 (a tokenizer-free
 # proxy). It was 42,236 for 37 tools before schemas lost their generated field titles (34,853 after); the nine alert
-# and four publication-log tools brought it to 48,816, the tier fields and probe cost 49,131. Raise it only for a new
-# tool or contract field, not for prose.
-TOOLS_LIST_TOKEN_BUDGET = 49_500
+# and four publication-log tools brought it to 48,816, the tier fields and probe cost 49,131; the two walk-forward
+# tools (run_walk_forward_optimization, get_walk_forward_optimization) and the mode, fold and out_of_sample fields
+# took it from 49,254 to 52,216. Raise it only for a new tool or contract field, not for prose.
+TOOLS_LIST_TOKEN_BUDGET = 52_500
 LEGACY = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
 LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 
@@ -27,7 +28,7 @@ async def test_tools_list_fits_the_written_token_budget(mcp_http):
     tools = [t for t in await tools_list(mcp_http) if not t["name"].startswith("probe_")]  # not the test fixtures
 
     size = len(json.dumps({"tools": tools}, separators=(",", ":")).encode())
-    assert len(tools) == 50
+    assert len(tools) == 52
     assert size / 4 <= TOOLS_LIST_TOKEN_BUDGET, f"tools/list is {size / 4:.0f} tokens"
 
 
