@@ -178,12 +178,14 @@ async def test_an_agent_walks_forward_over_mcp(mcp_http, owner, write_key):
         key = {"id": started.structured_content["optimization_id"]}
         waited = (await session.call_tool("wait_for_optimization", key)).structured_content
         detail = (await session.call_tool("get_walk_forward_optimization", key)).structured_content
+        summary = (await session.call_tool("get_optimization", key)).structured_content
         results = await session.call_tool("list_optimization_results", key | {"sort_by": "iteration"})
         short = await session.call_tool("run_walk_forward_optimization", args | {"end_date": "2024-03-31"})
 
     assert (started.structured_content["total_iterations"], started.structured_content["credits_reserved"]) == (2, 25)
     assert (waited["status"], waited["completed_iterations"]) == ("COMPLETED", 2)
-    assert detail["mode"] == "walk_forward" and detail["verdict"]["pbo"] is None
+    assert (summary["mode"], detail["status"], detail["verdict"]["pbo"]) == ("walk_forward", "COMPLETED", None)
+    assert len(detail["report_hash"]) == 64
     folds = detail["walk_forward"]["folds"]
     assert [(f["fold"], f["parameters"], f["test_status"]) for f in folds] == [
         (1, {"fast": 3}, "COMPLETED"), (2, {"fast": 3}, "COMPLETED")
