@@ -6,7 +6,7 @@ from asgiref.sync import sync_to_async
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from backtests import services, statistics
+from backtests import selectors, services, statistics
 from backtests.dryrun import walk
 from backtests.models import DryRunPass, Optimization, OptimizationRun, Status, Strategy, Trial
 from billing.selectors import credit_usage
@@ -196,3 +196,15 @@ async def test_an_agent_walks_forward_over_mcp(mcp_http, owner, write_key):
     ]  # fmt: skip
     assert short.is_error is True and short.structured_content["error"]["code"] == "period_too_short"
     assert await Optimization.objects.acount() == 1
+
+
+@pytest.mark.django_db
+def test_the_walk_forward_read_finds_only_walk_forward_optimizations(owner, coin, django_capture_on_commit_callbacks):
+    strategy = saved(owner)
+    grid = walk_forward(owner, strategy, coin, django_capture_on_commit_callbacks, execute=False, walk_forward=None)
+    forward = walk_forward(owner, strategy, coin, django_capture_on_commit_callbacks, execute=False)
+
+    assert (grid.mode, grid.total_iterations, grid.credits_reserved) == ("grid", 2, 16)  # 2 points, probe, PBO
+    assert selectors.walk_forward_get(user=owner, optimization_id=str(grid.pk)) is None
+    assert selectors.walk_forward_get(user=owner, optimization_id=str(forward.pk)) == forward
+    assert selectors.optimization_get(user=owner, optimization_id=str(forward.pk)) == forward
