@@ -75,7 +75,7 @@ class ReportAdmin(ReadOnlyAdmin):
 @admin.register(Optimization)
 class OptimizationAdmin(ReadOnlyAdmin):
     list_display = ["id", "user", "strategy", "status", "completed_iterations", "total_iterations", "created_at"]
-    list_filter = ["status", "target_metric", "created_at"]
+    list_filter = ["status", "mode", "target_metric", "created_at"]
     search_fields = ["user__email", "name", "strategy__name", "id"]
     list_select_related = ["user", "strategy"]
     readonly_fields = ["results"]

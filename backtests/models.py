@@ -123,13 +123,23 @@ class Report(models.Model):
         ]
 
 
+class OptimizationMode(models.TextChoices):
+    GRID = "grid"
+    WALK_FORWARD = "walk_forward"
+
+
 class Optimization(models.Model):
-    """A 1-2 parameter grid over a saved strategy; each grid point is one `OptimizationRun` (one Celery task)."""
+    """A 1-2 parameter grid over a saved strategy; each grid point is one `OptimizationRun` (one Celery task).
+
+    A walk-forward optimization runs the grid on each fold's train window (one run per point and fold), then the
+    point chosen there on the fold's test window; `walk_forward` holds the folds and, once closed, the result."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="optimizations")
     strategy = models.ForeignKey(Strategy, on_delete=models.PROTECT, related_name="optimizations")
     name = models.CharField(max_length=200)
+    mode = models.CharField(max_length=12, choices=OptimizationMode.choices, default=OptimizationMode.GRID)
+    walk_forward = models.JSONField(null=True, blank=True)  # periods, anchored, folds; the result once closed
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     data_ids = models.JSONField()
     tickers = models.JSONField()
@@ -171,6 +181,8 @@ class OptimizationRun(models.Model):
     optimization = models.ForeignKey(Optimization, on_delete=models.CASCADE, related_name="runs")
     iteration = models.PositiveIntegerField()
     parameters = models.JSONField()  # the swept values at this point
+    fold = models.PositiveSmallIntegerField(null=True, blank=True)  # walk-forward: the fold (1-based) it belongs to
+    out_of_sample = models.BooleanField(default=False)  # walk-forward: the chosen point on the fold's test window
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     statistics = models.JSONField(null=True, blank=True)
     returns = models.JSONField(default=list)  # [[day, return], ...]: the daily series CSCV splits

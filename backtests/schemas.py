@@ -234,6 +234,16 @@ class RunOptimizationArgs(ToolArgs):
     max_credits: int | None = Field(default=None, ge=0, description="Refuse, reserving nothing, if the cost is higher")
 
 
+class Period(ToolArgs):
+    months: int = Field(ge=1, le=120, description="Calendar months, 1-120")
+
+
+class RunWalkForwardArgs(RunOptimizationArgs):
+    train_period: Period = Field(description='Train window, e.g. {"months": 12}')
+    test_period: Period = Field(description="Test window after each train window")
+    anchored: bool = Field(default=False, description="Every train window starts at start_date")
+
+
 class ListOptimizationsArgs(Page):
     limit: int = Field(default=10, ge=1, le=100, description="Page size, 1-100")
 
@@ -752,6 +762,7 @@ class OptimizationSummary(Out):
     id: str
     optimization_id: str
     name: str
+    mode: Literal["grid", "walk_forward"]
     status: JobStatus
     strategy_id: str
     strategy_name: str
@@ -786,6 +797,7 @@ class OptimizationSummary(Out):
                 "id": str(optimization.pk),
                 "optimization_id": str(optimization.pk),
                 "name": optimization.name,
+                "mode": optimization.mode,
                 "status": optimization.status,
                 "strategy_id": str(optimization.strategy_id),
                 "strategy_name": optimization.strategy.name,
@@ -879,6 +891,8 @@ class OptimizationWaited(Out):
 class OptimizationRunOut(Out):
     iteration: int
     parameters: dict[str, int | float] = Field(description="The swept values at this grid point")
+    fold: int | None = Field(description="Walk-forward fold; null in a grid optimization")
+    out_of_sample: bool = Field(description="A walk-forward fold's test run")
     status: JobStatus
     statistics: Statistics | None
     error: RunError | None
@@ -899,3 +913,52 @@ class OptimizationCancelled(OptimizationSummary):
         """Points never run are refunded: what was reserved and not charged."""
         refunded = optimization.credits_reserved - optimization.credits_charged
         return cls.from_optimization(optimization, credits_refunded=refunded, usage=usage)
+
+
+class WalkForwardFold(Out):
+    """One fold: windows are [start, end); the choice is made on the train window's runs only."""
+
+    fold: int
+    train_start: datetime
+    train_end: datetime
+    test_start: datetime
+    test_end: datetime
+    parameters: dict[str, int | float] | None = Field(default=None, description="Chosen by the target metric")
+    in_sample: Statistics | None = None
+    out_of_sample: Statistics | None = None
+    test_status: JobStatus | None = None
+    test_error: RunError | None = None
+
+
+class WalkForward(Out):
+    train_months: int
+    test_months: int
+    anchored: bool
+    folds: list[WalkForwardFold]
+    oos_equity_curve: list[tuple[date, float]] = Field(default_factory=list, description="Test windows compounded")
+    oos_annualized_return: float | None = None
+    is_annualized_return: float | None = Field(default=None, description="Mean over the folds' choices")
+    efficiency: float | None = Field(default=None, description="OOS / IS annualized return; null unless IS > 0")
+
+
+class WalkForwardOut(Out):
+    """The walk-forward part; progress, credits and the probe are get_optimization's."""
+
+    id: str
+    status: JobStatus
+    walk_forward: WalkForward
+    verdict: dict[str, Any] | None  # verdicts.verdict of the stitched out-of-sample returns
+    report_hash: str
+
+    @classmethod
+    def from_optimization(cls, optimization: Optimization) -> Self:
+        shown = {k: v for k, v in (optimization.walk_forward or {}).items() if k != "oos_returns"}
+        return cls.model_validate(
+            {
+                "id": str(optimization.pk),
+                "status": optimization.status,
+                "walk_forward": shown,
+                "verdict": optimization.verdict,
+                "report_hash": optimization.report_hash,
+            }
+        )

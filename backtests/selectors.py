@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from accounts.models import User
-from backtests.models import Optimization, OptimizationRun, Report, Status, Strategy, Trial
+from backtests.models import Optimization, OptimizationMode, OptimizationRun, Report, Status, Strategy, Trial
 from evidence.models import Symbol
 
 # Everyday names agents use for pairs whose tickers are codes.
@@ -58,6 +58,11 @@ def optimizations_of(*, user: User) -> QuerySet[Optimization]:
 def optimization_get(*, user: User, optimization_id: str) -> Optimization | None:
     key = parse_id(optimization_id)
     return optimizations_of(user=user).filter(pk=key).first() if key else None
+
+
+def walk_forward_get(*, user: User, optimization_id: str) -> Optimization | None:
+    found = optimization_get(user=user, optimization_id=optimization_id)
+    return found if found is not None and found.mode == OptimizationMode.WALK_FORWARD else None
 
 
 def optimization_latest(*, user: User, strategy_id: str) -> Optimization | None:

@@ -5,6 +5,7 @@ optimization reserves the whole grid up front (or uses a free optimization when 
 completed points when it ends or is cancelled; the rest of the hold returns to the balance.
 """
 
+import calendar
 import hashlib
 import itertools
 from datetime import UTC, date, datetime, time, timedelta
@@ -22,6 +23,7 @@ from backtests.models import (
     DryRun,
     DryRunPass,
     Optimization,
+    OptimizationMode,
     OptimizationRun,
     Report,
     Status,
@@ -540,7 +542,10 @@ def optimization_submit(
     additional_metrics: list[str],
     use_free_optimization: bool,
     max_credits: int | None = None,
+    walk_forward: dict[str, Any] | None = None,
 ) -> Optimization:
+    """A grid optimization, or with `walk_forward` ({train_months, test_months, anchored}) a walk-forward one:
+    every point on every fold's train window, then each fold's chosen point on its test window."""
     from backtests import tasks
 
     strategy = selectors.strategy_get(user=user, strategy_id=strategy_id)
@@ -553,14 +558,27 @@ def optimization_submit(
     check_parameters(strategy, {g["name"] for g in grids} | set(parameters))
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
     points = grid_points(grids)
+    folds = None if walk_forward is None else walk_forward_folds(start=start, end=end, **walk_forward)
+    runs = [(None, point) for point in points] if folds is None else [
+        (fold["fold"], point) for fold in folds for point in points
+    ]  # fmt: skip
+    if len(runs) > MAX_GRID_POINTS:
+        raise BacktestError(
+            "grid_too_large", f"{len(folds or [])} folds x {len(points)} points is {len(runs)} runs; at most "
+            f"{MAX_GRID_POINTS}.",
+        )  # fmt: skip
+    tests = len(folds or [])  # one out-of-sample run per fold
     price = 0 if use_free_optimization else settings.LEROY_OPTIMIZATION_POINT_CREDITS
     probe = 0 if use_free_optimization else settings.LEROY_LOOKAHEAD_PROBE_CREDITS
-    pbo = 0 if use_free_optimization else settings.LEROY_PBO_CREDITS
-    _within_budget(price * len(points) + probe + pbo, max_credits)
+    pbo = 0 if use_free_optimization or folds is not None else settings.LEROY_PBO_CREDITS
+    reserved = price * (len(runs) + tests) + probe + pbo
+    _within_budget(reserved, max_credits)
     optimization = Optimization.objects.create(
         user=user,
         strategy=strategy,
         name=name,
+        mode=OptimizationMode.GRID if folds is None else OptimizationMode.WALK_FORWARD,
+        walk_forward=None if walk_forward is None else {**walk_forward, "folds": folds},
         data_ids=[str(s.pk) for s in symbols],
         tickers=[s.ticker for s in symbols],
         frequency=frequency,
@@ -573,12 +591,12 @@ def optimization_submit(
         target_direction=target_direction,
         additional_metrics=additional_metrics,
         use_free_optimization=use_free_optimization,
-        total_iterations=len(points),
+        total_iterations=len(runs),
         credits_per_iteration=price,
         credits_probe=probe,
         credits_pbo=pbo,
         pbo_blocks=settings.LEROY_PBO_BLOCKS,
-        credits_reserved=price * len(points) + probe + pbo,
+        credits_reserved=reserved,
         created_at=now(),
     )
     reference = f"optimization:{optimization.pk}"
@@ -590,12 +608,65 @@ def optimization_submit(
     else:
         optimization.hold_id = _reserve(user, optimization.credits_reserved, reference)
         optimization.save(update_fields=["hold_id"])
-    runs = OptimizationRun.objects.bulk_create(
-        OptimizationRun(optimization=optimization, iteration=i + 1, parameters=point) for i, point in enumerate(points)
+    created = OptimizationRun.objects.bulk_create(
+        OptimizationRun(optimization=optimization, iteration=i + 1, parameters=point, fold=fold)
+        for i, (fold, point) in enumerate(runs)
     )
-    run_ids = [run.pk for run in runs]
+    run_ids = [run.pk for run in created]
     transaction.on_commit(lambda: [tasks.optimization_point.delay(run_id) for run_id in run_ids])
     return optimization
+
+
+WALK_FORWARD_MIN_FOLDS = 2  # one fold gives one out-of-sample window: nothing to walk forward over
+
+
+def add_months(moment: datetime, months: int) -> datetime:
+    """The same day `months` later (the month's last day when it is shorter)."""
+    index = moment.month - 1 + months
+    year, month = moment.year + index // 12, index % 12 + 1
+    return moment.replace(year=year, month=month, day=min(moment.day, calendar.monthrange(year, month)[1]))
+
+
+def walk_forward_folds(
+    *, start: datetime, end: datetime, train_months: int, test_months: int, anchored: bool
+) -> list[dict[str, Any]]:
+    """Whole folds inside [start, end]: train [a, b) then test [b, b + test); each next test window starts where
+    the last ended, its train window ending there too (rolling: the same length; anchored: from `start`). A test
+    window that would pass `end` is not made. Too few folds is refused before anything is created or charged."""
+    folds: list[dict[str, Any]] = []
+    while True:
+        k = len(folds)
+        test_start = add_months(start, train_months + k * test_months)
+        test_end = add_months(start, train_months + (k + 1) * test_months)
+        if test_end > end + timedelta(microseconds=1):
+            break
+        train_start = start if anchored else add_months(start, k * test_months)
+        folds.append({
+            "fold": k + 1, "train_start": train_start.isoformat(), "train_end": test_start.isoformat(),
+            "test_start": test_start.isoformat(), "test_end": test_end.isoformat(),
+        })  # fmt: skip
+    if len(folds) < WALK_FORWARD_MIN_FOLDS:
+        need = add_months(start, train_months + WALK_FORWARD_MIN_FOLDS * test_months)
+        raise BacktestError(
+            "period_too_short",
+            f"{train_months} train and {test_months} test months from {start:%Y-%m-%d} give {len(folds)} whole "
+            f"fold(s) by {end:%Y-%m-%d}; walk-forward needs at least {WALK_FORWARD_MIN_FOLDS} (the period must "
+            f"reach {need - timedelta(microseconds=1):%Y-%m-%d}).",
+            folds=len(folds), min_folds=WALK_FORWARD_MIN_FOLDS,
+        )  # fmt: skip
+    return folds
+
+
+def run_window(optimization: Optimization, run: OptimizationRun) -> tuple[datetime, datetime]:
+    """The inclusive bounds a run reads bars in: the whole period, or its fold's train or test window."""
+    if run.fold is None:
+        return optimization.start_date, optimization.end_date
+    fold = optimization.walk_forward["folds"][run.fold - 1]
+    side = "test" if run.out_of_sample else "train"
+    return (
+        datetime.fromisoformat(fold[f"{side}_start"]),
+        datetime.fromisoformat(fold[f"{side}_end"]) - timedelta(microseconds=1),
+    )
 
 
 def simulation_of(simulation_parameters: dict[str, Any]) -> dict[str, Any]:
@@ -623,16 +694,18 @@ def optimization_point_execute(*, run_id: int) -> None:
     Optimization.objects.filter(pk=optimization.pk, status=Status.PENDING).update(
         status=Status.EXECUTING, started_at=now()
     )
+    _point_done(run_id, **_run_point(optimization, run))
+
+
+def _run_point(optimization: Optimization, run: OptimizationRun) -> dict[str, Any]:
+    """Run one point on its window's bars (and only those): {result | error, data_version}."""
+    start, end = run_window(optimization, run)
     try:
         datas, data_version = load_bars(
-            tickers=optimization.tickers,
-            frequency=optimization.frequency,
-            start=optimization.start_date,
-            end=optimization.end_date,
+            tickers=optimization.tickers, frequency=optimization.frequency, start=start, end=end
         )
     except BacktestError as error:
-        _point_done(run_id, error={"code": error.code, "message": error.message, "line": None})
-        return
+        return {"error": {"code": error.code, "message": error.message, "line": None}}
     outcome = sandbox.run_job(
         source=optimization.strategy.code,
         datas=datas,
@@ -640,20 +713,27 @@ def optimization_point_execute(*, run_id: int) -> None:
         parameters={**optimization.parameters, **run.parameters},
     )
     if not outcome.ok or outcome.result is None:
-        _point_done(run_id, error=outcome.error or WORKER_LOST, data_version=data_version)
-        return
-    _point_done(run_id, result=outcome.result, data_version=data_version)
+        return {"error": outcome.error or WORKER_LOST, "data_version": data_version}
+    return {"result": outcome.result, "data_version": data_version}
 
 
 def _point_done(run_id: int, **finish: Any) -> None:
     if _point_finish(run_id, **finish):
-        _optimization_probe(OptimizationRun.objects.get(pk=run_id).optimization_id)
+        optimization_id = OptimizationRun.objects.get(pk=run_id).optimization_id
+        if Optimization.objects.filter(pk=optimization_id, mode=OptimizationMode.WALK_FORWARD).exists():
+            _walk_forward_test(optimization_id)
+        else:
+            _optimization_probe(optimization_id)
 
 
-def _best_run(optimization: Optimization) -> OptimizationRun | None:
+def _best_run(optimization: Optimization, fold: int | None = None) -> OptimizationRun | None:
+    """The completed in-sample run best by the target metric (the lowest iteration on ties), of one fold when
+    walking forward."""
     metric, runs = (
         optimization.target_metric,
-        OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED),
+        OptimizationRun.objects.filter(
+            optimization=optimization, status=Status.COMPLETED, fold=fold, out_of_sample=False
+        ),
     )
     scored = [run for run in runs if (run.statistics or {}).get(metric) is not None]
     if not scored:
@@ -667,7 +747,11 @@ def _best_run(optimization: Optimization) -> OptimizationRun | None:
 def _optimization_probe(optimization_id: Any) -> None:
     """The last point is done: probe the best run by the target metric for look-ahead, then close and settle."""
     optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
-    best = _best_run(optimization)
+    _optimization_close(optimization_id, _probe(optimization, _best_run(optimization)))
+
+
+def _probe(optimization: Optimization, best: OptimizationRun | None) -> dict[str, Any]:
+    """The truncation probe of `best`'s parameters over the whole period."""
     if best is None:
         reason = f"no run has a {optimization.target_metric}"
         check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
@@ -691,7 +775,81 @@ def _optimization_probe(optimization_id: Any) -> None:
             reason = f"the probe run failed: {(outcome.error or WORKER_LOST)['message']}"
             check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
         check |= {"iteration": best.iteration, "parameters": best.parameters}
-    _optimization_close(optimization_id, check)
+    return check
+
+
+def _walk_forward_test(optimization_id: Any) -> None:
+    """Every train run is done: score each fold's chosen point on its test window (chosen from that fold's train
+    runs only), probe the last fold's choice over the whole period, then close and settle."""
+    optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
+    last = None
+    for fold in optimization.walk_forward["folds"]:
+        if not Optimization.objects.filter(pk=optimization.pk, status=Status.EXECUTING).exists():
+            return  # cancelled meanwhile: settled by the cancel
+        chosen = _best_run(optimization, fold=fold["fold"])
+        if chosen is None:
+            continue
+        run = OptimizationRun.objects.create(
+            optimization=optimization, iteration=optimization.total_iterations + fold["fold"],
+            parameters=chosen.parameters, fold=fold["fold"], out_of_sample=True, status=Status.EXECUTING,
+            started_at=now(),
+        )  # fmt: skip
+        finish = _run_point(optimization, run)
+        result = finish.get("result")
+        start, end = run_window(optimization, run)
+        with transaction.atomic():
+            OptimizationRun.objects.filter(pk=run.pk).update(
+                status=Status.COMPLETED if result is not None else Status.FAILED,
+                statistics=statistics.compute(result) if result is not None else None,
+                returns=result["daily_returns"] if result is not None else [],
+                trade_count=len(result["trades"]) if result is not None else 0,
+                error=finish.get("error"), data_version=finish.get("data_version", ""), finished_at=now(),
+            )  # fmt: skip
+            if result is not None:
+                trial_record(
+                    strategy=optimization.strategy, kind=TrialKind.GRID_POINT,
+                    parameters={**optimization.parameters, **run.parameters}, data_ids=optimization.data_ids,
+                    frequency=optimization.frequency, start=start, end=end, data_version=finish["data_version"],
+                    daily_returns=result["daily_returns"], run=run,
+                )  # fmt: skip
+        last = chosen
+    _optimization_close(optimization_id, _probe(optimization, last))
+
+
+MAX_OOS_EQUITY_POINTS = 2000  # as the engine's equity curves
+
+
+def walk_forward_result(optimization: Optimization) -> dict[str, Any]:
+    """Per-fold choices with their in- and out-of-sample statistics, the stitched out-of-sample returns and equity
+    curve (test windows compounded in order from the initial cash) and the walk-forward efficiency: the
+    out-of-sample annualised return over the mean in-sample one of the chosen points (null unless that is > 0)."""
+    tests = {run.fold: run for run in OptimizationRun.objects.filter(optimization=optimization, out_of_sample=True)}
+    folds, stitched, in_sample = [], [], []
+    for fold in optimization.walk_forward["folds"]:
+        chosen, test = _best_run(optimization, fold=fold["fold"]), tests.get(fold["fold"])
+        scored = test is not None and test.status == Status.COMPLETED
+        folds.append({
+            **fold, "parameters": chosen.parameters if chosen else None,
+            "in_sample": chosen.statistics if chosen else None, "out_of_sample": test.statistics if scored else None,
+            "test_status": test.status if test else None, "test_error": test.error if test else None,
+        })  # fmt: skip
+        if scored:
+            stitched += test.returns
+        if chosen is not None and chosen.statistics.get("cagr") is not None:
+            in_sample.append(chosen.statistics["cagr"])
+    equity, value = [], float(optimization.simulation_parameters["initial_cash"])
+    for day, ret in stitched:
+        value *= 1.0 + ret
+        equity.append([day, value])
+    step = max(1, -(-len(equity) // MAX_OOS_EQUITY_POINTS))
+    curve = equity[::step] + ([equity[-1]] if equity and (len(equity) - 1) % step else [])
+    oos = statistics.return_metrics(stitched)["cagr"] if stitched else None
+    is_mean = sum(in_sample) / len(in_sample) if in_sample else None
+    efficiency = oos / is_mean if oos is not None and is_mean is not None and is_mean > 0 else None
+    return {
+        "folds": folds, "oos_equity_curve": curve, "oos_annualized_return": oos,
+        "is_annualized_return": is_mean, "efficiency": efficiency, "oos_returns": stitched,
+    }  # fmt: skip
 
 
 def optimization_pbo(
@@ -708,7 +866,17 @@ def optimization_pbo(
 
 
 def optimization_verdict(optimization: Optimization, check: dict[str, Any]) -> dict[str, Any] | None:
-    """The best run's deflated Sharpe over every trial of the strategy, the grid's PBO and the probe."""
+    """The best run's deflated Sharpe over every trial of the strategy, the grid's PBO and the probe; walking
+    forward, the stitched out-of-sample returns' deflated Sharpe and trades (no PBO: the folds are the test)."""
+    if optimization.mode == OptimizationMode.WALK_FORWARD:
+        result = optimization.walk_forward
+        tests = OptimizationRun.objects.filter(optimization=optimization, out_of_sample=True, status=Status.COMPLETED)
+        if not result.get("oos_returns"):
+            return None
+        return verdict_of(
+            strategy=optimization.strategy, daily_returns=result["oos_returns"],
+            trades=sum(run.trade_count for run in tests), lookahead=check["status"],
+        )  # fmt: skip
     best = _best_run(optimization)
     if best is None:
         return None
@@ -729,11 +897,14 @@ def _optimization_close(optimization_id: Any, check: dict[str, Any] | None) -> N
             return  # cancelled meanwhile: already settled
         optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
         optimization.lookahead_check = check
+        if optimization.mode == OptimizationMode.WALK_FORWARD:
+            config = {k: v for k, v in optimization.walk_forward.items() if k in WALK_FORWARD_CONFIG}
+            optimization.walk_forward = config | walk_forward_result(optimization)
         optimization.verdict = optimization_verdict(optimization, check) if check is not None else None
         probed = check is not None and check["status"] != "not_run"
         computed = optimization.verdict is not None and optimization.verdict["pbo"] is not None
         optimization.credits_charged = (
-            optimization.completed_iterations * optimization.credits_per_iteration
+            _points_charged(optimization)
             + (optimization.credits_probe if probed else 0)
             + (optimization.credits_pbo if computed else 0)
         )
@@ -742,13 +913,24 @@ def _optimization_close(optimization_id: Any, check: dict[str, Any] | None) -> N
             optimization.report_hash = statistics.optimization_hash(
                 points=[{"iteration": r.iteration, "parameters": r.parameters, "statistics": r.statistics}
                         for r in points.order_by("iteration")],
-                lookahead_check=check, verdict=optimization.verdict,
+                lookahead_check=check, verdict=optimization.verdict, walk_forward=optimization.walk_forward,
             )  # fmt: skip
         optimization.finished_at = now()
         optimization.save(
-            update_fields=["status", "lookahead_check", "verdict", "report_hash", "finished_at", "credits_charged"]
-        )
+            update_fields=[
+                "status", "lookahead_check", "verdict", "report_hash", "finished_at", "credits_charged", "walk_forward",
+            ]
+        )  # fmt: skip
         _settle(optimization.hold_id, optimization.credits_charged)
+
+
+WALK_FORWARD_CONFIG = ("train_months", "test_months", "anchored", "folds")
+
+
+def _points_charged(optimization: Optimization) -> int:
+    """Completed grid points, and walking forward completed test runs, at the per-point price."""
+    tests = OptimizationRun.objects.filter(optimization=optimization, out_of_sample=True, status=Status.COMPLETED)
+    return (optimization.completed_iterations + tests.count()) * optimization.credits_per_iteration
 
 
 def _point_finish(
@@ -778,10 +960,11 @@ def _point_finish(
             finished_at=now(),
         )
         if result is not None:
+            start, end = run_window(optimization, run)
             trial_record(
                 strategy=optimization.strategy, kind=TrialKind.GRID_POINT,
                 parameters={**optimization.parameters, **run.parameters}, data_ids=optimization.data_ids,
-                frequency=optimization.frequency, start=optimization.start_date, end=optimization.end_date,
+                frequency=optimization.frequency, start=start, end=end,
                 data_version=data_version, daily_returns=result["daily_returns"], run=run,
             )  # fmt: skip
         counter = "completed_iterations" if ok else "failed_iterations"
@@ -819,7 +1002,7 @@ def optimization_cancel(*, user: User, optimization_id: str) -> Optimization:
         status=Status.CANCELLED, finished_at=now()
     )
     optimization.status, optimization.finished_at = Status.CANCELLED, now()
-    optimization.credits_charged = optimization.completed_iterations * optimization.credits_per_iteration
+    optimization.credits_charged = _points_charged(optimization)
     optimization.save(update_fields=["status", "finished_at", "credits_charged"])
     _settle(optimization.hold_id, optimization.credits_charged)
     return optimization
@@ -832,9 +1015,9 @@ def stale_jobs_reap(*, older_than: timedelta | None = None) -> int:
     for report_id in Report.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff).values_list("pk", flat=True):
         _report_fail(report_id, WORKER_LOST)
         reaped += 1
-    for run_id in OptimizationRun.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff).values_list(
-        "pk", flat=True
-    ):
+    stale = OptimizationRun.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff)
+    # A walk-forward test run is not a grid point: its worker closing the optimization is reaped below.
+    for run_id in stale.filter(out_of_sample=False).values_list("pk", flat=True):
         if _point_finish(run_id, error=WORKER_LOST):
             reason = "the point's worker stopped; no probe was run"
             check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
@@ -844,7 +1027,10 @@ def stale_jobs_reap(*, older_than: timedelta | None = None) -> int:
     for optimization in Optimization.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff):
         done = optimization.completed_iterations + optimization.failed_iterations == optimization.total_iterations
         last = OptimizationRun.objects.filter(optimization=optimization).order_by("-finished_at").first()
-        if done and last is not None and last.finished_at is not None and last.finished_at < cutoff:
+        if done and last is not None and (last.finished_at or last.started_at or cutoff) < cutoff:
+            stale.filter(optimization=optimization, out_of_sample=True).update(
+                status=Status.FAILED, error=WORKER_LOST, finished_at=now()
+            )
             reason = "the worker running the look-ahead probe stopped before it finished"
             _optimization_close(optimization.pk, {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason})
             reaped += 1

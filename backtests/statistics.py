@@ -133,9 +133,17 @@ def report_hash(
     return _sha256(body)
 
 
-def optimization_hash(*, points: list[dict[str, Any]], lookahead_check: dict[str, Any], verdict: dict[str, Any]) -> str:
-    """SHA-256 over every completed point (iteration, parameters, statistics), the probe and the verdict."""
-    return _sha256({"points": points, "lookahead_check": lookahead_check, "verdict": verdict})
+def optimization_hash(
+    *,
+    points: list[dict[str, Any]],
+    lookahead_check: dict[str, Any],
+    verdict: dict[str, Any],
+    walk_forward: dict[str, Any] | None = None,
+) -> str:
+    """SHA-256 over every completed point (iteration, parameters, statistics), the probe, the verdict and, walking
+    forward, the folds' result (a grid optimization's hash is unchanged)."""
+    body = {"points": points, "lookahead_check": lookahead_check, "verdict": verdict}
+    return _sha256(body if walk_forward is None else body | {"walk_forward": walk_forward})
 
 
 def _sha256(body: dict[str, Any]) -> str:

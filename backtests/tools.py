@@ -1,4 +1,5 @@
-"""The backtesting MCP tools (the contract's 23 strategy, symbol, backtest, optimization and report tools).
+"""The backtesting MCP tools (the contract's 23 strategy, symbol, backtest, optimization and report tools, and
+the two walk-forward tools).
 
 Thin: parse, call selectors/services in a worker thread, hand the rows to the result model. Every tool needs a
 subscriber; anything that creates resources or spends credits needs `mcp:write`.
@@ -53,6 +54,7 @@ from backtests.schemas import (
     ReportTradesOut,
     RunBacktestArgs,
     RunOptimizationArgs,
+    RunWalkForwardArgs,
     SearchSymbolsArgs,
     StrategyCreated,
     StrategyOut,
@@ -61,6 +63,7 @@ from backtests.schemas import (
     SymbolOut,
     UpdateStrategyArgs,
     WaitForReportsArgs,
+    WalkForwardOut,
 )
 from billing.schemas import CreditUsage
 from billing.selectors import credit_usage
@@ -396,29 +399,50 @@ async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> Optimiz
     Above the optional max_credits it is refused and nothing is reserved. Returns {success, optimization_id,
     total_iterations, credits_reserved, usage}."""
 
-    def run() -> OptimizationSubmitted:
-        user = call.user()
-        optimization = services.optimization_submit(
-            user=user,
-            strategy_id=args.strategy_id,
-            name=args.name,
-            data_ids=args.data_ids,
-            frequency=args.frequency,
-            start=args.start_date,
-            end=args.end_date,
-            grids=[g.model_dump() for g in args.grids],
-            parameters={p.name: p.value for p in args.parameters},
-            simulation_parameters=args.simulation_parameters.model_dump(),
-            target_metric=args.target_metric,
-            target_direction=args.target_direction,
-            additional_metrics=list(args.additional_metrics),
-            use_free_optimization=args.use_free_optimization,
-            max_credits=args.max_credits,
-        )
-        optimization.refresh_from_db()  # as committed: workers may already have picked it up
-        return OptimizationSubmitted.from_optimization(optimization, _usage(user))
+    return await _run(lambda: _submit_optimization(call.user(), args))
 
-    return await _run(run)
+
+def _submit_optimization(
+    user: User, args: RunOptimizationArgs, walk_forward: dict[str, Any] | None = None
+) -> OptimizationSubmitted:
+    optimization = services.optimization_submit(
+        user=user,
+        strategy_id=args.strategy_id,
+        name=args.name,
+        data_ids=args.data_ids,
+        frequency=args.frequency,
+        start=args.start_date,
+        end=args.end_date,
+        grids=[g.model_dump() for g in args.grids],
+        parameters={p.name: p.value for p in args.parameters},
+        simulation_parameters=args.simulation_parameters.model_dump(),
+        target_metric=args.target_metric,
+        target_direction=args.target_direction,
+        additional_metrics=list(args.additional_metrics),
+        use_free_optimization=args.use_free_optimization,
+        max_credits=args.max_credits,
+        walk_forward=walk_forward,
+    )
+    optimization.refresh_from_db()  # as committed: workers may already have picked it up
+    return OptimizationSubmitted.from_optimization(optimization, _usage(user))
+
+
+@_tool(
+    "run_walk_forward_optimization", "Run walk-forward optimization", RunWalkForwardArgs, OptimizationSubmitted,
+    write=True, metering="credits",
+)  # fmt: skip
+async def run_walk_forward_optimization(call: ToolCall, args: RunWalkForwardArgs) -> OptimizationSubmitted:
+    """Walk-forward optimization: run_optimization's grid fit on each fold's train window by the target metric,
+    the chosen point then run on the next test_period window (train windows roll, or with anchored all start at
+    start_date); at least 2 whole folds must fit, else period_too_short and nothing is charged. Cost:
+    LEROY_OPTIMIZATION_POINT_CREDITS (default 5) per grid point per fold and per fold's test run, plus
+    LEROY_LOOKAHEAD_PROBE_CREDITS (default 5) for the probe of the last fold's choice, reserved up front (no PBO);
+    refunds, max_credits and use_free_optimization as in run_optimization. Read with
+    get_walk_forward_optimization; wait, list results and cancel with the optimization tools."""
+
+    walk_forward = {"train_months": args.train_period.months, "test_months": args.test_period.months,
+                    "anchored": args.anchored}  # fmt: skip
+    return await _run(lambda: _submit_optimization(call.user(), args, walk_forward))
 
 
 @_tool("list_optimizations", "List optimizations", ListOptimizationsArgs, Paged[OptimizationSummary])
@@ -441,6 +465,18 @@ async def get_optimization(call: ToolCall, args: IdArgs) -> OptimizationOut:
         found = selectors.optimization_get(user=call.user(), optimization_id=args.id)
         optimization = _found(found, "optimization", args.id)
         return OptimizationOut.from_runs(optimization, selectors.optimization_completed_runs(optimization=optimization))
+
+    return await _run(run)
+
+
+@_tool("get_walk_forward_optimization", "Get walk-forward optimization", IdArgs, WalkForwardOut)
+async def get_walk_forward_optimization(call: ToolCall, args: IdArgs) -> WalkForwardOut:
+    """A walk-forward optimization's folds (windows, choices, in- and out-of-sample statistics), stitched
+    out-of-sample equity curve, efficiency (OOS / IS annualized return), verdict and hash."""
+
+    def run() -> WalkForwardOut:
+        found = selectors.walk_forward_get(user=call.user(), optimization_id=args.id)
+        return WalkForwardOut.from_optimization(_found(found, "walk-forward optimization", args.id))
 
     return await _run(run)
 

@@ -38,6 +38,10 @@ def test_every_credit_tool_states_its_cost_rule():
     assert "LEROY_LOOKAHEAD_PROBE_CREDITS (default 5) for its\nlook-ahead probe" in tools["run_backtest"].description
     assert "credits per grid point" in tools["run_optimization"].description
     assert "use_free_optimization is true" in tools["run_optimization"].description
+    walk_forward = tools["run_walk_forward_optimization"].description
+    assert "LEROY_OPTIMIZATION_POINT_CREDITS (default 5) per grid point per fold and per fold's test run" in (
+        walk_forward.replace("\n", " ")
+    )
     assert "LEROY_PBO_CREDITS (default 1) for the verdict's PBO" in tools["run_optimization"].description
     assert "refunded" in tools["cancel_optimization"].description
     for spec in tools.values():

@@ -51,6 +51,7 @@ def sample_arguments(symbol_id: str) -> dict[str, dict[str, Any]]:
         "get_latest_optimization_by_strategy": {"strategy_id": MISSING},
         "wait_for_optimization": {"id": MISSING},
         "list_optimization_results": {"id": MISSING},
+        "get_walk_forward_optimization": {"id": MISSING},
         "get_log_checkpoint": {},
         "get_log_consistency_proof": {"first": 0},
         "get_log_inclusion_proof": {"index": 0},

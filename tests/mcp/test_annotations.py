@@ -46,6 +46,8 @@ EXPECTED = {
     "wait_for_optimization": (True, False, True, False),
     "list_optimization_results": (True, False, True, False),
     "cancel_optimization": (False, True, True, False),
+    "run_walk_forward_optimization": (False, False, False, False),
+    "get_walk_forward_optimization": (True, False, True, False),
     # alerts: deleting a rule and rotating its secret take away what the caller had; sends reach the receiver.
     "create_evidence_alert": (False, False, False, False),
     "list_evidence_alerts": (True, False, True, False),

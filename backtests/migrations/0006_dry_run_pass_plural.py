@@ -5,7 +5,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("backtests", "0004_verdicts_and_trial_accounting"),
+        ("backtests", "0005_walk_forward_optimization"),
     ]
 
     operations = [
