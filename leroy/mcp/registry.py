@@ -102,8 +102,10 @@ class ToolSpec:
 
     @property
     def toolset(self) -> str:
-        """The app that contributes the tool (evidence, backtests, billing): what X-Leroy-Toolsets names."""
-        return self.handler.__module__.split(".")[0]
+        """What X-Leroy-Toolsets names: the app that contributes the tool (evidence, backtests, billing, alerts), or
+        `eod` for the public end-of-day layer, a toolset of its own though it lives in evidence."""
+        module = self.handler.__module__
+        return "eod" if module.startswith("evidence.eod.") else module.split(".")[0]
 
 
 REGISTRY: dict[str, ToolSpec] = {}

@@ -65,6 +65,14 @@ async def test_readonly_header_hides_every_tool_that_needs_write(mcp_http):
     assert {t["name"] for t in shown} == {t["name"] for t in every} - writes
 
 
+async def test_the_end_of_day_layer_is_its_own_toolset(mcp_http):
+    eod = {t["name"] for t in await tools_list(mcp_http, **{"X-Leroy-Toolsets": "eod"})}
+    evidence = {t["name"] for t in await tools_list(mcp_http, **{"X-Leroy-Toolsets": "evidence"})}
+
+    assert {"get_signal", "get_historical_replay", "get_provenance"} <= eod
+    assert "evaluate_current_setup" not in eod and eod.isdisjoint(evidence)
+
+
 async def test_both_headers_combine(mcp_http):
     shown = await tools_list(mcp_http, **{"X-Leroy-Toolsets": "backtests", "X-Leroy-Readonly": "1"})
 
