@@ -171,6 +171,20 @@ def strategy_create(*, user: User, name: str, code: str, description: str = "", 
     )
 
 
+def strategy_seed(*, user: User, name: str, code: str, description: str = "") -> Strategy:
+    """The account's strategy called `name`, saved once after a real dry run in this process (the demo's strategy:
+    it exists before any worker runs). A failed dry run saves nothing and is refused as create_strategy would be."""
+    existing = Strategy.objects.filter(user=user, name=name).order_by("-pk").first()
+    if existing is not None:
+        return existing
+    outcome = _dry_run_outcome(user, code)
+    if not outcome["success"]:
+        raise BacktestError(
+            "dry_run_failed", "The strategy's dry run failed; nothing was saved.", error=outcome["error"]
+        )
+    return strategy_create(user=user, name=name, code=code, description=description)
+
+
 @transaction.atomic
 def strategy_update(
     *, user: User, strategy_id: str, name: str | None = None, description: str | None = None, code: str | None = None
@@ -657,11 +671,18 @@ def walk_forward_folds(
     return folds
 
 
+def walk_forward_plan(optimization: Optimization) -> dict[str, Any]:
+    """A walk-forward optimization's periods, folds and (once closed) result; a grid optimization has none."""
+    if optimization.walk_forward is None:
+        raise ValueError(f"optimization {optimization.pk} is not a walk-forward optimization")
+    return optimization.walk_forward
+
+
 def run_window(optimization: Optimization, run: OptimizationRun) -> tuple[datetime, datetime]:
     """The inclusive bounds a run reads bars in: the whole period, or its fold's train or test window."""
     if run.fold is None:
         return optimization.start_date, optimization.end_date
-    fold = optimization.walk_forward["folds"][run.fold - 1]
+    fold = walk_forward_plan(optimization)["folds"][run.fold - 1]
     side = "test" if run.out_of_sample else "train"
     return (
         datetime.fromisoformat(fold[f"{side}_start"]),
@@ -783,7 +804,7 @@ def _walk_forward_test(optimization_id: Any) -> None:
     runs only), probe the last fold's choice over the whole period, then close and settle."""
     optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
     last = None
-    for fold in optimization.walk_forward["folds"]:
+    for fold in walk_forward_plan(optimization)["folds"]:
         if not Optimization.objects.filter(pk=optimization.pk, status=Status.EXECUTING).exists():
             return  # cancelled meanwhile: settled by the cancel
         chosen = _best_run(optimization, fold=fold["fold"])
@@ -825,18 +846,19 @@ def walk_forward_result(optimization: Optimization) -> dict[str, Any]:
     out-of-sample annualised return over the mean in-sample one of the chosen points (null unless that is > 0)."""
     tests = {run.fold: run for run in OptimizationRun.objects.filter(optimization=optimization, out_of_sample=True)}
     folds, stitched, in_sample = [], [], []
-    for fold in optimization.walk_forward["folds"]:
+    for fold in walk_forward_plan(optimization)["folds"]:
         chosen, test = _best_run(optimization, fold=fold["fold"]), tests.get(fold["fold"])
-        scored = test is not None and test.status == Status.COMPLETED
+        scored = test if test is not None and test.status == Status.COMPLETED else None
+        chosen_statistics = chosen.statistics if chosen is not None else None
         folds.append({
             **fold, "parameters": chosen.parameters if chosen else None,
-            "in_sample": chosen.statistics if chosen else None, "out_of_sample": test.statistics if scored else None,
+            "in_sample": chosen_statistics, "out_of_sample": scored.statistics if scored else None,
             "test_status": test.status if test else None, "test_error": test.error if test else None,
         })  # fmt: skip
-        if scored:
-            stitched += test.returns
-        if chosen is not None and chosen.statistics.get("cagr") is not None:
-            in_sample.append(chosen.statistics["cagr"])
+        if scored is not None:
+            stitched += scored.returns
+        if chosen_statistics is not None and chosen_statistics.get("cagr") is not None:
+            in_sample.append(chosen_statistics["cagr"])
     equity, value = [], float(optimization.simulation_parameters["initial_cash"])
     for day, ret in stitched:
         value *= 1.0 + ret
@@ -869,7 +891,7 @@ def optimization_verdict(optimization: Optimization, check: dict[str, Any]) -> d
     """The best run's deflated Sharpe over every trial of the strategy, the grid's PBO and the probe; walking
     forward, the stitched out-of-sample returns' deflated Sharpe and trades (no PBO: the folds are the test)."""
     if optimization.mode == OptimizationMode.WALK_FORWARD:
-        result = optimization.walk_forward
+        result = walk_forward_plan(optimization)
         tests = OptimizationRun.objects.filter(optimization=optimization, out_of_sample=True, status=Status.COMPLETED)
         if not result.get("oos_returns"):
             return None
@@ -898,7 +920,7 @@ def _optimization_close(optimization_id: Any, check: dict[str, Any] | None) -> N
         optimization.status = Status.COMPLETED if optimization.completed_iterations else Status.FAILED
         optimization.lookahead_check = check
         if optimization.mode == OptimizationMode.WALK_FORWARD:
-            config = {k: v for k, v in optimization.walk_forward.items() if k in WALK_FORWARD_CONFIG}
+            config = {k: v for k, v in walk_forward_plan(optimization).items() if k in WALK_FORWARD_CONFIG}
             optimization.walk_forward = config | walk_forward_result(optimization)
         optimization.verdict = optimization_verdict(optimization, check) if check is not None else None
         probed = check is not None and check["status"] != "not_run"

@@ -105,7 +105,7 @@ def artifact_published(*, artifact: MarketMemoryArtifact) -> list[LogEntry]:
     if latest is not None and json.loads(latest.body)["artifact_sha256"] == artifact.sha256:
         return []
     manifest = artifact.manifest
-    entries: list[dict[str, Any]] = [
+    entries: list[Mapping[str, Any]] = [
         {
             "kind": "market_memory_artifact",
             "artifact_version": artifact.version,

@@ -13,12 +13,15 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
+from django.db.models import Max, Min
 from django.test import override_settings
 
 from accounts import services
 from accounts.models import ApiKey, User
+from backtests import services as backtests
+from backtests.examples import DEMO_STRATEGY_NAME, SMA_CROSS
 from evidence.marketdata import demo
-from evidence.models import Corpus, EodSnapshot, Frame, LiveBar, LogEntry, MarketMemoryArtifact
+from evidence.models import BarPartition, Corpus, EodSnapshot, Frame, LiveBar, LogEntry, MarketMemoryArtifact
 from evidence.publication import selectors as publication_selectors
 from evidence.publication import services as publication
 from evidence.schemas import EvaluateArgs, EvaluationOut
@@ -80,6 +83,7 @@ class Command(BaseCommand):
         self.stdout.write(f"LEROY_DEMO_API_KEY={key}\n")
         if not options["no_data"]:
             self.publish_demo_answer(clock=env["LEROY_CLOCK"], origin=origin)
+            self.save_demo_strategy()
         if options["no_serve"]:
             return
         env.setdefault("LEROY_PUBLIC_ORIGIN", origin)
@@ -111,6 +115,35 @@ class Command(BaseCommand):
         Frame.objects.all().delete()
         self.stdout.write(f"Market Memory ready; replaying the open session from LEROY_CLOCK={clock}")
         return clock
+
+    def save_demo_strategy(self) -> None:
+        """Give the demo account the documentation's SMA cross (after a real dry run) and print a ready optimization
+        of it over a demo symbol's daily history, and its walk-forward twin."""
+        user = User.objects.get(email=DEMO_EMAIL)
+        try:
+            strategy = backtests.strategy_seed(user=user, name=DEMO_STRATEGY_NAME, code=SMA_CROSS)
+        except backtests.BacktestError as refused:
+            self.stdout.write(f"Demo strategy not saved: {refused.message}")
+            return
+        daily = BarPartition.objects.filter(frequency="1d", symbol__asset_class="equity")
+        span = daily.filter(symbol=daily.order_by("symbol__ticker").values("symbol")[:1]).aggregate(
+            first=Min("first_ts"), last=Max("last_ts"), symbol=Min("symbol")
+        )
+        if span["symbol"] is None:
+            return
+        first, last, symbol_id = span["first"].date(), span["last"].date(), span["symbol"]
+        optimization = {
+            "strategy_id": str(strategy.pk), "name": "demo sweep", "data_ids": [str(symbol_id)], "frequency": "1d",
+            "start_date": first.isoformat(), "end_date": last.isoformat(),
+            "grids": [{"name": "fast", "min": 5, "max": 20, "step": 5},
+                      {"name": "slow", "min": 30, "max": 60, "step": 10}],
+            "target_metric": "sharpe_ratio", "target_direction": "maximize",
+        }  # fmt: skip
+        walk_forward = optimization | {"name": "demo walk-forward", "train_period": {"months": 24},
+                                       "test_period": {"months": 12}}  # fmt: skip
+        self.stdout.write(f"Demo strategy {DEMO_STRATEGY_NAME!r} saved as {strategy.pk}. Try, over MCP:")
+        self.stdout.write(f"  run_optimization {json.dumps(optimization)}")
+        self.stdout.write(f"  run_walk_forward_optimization {json.dumps(walk_forward)}")
 
     def publish_demo_answer(self, *, clock: str, origin: str) -> None:
         """Make sure the publication log names the served artifact, answer one evaluation for the demo account
