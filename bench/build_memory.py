@@ -6,7 +6,8 @@ then times, in this one process:
   (`features.symbol_frame`: dense grid, features, daily context, regime, labels; no states, partials or writes);
 - the whole build, forced: features, states, labels, partials, feature-store files, reduce, artifact.
 Both are timed warm (an untimed one-symbol pass first). Prints wall, CPU (all threads of this process) and bar
-rows for both, bar-rows per CPU-second, and the build's CPU cost as a multiple of the baseline's. The temporary directory is removed on any exit.
+rows for both, bar-rows per CPU-second, and the build's CPU cost as a multiple of the baseline's. The temporary
+directory is removed on any exit.
 
     .venv/bin/python bench/build_memory.py [--symbols 20] [--sessions 180] [--profile OUT.txt]
 """
