@@ -184,9 +184,16 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
     tp = (h + lo + c) / 3
     change = c.diff()
     spread_floor = RELATIVE_FLOOR * c  # the floor of every price-dispersion denominator at this close
+    # A session's first value by a boundary mask (rows are sorted by ts), cheaper than first().over(session).
+    session_start = (session != session.shift(1)).fill_null(True)
+    frame = frame.with_columns(
+        _tp=tp,
+        _session_open=pl.when(session_start).then(o).forward_fill(),
+    )
+    frame = frame.with_columns(_dtp=pl.col("_tp") - pl.when(session_start).then(pl.col("_tp")).forward_fill())
+    dtp = pl.col("_dtp")
     base = frame.with_columns(
         _tr=tr,
-        _tp=tp,
         _gain=change.clip(lower_bound=0),
         _loss=(-change).clip(lower_bound=0),
         _up=h.diff(),
@@ -201,15 +208,19 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
         _sd20=c.rolling_std(20),
         _hh14=h.rolling_max(14),
         _ll14=lo.rolling_min(14),
-        _i=pl.int_range(pl.len()).cast(pl.Float64),
         # Cumulative sums stay per session partition (a global cumsum minus an offset loses precision); the VWAP
         # variance sums deviations from the session's first typical price, so it does not cancel price squared.
         _cum_v=v.cum_sum().over(session),
         _cum_pv=(tp * v).cum_sum().over(session),
-        _cum_dv=((tp - tp.first().over(session)) * v).cum_sum().over(session),
-        _cum_d2v=((tp - tp.first().over(session)) ** 2 * v).cum_sum().over(session),
-        _session_high=h.cum_max().over(session),
-        _session_open=o.first().over(session),
+        _cum_dv=(dtp * v).cum_sum().over(session),
+        _cum_d2v=(dtp**2 * v).cum_sum().over(session),
+        # Rolling windows read by more than one feature, computed once (eager frames do no common-subexpression
+        # elimination).
+        _hh20=h.rolling_max(20),
+        _ll20=lo.rolling_min(20),
+        _hh55=h.rolling_max(55),
+        _ll55=lo.rolling_min(55),
+        _mean_i30=pl.int_range(pl.len()).cast(pl.Float64).rolling_mean(30),
     )
     up, down, tie = pl.col("_up"), pl.col("_down"), _tie(c)
     tp_move = pl.col("_tp") - pl.col("_tp").shift(1)
@@ -246,11 +257,17 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
         _dx=100
         * _ratio((pl.col("_di_plus") - pl.col("_di_minus")).abs(), pl.col("_di_plus") + pl.col("_di_minus"), DI_FLOOR),
     )
+    # The opening range is complete when bar k-1 closes; before that the feature is null (never a partial range).
+    base = base.with_columns(
+        **{
+            f"_or{k}_{side}": pl.when(m == k - 1).then(window).forward_fill()
+            for k in (5, 15, 30)
+            for side, window in (("high", h.rolling_max(k)), ("low", lo.rolling_min(k)))
+        }
+    )
     opening = {}
     for k in (5, 15, 30):
-        # The range is complete when bar k-1 closes; before that the feature is null (never a partial range).
-        high_k = pl.when(m == k - 1).then(h.rolling_max(k)).forward_fill()
-        low_k = pl.when(m == k - 1).then(lo.rolling_min(k)).forward_fill()
+        high_k, low_k = pl.col(f"_or{k}_high"), pl.col(f"_or{k}_low")
         opening[f"or{k}_pos"] = pl.when(m >= k - 1).then(_ratio(c - low_k, high_k - low_k, spread_floor))
     # Same minute-of-session volume over the prior 20 sessions: sort by (minute, ts), roll, mask the group boundary.
     by_minute = (
@@ -265,10 +282,8 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
     base = base.join(by_minute, on="ts", how="left").sort("ts")
     prev_session_close = pl.when(pl.col("minutes_to_close") == 1).then(c).shift(1).forward_fill()
     first_hour_close = pl.when(m == 59).then(c).forward_fill()
-    mean_x = pl.col("_i").rolling_mean(30)
-    slope = ((pl.col("_i") * c).rolling_mean(30) - mean_x * c.rolling_mean(30)) / (
-        (pl.col("_i") ** 2).rolling_mean(30) - mean_x**2
-    )
+    i, mean_x = pl.int_range(pl.len()).cast(pl.Float64), pl.col("_mean_i30")
+    slope = ((i * c).rolling_mean(30) - mean_x * c.rolling_mean(30)) / ((i**2).rolling_mean(30) - mean_x**2)
     pos_flow = pl.col("_flow").clip(lower_bound=0).rolling_sum(14)
     neg_flow = (-pl.col("_flow")).clip(lower_bound=0).rolling_sum(14)
     gain14, loss14 = _wilder(pl.col("_gain"), 14), _wilder(pl.col("_loss"), 14)
@@ -306,12 +321,8 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
             pl.Float64
         ),
         keltner_pos=_ratio(c - pl.col("_ema20"), 2 * pl.col("_atr"), spread_floor),
-        donchian20_pos=_ratio(
-            c - lo.rolling_min(20).shift(1), (h.rolling_max(20) - lo.rolling_min(20)).shift(1), spread_floor
-        ),
-        donchian55_pos=_ratio(
-            c - lo.rolling_min(55).shift(1), (h.rolling_max(55) - lo.rolling_min(55)).shift(1), spread_floor
-        ),
+        donchian20_pos=_ratio(c - pl.col("_ll20").shift(1), (pl.col("_hh20") - pl.col("_ll20")).shift(1), spread_floor),
+        donchian55_pos=_ratio(c - pl.col("_ll55").shift(1), (pl.col("_hh55") - pl.col("_ll55")).shift(1), spread_floor),
         vwap_gap=_gap(c, pl.col("_vwap")),
         vwap_z=_ratio(c - pl.col("_vwap"), pl.col("_vwap_sd"), spread_floor),
         **opening,
@@ -363,15 +374,15 @@ def labels(frame: pl.DataFrame) -> pl.DataFrame:
 
     A label exists only if bar t+h is in the same session and no bar in (t, t+h] (nor t itself) is a fill.
     """
-    c = pl.col("close")
-    fills = pl.col("is_fill").cast(pl.Int64).cum_sum()
+    c, fills, pos = pl.col("close"), pl.col("_fills"), pl.col("session_pos")
+    # One validity mask per horizon, materialised once and read by its three label columns.
+    valid = frame.with_columns(_fills=pl.col("is_fill").cast(pl.Int64).cum_sum()).select(
+        **{f"_ok_{h}": (pos.shift(-h) == pos) & (fills.shift(-h) - fills == 0) & ~pl.col("is_fill") for h in HORIZONS}
+    )
+    frame = pl.concat([frame, valid], how="horizontal")
     columns = {}
     for h in HORIZONS:
-        ok = (
-            (pl.col("session_pos").shift(-h) == pl.col("session_pos"))
-            & (fills.shift(-h) - fills == 0)
-            & ~pl.col("is_fill")
-        )
+        ok = pl.col(f"_ok_{h}")
         scale = float(LABEL_SCALE)
         columns[f"lbl_{h}"] = pl.when(ok).then(((c.shift(-h) / c - 1) * scale).round(0).cast(pl.Int64))
         columns[f"hi_{h}"] = pl.when(ok).then(
@@ -380,7 +391,7 @@ def labels(frame: pl.DataFrame) -> pl.DataFrame:
         columns[f"lo_{h}"] = pl.when(ok).then(
             ((pl.col("low").rolling_min(h).shift(-h) / c - 1) * scale).round(0).cast(pl.Int64)
         )
-    return frame.with_columns(**columns)
+    return frame.with_columns(**columns).drop(valid.columns)
 
 
 def symbol_frame(bars: pl.DataFrame, benchmark_bars: pl.DataFrame, *, through: date | None = None) -> pl.DataFrame:
