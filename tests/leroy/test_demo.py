@@ -1,9 +1,12 @@
+from datetime import date
 from io import StringIO
 
 from django.core.management import call_command
 
 from accounts import services
 from accounts.models import ApiKey, User
+from backtests.schemas import RunOptimizationArgs, RunWalkForwardArgs
+from leroy.management.commands.demo import demo_optimizations
 
 
 def test_demo_prints_a_working_write_key_and_revokes_the_previous_one(db):
@@ -34,3 +37,11 @@ def test_demo_prints_the_landing_page_url(db):
     call_command("demo", "--no-serve", "--no-data", "--port", "8123", stdout=out)
 
     assert "Leroy: http://127.0.0.1:8123/\n" in out.getvalue()
+
+
+def test_the_printed_demo_optimizations_are_valid_tool_arguments():
+    optimization, walk_forward = demo_optimizations("s-1", "2", date(2017, 1, 3), date(2026, 5, 19))
+
+    assert RunOptimizationArgs.from_arguments(optimization).target_metric == "annualized_sharpe_ratio"
+    parsed = RunWalkForwardArgs.from_arguments(walk_forward)
+    assert (parsed.train_period.months, parsed.test_period.months, parsed.anchored) == (24, 12, False)

@@ -5,6 +5,7 @@ import os
 import secrets
 import subprocess
 import sys
+from datetime import date
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,18 @@ def issue_demo_credentials() -> tuple[str, str]:
         ApiKey.objects.filter(user=user, name=DEMO_KEY_NAME, revoked_at__isnull=True).update(revoked_at=now())
         issued = services.api_key_create(user=user, name=DEMO_KEY_NAME, write=True)
     return password, issued.plaintext
+
+
+def demo_optimizations(strategy_id: str, data_id: str, first: date, last: date) -> tuple[dict, dict]:
+    """run_optimization and run_walk_forward_optimization arguments for the demo strategy over one daily history."""
+    optimization = {
+        "strategy_id": strategy_id, "name": "demo sweep", "data_ids": [data_id], "frequency": "1d",
+        "start_date": first.isoformat(), "end_date": last.isoformat(),
+        "grids": [{"name": "fast", "min": 5, "max": 20, "step": 5}, {"name": "slow", "min": 30, "max": 60, "step": 10}],
+        "target_metric": "annualized_sharpe_ratio", "target_direction": "maximize",
+    }  # fmt: skip
+    periods = {"train_period": {"months": 24}, "test_period": {"months": 12}}
+    return optimization, optimization | {"name": "demo walk-forward", **periods}
 
 
 class Command(BaseCommand):
@@ -132,15 +145,7 @@ class Command(BaseCommand):
         if span["symbol"] is None:
             return
         first, last, symbol_id = span["first"].date(), span["last"].date(), span["symbol"]
-        optimization = {
-            "strategy_id": str(strategy.pk), "name": "demo sweep", "data_ids": [str(symbol_id)], "frequency": "1d",
-            "start_date": first.isoformat(), "end_date": last.isoformat(),
-            "grids": [{"name": "fast", "min": 5, "max": 20, "step": 5},
-                      {"name": "slow", "min": 30, "max": 60, "step": 10}],
-            "target_metric": "sharpe_ratio", "target_direction": "maximize",
-        }  # fmt: skip
-        walk_forward = optimization | {"name": "demo walk-forward", "train_period": {"months": 24},
-                                       "test_period": {"months": 12}}  # fmt: skip
+        optimization, walk_forward = demo_optimizations(str(strategy.pk), str(symbol_id), first, last)
         self.stdout.write(f"Demo strategy {DEMO_STRATEGY_NAME!r} saved as {strategy.pk}. Try, over MCP:")
         self.stdout.write(f"  run_optimization {json.dumps(optimization)}")
         self.stdout.write(f"  run_walk_forward_optimization {json.dumps(walk_forward)}")
