@@ -1,0 +1,26 @@
+"""The conformance fixtures (MCP_CONFORMANCE_FIXTURES=1, never in production) as the gate's scenarios read them."""
+
+import pytest
+
+from leroy.mcp.conformance import JSON_SCHEMA_2020_12
+from leroy.mcp.server import build_server
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_json_schema_2020_12_tool_publishes_its_schema_unstripped(settings):
+    settings.MCP_CONFORMANCE_FIXTURES = True
+    tools = {tool.name: tool for tool in await build_server().list_tools()}
+
+    schema = tools["json_schema_2020_12_tool"].input_schema
+    assert schema == JSON_SCHEMA_2020_12
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$defs"]["address"]["$anchor"] == "addressDef"
+    assert schema["additionalProperties"] is False
+
+
+async def test_first_listed_resource_is_a_public_fixture_for_the_caching_scenario(settings):
+    settings.MCP_CONFORMANCE_FIXTURES = True
+    resources = await build_server().list_resources()
+
+    assert str(resources[0].uri) == "test://static-text"
