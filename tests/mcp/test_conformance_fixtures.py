@@ -3,6 +3,7 @@
 import pytest
 
 from leroy.mcp.conformance import JSON_SCHEMA_2020_12
+from leroy.mcp.registry import load_tools
 from leroy.mcp.server import build_server
 
 pytestmark = pytest.mark.anyio
@@ -24,3 +25,11 @@ async def test_first_listed_resource_is_a_public_fixture_for_the_caching_scenari
     resources = await build_server().list_resources()
 
     assert str(resources[0].uri) == "test://static-text"
+
+
+async def test_first_listed_tool_is_a_public_fixture_for_the_header_validation_scenario(settings):
+    settings.MCP_CONFORMANCE_FIXTURES = True
+    tools = await build_server().list_tools()
+
+    assert tools[0].name == "test_simple_text"
+    assert {tool.name for tool in tools[-len(load_tools()) :]} == set(load_tools())
