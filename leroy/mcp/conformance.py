@@ -13,8 +13,11 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from mcp.shared.exceptions import MCPError
 from mcp.types import (
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     AudioContent,
+    ClientCapabilities,
     Completion,
     CompletionArgument,
     CompletionContext,
@@ -22,8 +25,10 @@ from mcp.types import (
     EmptyResult,
     ImageContent,
     InputRequiredResult,
+    MissingRequiredClientCapabilityErrorData,
     PromptReference,
     ResourceTemplateReference,
+    SamplingCapability,
     SetLevelRequestParams,
     SubscribeRequestParams,
     TextContent,
@@ -62,6 +67,14 @@ JSON_SCHEMA_2020_12 = {
     "then": {"required": ["phone"]},
     "else": {"required": ["email"]},
     "additionalProperties": False,
+}
+
+
+# SEP-2243: a parameter the client mirrors into an `Mcp-Param-Region` header (Base64 when not plain ASCII).
+CUSTOM_HEADER_SCHEMA = {
+    "type": "object",
+    "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+    "required": ["region"],
 }
 
 
@@ -211,6 +224,15 @@ def register(mcp: MCPServer) -> None:
     assert schema_tool is not None
     schema_tool.parameters = JSON_SCHEMA_2020_12
     schema_tool.fn_metadata.arg_model = _AnyArguments
+
+    async def test_custom_header(arguments: dict[str, Any]) -> str:
+        return f"region={arguments.get('region')}"
+
+    mcp.add_tool(test_custom_header, description="Echoes its region, which the client also sends as Mcp-Param-Region")
+    header_tool = mcp._tool_manager.get_tool("test_custom_header")
+    assert header_tool is not None
+    header_tool.parameters = CUSTOM_HEADER_SCHEMA  # the SDK validates Mcp-Param-* headers against x-mcp-header
+    header_tool.fn_metadata.arg_model = _AnyArguments
 
     _register_input_required(mcp)
 
@@ -396,6 +418,21 @@ def _register_input_required(mcp: MCPServer) -> None:
         if ctx.request_state == "sealed" and _accepted(_answers(ctx).get("confirm"), "ok") is not None:
             return "state verified"
         return _ask({"confirm": _elicitation("Please confirm", "ok", "boolean")}, "sealed")
+
+    @mcp.tool()
+    async def test_missing_capability(ctx: Context) -> str:
+        """Needs the client's sampling capability; refuses with -32021 when it was not declared (SEP-2575)."""
+        caps = ctx.client_capabilities
+        if caps is None or caps.sampling is None:
+            data = MissingRequiredClientCapabilityErrorData(
+                required_capabilities=ClientCapabilities(sampling=SamplingCapability())
+            )
+            raise MCPError(
+                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message="test_missing_capability needs the client's sampling capability",
+                data=data.model_dump(by_alias=True, mode="json", exclude_none=True),
+            )
+        return "The client declared sampling"
 
     @mcp.tool()
     async def test_input_required_result_capabilities(ctx: Context) -> str | InputRequiredResult:
