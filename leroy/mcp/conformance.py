@@ -1,6 +1,7 @@
 """Fixtures for the MCP conformance suite: registered only when MCP_CONFORMANCE_FIXTURES is on, never in production.
 
-The scenario names and expected payloads are those of @modelcontextprotocol/conformance 0.1.16 (active server suite).
+The scenario names and expected payloads are those of @modelcontextprotocol/conformance 0.2.0-alpha.12 (the
+2025-11-25 active suite and the 2026-07-28 requirement set).
 """
 
 import asyncio
@@ -11,28 +12,79 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from mcp.shared.exceptions import MCPError
 from mcp.types import (
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     AudioContent,
+    ClientCapabilities,
     Completion,
     CompletionArgument,
     CompletionContext,
     EmbeddedResource,
     EmptyResult,
     ImageContent,
+    InputRequiredResult,
+    MissingRequiredClientCapabilityErrorData,
     PromptReference,
     ResourceTemplateReference,
+    SamplingCapability,
     SetLevelRequestParams,
     SubscribeRequestParams,
     TextContent,
     TextResourceContents,
     UnsubscribeRequestParams,
 )
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 logger = logging.getLogger(__name__)
 
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 WAV_EMPTY = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
+
+
+# The json-schema-2020-12 scenario's inputSchema, verbatim: it checks that 2020-12 keywords ($schema, $defs with an
+# $anchor, allOf/anyOf, if/then/else, additionalProperties) reach tools/list unstripped.
+JSON_SCHEMA_2020_12 = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {
+        "address": {
+            "$anchor": "addressDef",
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+        }
+    },
+    "properties": {
+        "name": {"type": "string"},
+        "address": {"$ref": "#/$defs/address"},
+        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+        "phone": {"type": "string"},
+        "email": {"type": "string"},
+    },
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
+    "additionalProperties": False,
+}
+
+
+# SEP-2243: a parameter the client mirrors into an `Mcp-Param-Region` header (Base64 when not plain ASCII).
+CUSTOM_HEADER_SCHEMA = {
+    "type": "object",
+    "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+    "required": ["region"],
+}
+
+
+class _AnyArguments(ArgModelBase):
+    """Hands the call's arguments through whole: the published 2020-12 schema is the contract, not a model."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return {"arguments": dict(self.model_extra or {})}
 
 
 class _UserResponse(BaseModel):
@@ -164,6 +216,26 @@ def register(mcp: MCPServer) -> None:
         """Elicitation with enum variants."""
         return await _elicit(ctx, "Please select values", _Enums)
 
+    async def json_schema_2020_12_tool(arguments: dict[str, Any]) -> str:
+        return "ok"
+
+    mcp.add_tool(json_schema_2020_12_tool, description="Tool with JSON Schema 2020-12 features")
+    schema_tool = mcp._tool_manager.get_tool("json_schema_2020_12_tool")
+    assert schema_tool is not None
+    schema_tool.parameters = JSON_SCHEMA_2020_12
+    schema_tool.fn_metadata.arg_model = _AnyArguments
+
+    async def test_custom_header(arguments: dict[str, Any]) -> str:
+        return f"region={arguments.get('region')}"
+
+    mcp.add_tool(test_custom_header, description="Echoes its region, which the client also sends as Mcp-Param-Region")
+    header_tool = mcp._tool_manager.get_tool("test_custom_header")
+    assert header_tool is not None
+    header_tool.parameters = CUSTOM_HEADER_SCHEMA  # the SDK validates Mcp-Param-* headers against x-mcp-header
+    header_tool.fn_metadata.arg_model = _AnyArguments
+
+    _register_input_required(mcp)
+
     @mcp.resource("test://static-text", mime_type="text/plain")
     async def static_text() -> str:
         """A static text resource."""
@@ -238,3 +310,150 @@ def register(mcp: MCPServer) -> None:
     lowlevel.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
     lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
     lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, subscribe)
+
+
+# Multi-round-trip (2026-07-28, SEP-2322): the server asks for client input in its result and the client retries the
+# same request with `inputResponses` (and the echoed `requestState`, which the SDK's RequestStateBoundary seals and
+# verifies, so a tampered one is refused before a handler runs). Nothing is held between rounds: stateless by design.
+def _elicitation(message: str, field: str, kind: str = "string") -> dict[str, Any]:
+    schema = {"type": "object", "properties": {field: {"type": kind}}, "required": [field]}
+    return {"method": "elicitation/create", "params": {"message": message, "requestedSchema": schema}}
+
+
+def _sampling(text: str, max_tokens: int) -> dict[str, Any]:
+    message = {"role": "user", "content": {"type": "text", "text": text}}
+    return {"method": "sampling/createMessage", "params": {"messages": [message], "maxTokens": max_tokens}}
+
+
+ROOTS = {"method": "roots/list", "params": {}}
+
+
+def _ask(requests: dict[str, dict[str, Any]], state: str | None = None) -> InputRequiredResult:
+    wire: dict[str, Any] = {"resultType": "input_required", "inputRequests": requests}
+    if state is not None:
+        wire["requestState"] = state
+    return InputRequiredResult.model_validate(wire)
+
+
+def _answers(ctx: Context) -> dict[str, Any]:
+    """The client's responses as plain JSON, keyed as asked; anything unrecognised is simply not looked up."""
+    responses = ctx.input_responses or {}
+    return {
+        key: value.model_dump(by_alias=True, exclude_none=True) if isinstance(value, BaseModel) else value
+        for key, value in responses.items()
+    }
+
+
+def _accepted(answer: Any, field: str) -> str | None:
+    if not isinstance(answer, dict) or answer.get("action") != "accept" or not isinstance(answer.get("content"), dict):
+        return None
+    value = answer["content"].get(field)
+    return None if value is None else str(value)
+
+
+def _sampled_text(answer: Any) -> str | None:
+    content = answer.get("content") if isinstance(answer, dict) else None
+    return content.get("text") if isinstance(content, dict) and isinstance(content.get("text"), str) else None
+
+
+def _register_input_required(mcp: MCPServer) -> None:
+    user_name = _elicitation("What is your name?", "name")
+
+    @mcp.tool()
+    async def test_input_required_result_elicitation(ctx: Context) -> str | InputRequiredResult:
+        """Asks for the user's name through an InputRequiredResult."""
+        name = _accepted(_answers(ctx).get("user_name"), "name")
+        return _ask({"user_name": user_name}) if name is None else f"Hello, {name}!"
+
+    @mcp.tool()
+    async def test_input_required_result_sampling(ctx: Context) -> str | InputRequiredResult:
+        """Asks the client's LLM a question through an InputRequiredResult."""
+        text = _sampled_text(_answers(ctx).get("capital_question"))
+        if text is None:
+            return _ask({"capital_question": _sampling("What is the capital of France?", 100)})
+        return f"LLM response: {text}"
+
+    @mcp.tool()
+    async def test_input_required_result_list_roots(ctx: Context) -> str | InputRequiredResult:
+        """Asks for the client's roots through an InputRequiredResult."""
+        answer = _answers(ctx).get("client_roots")
+        roots = answer.get("roots") if isinstance(answer, dict) else None
+        if not isinstance(roots, list):
+            return _ask({"client_roots": ROOTS})
+        return "Roots: " + ", ".join(str(root.get("uri")) for root in roots if isinstance(root, dict))
+
+    @mcp.tool()
+    async def test_input_required_result_request_state(ctx: Context) -> str | InputRequiredResult:
+        """Round-trips an opaque requestState."""
+        if ctx.request_state != "confirm-pending" or _accepted(_answers(ctx).get("confirm"), "ok") is None:
+            return _ask({"confirm": _elicitation("Please confirm", "ok", "boolean")}, "confirm-pending")
+        return "state-ok: confirmed"
+
+    @mcp.tool()
+    async def test_input_required_result_multiple_inputs(ctx: Context) -> str | InputRequiredResult:
+        """Asks for an elicitation, a sampling and the roots at once."""
+        answers = _answers(ctx)
+        requests = {
+            "user_name": user_name,
+            "greeting": _sampling("Generate a greeting", 50),
+            "client_roots": ROOTS,
+        }
+        if ctx.request_state != "all-three" or not set(requests) <= set(answers):
+            return _ask(requests, "all-three")
+        return f"Got all inputs: {_accepted(answers['user_name'], 'name')}, {_sampled_text(answers['greeting'])}"
+
+    @mcp.tool()
+    async def test_input_required_result_multi_round(ctx: Context) -> str | InputRequiredResult:
+        """Two rounds of elicitation, the state naming the round."""
+        answers = _answers(ctx)
+        if ctx.request_state == "round-2" and (color := _accepted(answers.get("step2"), "color")) is not None:
+            return f"Done: favorite color {color}"
+        if ctx.request_state in {"round-1", "round-2"} and _accepted(answers.get("step1"), "name") is not None:
+            return _ask({"step2": _elicitation("Step 2: What is your favorite color?", "color")}, "round-2")
+        return _ask({"step1": _elicitation("Step 1: What is your name?", "name")}, "round-1")
+
+    @mcp.tool()
+    async def test_input_required_result_tampered_state(ctx: Context) -> str | InputRequiredResult:
+        """Its requestState is sealed by the SDK; a tampered echo is refused before this runs."""
+        if ctx.request_state == "sealed" and _accepted(_answers(ctx).get("confirm"), "ok") is not None:
+            return "state verified"
+        return _ask({"confirm": _elicitation("Please confirm", "ok", "boolean")}, "sealed")
+
+    @mcp.tool()
+    async def test_missing_capability(ctx: Context) -> str:
+        """Needs the client's sampling capability; refuses with -32021 when it was not declared (SEP-2575)."""
+        caps = ctx.client_capabilities
+        if caps is None or caps.sampling is None:
+            data = MissingRequiredClientCapabilityErrorData(
+                required_capabilities=ClientCapabilities(sampling=SamplingCapability())
+            )
+            raise MCPError(
+                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message="test_missing_capability needs the client's sampling capability",
+                data=data.model_dump(by_alias=True, mode="json", exclude_none=True),
+            )
+        return "The client declared sampling"
+
+    @mcp.tool()
+    async def test_input_required_result_capabilities(ctx: Context) -> str | InputRequiredResult:
+        """Asks only for what the client declared it can answer."""
+        answers = _answers(ctx)
+        if answers:
+            return "Capabilities respected"
+        caps = ctx.client_capabilities
+        requests: dict[str, dict[str, Any]] = {}
+        if caps is not None and caps.sampling is not None:
+            requests["capital_question"] = _sampling("What is the capital of France?", 100)
+        if caps is not None and caps.elicitation is not None:
+            requests["user_name"] = user_name
+        if caps is not None and caps.roots is not None:
+            requests["client_roots"] = ROOTS
+        return _ask(requests) if requests else "The client declared no input capability"
+
+    @mcp.prompt()
+    async def test_input_required_result_prompt(ctx: Context) -> list[UserMessage] | InputRequiredResult:
+        """A prompt that needs the user's context first."""
+        context = _accepted(_answers(ctx).get("user_context"), "context")
+        if context is None:
+            return _ask({"user_context": _elicitation("What context should the prompt use?", "context")})
+        return [UserMessage(content=TextContent(type="text", text=f"Prompt with context: {context}"))]

@@ -169,11 +169,19 @@ def build_server() -> MCPServer:
         subscriptions=False,  # the per-process bus cannot fan out across workers; the tool list is static
         middleware=[_narrow_tools_list],
     )
-    resources.register(mcp)
     if settings.MCP_CONFORMANCE_FIXTURES:
         from leroy.mcp import conformance
 
+        # First, so resources/list starts with a public fixture: the caching scenario reads the first listed
+        # resource anonymously, and Leroy's own resources are read through tools that may need a credential.
         conformance.register(mcp)
+        # The fixtures' tools first too: header-validation scenarios call the first listed tool anonymously, and
+        # judge the header handling, not Leroy's credentials.
+        tools = mcp._tool_manager._tools
+        mcp._tool_manager._tools = {n: t for n, t in tools.items() if n not in REGISTRY} | {
+            n: t for n, t in tools.items() if n in REGISTRY
+        }
+    resources.register(mcp)
     return mcp
 
 

@@ -375,6 +375,7 @@ class McpTransport:
         params = message.get("params")
         name = params.get("name") if isinstance(params, dict) else None
         header_name = _header(scope, b"mcp-name")
+        header_name = None if header_name is None else header_name.strip()  # RFC 9110: a value excludes its OWS
         if header_name is not None and header_name != name and _header(scope, b"mcp-protocol-version") != MODERN:
             # The 2026-07-28 path refuses this in the SDK; the 2025-11-25 path would ignore the header.
             error = {"code": -32020, "message": f"Mcp-Name header does not match the request's name ({name!r})"}
@@ -402,8 +403,11 @@ class McpTransport:
             return True
 
         spec = REGISTRY.get(name) if isinstance(name, str) else None
-        if spec is None or (header_name is not None and header_name != name):
-            return False  # unknown tools and header/body mismatches are the SDK's to answer
+        modern = _header(scope, b"mcp-protocol-version") == MODERN
+        if spec is None or (header_name is not None and header_name != name) or (modern and header_name is None):
+            # Unknown tools and header/body mismatches are the SDK's to answer; at 2026-07-28 a missing Mcp-Name is a
+            # mismatch too (400, -32020), judged before any credential so a malformed request never meets a 401.
+            return False
         if spec.access == "subscriber" and token is None:
             payload, challenge = await sync_to_async(subscription_required)(spec)
             status = 401

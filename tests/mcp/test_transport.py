@@ -355,3 +355,23 @@ async def test_batched_calls_are_refused_so_no_call_escapes_the_gates(mcp_http, 
 
     assert response.status_code == 400
     assert "result" not in response.json()
+
+
+async def test_modern_call_without_mcp_name_is_a_400_header_mismatch_before_any_credential_check(mcp_http):
+    async with mcp_http() as http:
+        response = await http.post(
+            "/api/mcp", json=modern_call("probe_whoami", {}), headers=modern_headers("tools/call")
+        )
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32020
+    assert "www-authenticate" not in response.headers
+
+
+async def test_mcp_name_surrounding_whitespace_is_not_a_mismatch(mcp_http):
+    headers = modern_headers("tools/call", "  probe_whoami  ")
+    async with mcp_http() as http:
+        response = await http.post("/api/mcp", json=modern_call("probe_whoami", {}), headers=headers)
+
+    assert response.status_code == 401  # the header matched: the anonymous caller meets the credential check
+    assert response.headers["www-authenticate"].startswith('Bearer realm="leroy"')
