@@ -9,6 +9,7 @@ from django.shortcuts import render
 from accounts.models import User
 from accounts.views import account_page
 from backtests import selectors
+from backtests.models import OptimizationMode
 from backtests.statistics import METRICS
 from leroy.charts import drawdown, heat_map, line_chart
 
@@ -87,7 +88,8 @@ def optimization(request: HttpRequest, optimization_id: str) -> HttpResponse:
         for run in runs
     ]
     chart = None
-    if len(names) == 2:
+    walk_forward = found.walk_forward if found.mode == OptimizationMode.WALK_FORWARD else None
+    if len(names) == 2 and walk_forward is None:  # one heat map per grid; a walk-forward's points span folds
         columns = sorted({run.parameters[names[0]] for run in runs})
         grid_rows = sorted({run.parameters[names[1]] for run in runs})
         values = {
@@ -108,5 +110,26 @@ def optimization(request: HttpRequest, optimization_id: str) -> HttpResponse:
         "target": _label(metric),
         "rows": rows,
         "heat_map": chart,
+        "walk_forward": walk_forward,
+        "folds": _folds(walk_forward, names=names, metric=metric) if walk_forward else [],
+        "oos_chart": line_chart([(day, value) for day, value in walk_forward["oos_equity_curve"]])
+        if walk_forward and walk_forward.get("oos_equity_curve")
+        else None,
     }
     return render(request, "backtests/optimization.html", context)
+
+
+def _folds(walk_forward: dict[str, Any], *, names: list[str], metric: str) -> list[dict[str, Any]]:
+    """One row per fold: its windows, the point chosen on the train window and the target metric on each side."""
+    return [
+        {
+            "fold": fold["fold"],
+            "train": (fold["train_start"][:10], fold["train_end"][:10]),
+            "test": (fold["test_start"][:10], fold["test_end"][:10]),
+            "parameters": [(fold.get("parameters") or {}).get(name) for name in names],
+            "in_sample": (fold.get("in_sample") or {}).get(metric),
+            "out_of_sample": (fold.get("out_of_sample") or {}).get(metric),
+            "test_status": fold.get("test_status"),
+        }
+        for fold in walk_forward["folds"]
+    ]

@@ -208,3 +208,38 @@ def test_the_walk_forward_read_finds_only_walk_forward_optimizations(owner, coin
     assert selectors.walk_forward_get(user=owner, optimization_id=str(grid.pk)) is None
     assert selectors.walk_forward_get(user=owner, optimization_id=str(forward.pk)) == forward
     assert selectors.optimization_get(user=owner, optimization_id=str(forward.pk)) == forward
+
+
+@pytest.mark.django_db
+def test_the_optimization_page_shows_each_folds_choice_and_the_efficiency(
+    client, owner, coin, django_capture_on_commit_callbacks
+):
+    result = walk_forward(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+    client.force_login(owner)
+
+    page = client.get(f"/account/optimizations/{result.pk}/").content.decode()
+
+    report = result.walk_forward
+    assert "2 months train, 1 test, rolling" in page
+    for fold in report["folds"]:
+        oos = fold["out_of_sample"]["realized_pnl"]
+        assert (
+            f'<td class="num">{fold["fold"]}</td><td>{fold["train_start"][:10]} to {fold["train_end"][:10]}</td>'
+            f"<td>{fold['test_start'][:10]} to {fold['test_end'][:10]}</td>"
+            f'<td class="num">{fold["parameters"]["fast"]}</td>'
+        ) in page
+        assert f'<td class="num">{oos:.4f}</td><td>COMPLETED</td></tr>' in page
+    efficiency = "—" if report["efficiency"] is None else f"{report['efficiency']:.3f}"
+    assert f"efficiency {efficiency}" in page
+    assert 'id="oos-equity-chart"' in page
+    assert 'id="heat-map"' not in page  # one heat map would mix the folds' points
+
+
+@pytest.mark.django_db
+def test_a_grid_optimization_page_has_no_walk_forward_block(client, owner, coin, django_capture_on_commit_callbacks):
+    grid = walk_forward(owner, saved(owner), coin, django_capture_on_commit_callbacks, walk_forward=None)
+    client.force_login(owner)
+
+    page = client.get(f"/account/optimizations/{grid.pk}/").content.decode()
+
+    assert page.count('<tr><td class="num">') == 2 and 'id="folds"' not in page and "Walk-forward" not in page
