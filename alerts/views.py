@@ -3,15 +3,19 @@
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from accounts.models import User
 from accounts.views import account_page
-from alerts import selectors, services
+from alerts import selectors, services, signing
 from alerts.forms import AlertCreateForm
+from alerts.models import AlertRule
 from leroy.errors import DomainError
 
 ACTIONS = ("pause", "resume", "delete", "test", "rotate")
+NEW_SECRET_COOKIE = "leroy_new_alert_secret"  # noqa: S105  (a cookie name, not a secret)
+NEW_SECRET_SALT = "alerts.new-secret"  # noqa: S105  (a signing salt name)
 
 
 def _page(request: HttpRequest, user: User, *, status: int = 200, **extra: object) -> HttpResponse:
@@ -30,9 +34,34 @@ def _user(request: HttpRequest) -> User:
     return request.user
 
 
+def _shown_once(request: HttpRequest, rule: AlertRule, secret: str) -> HttpResponse:
+    """Post/redirect/get: a reload cannot create a second rule or roll the secret again. The secret rides to the
+    next GET in a signed, short-lived cookie (the database holds only its ciphertext) and is dropped there."""
+    response = redirect("alerts:alerts")
+    response.status_code = 303
+    response.set_signed_cookie(
+        NEW_SECRET_COOKIE, f"{rule.public_id}:{secret}", salt=NEW_SECRET_SALT, max_age=300,
+        path=reverse("alerts:alerts"), secure=request.is_secure(), httponly=True, samesite="Strict",
+    )  # fmt: skip
+    return response
+
+
+def _new_secret(request: HttpRequest, user: User) -> dict[str, object]:
+    """The secret made just before this redirect, if its rule is this user's and it is still the rule's secret."""
+    value = request.get_signed_cookie(NEW_SECRET_COOKIE, default=None, salt=NEW_SECRET_SALT, max_age=300)
+    alert_id, _, secret = (value or "").partition(":")
+    rule = selectors.rule_get(user=user, alert_id=alert_id) if secret else None
+    if rule is None or signing.secret_decrypt(rule.secret_ciphertext) != secret:
+        return {}
+    return {"secret": secret, "secret_rule": rule}
+
+
 @account_page
 def alerts(request: HttpRequest) -> HttpResponse:
-    return _page(request, _user(request))
+    user = _user(request)
+    response = _page(request, user, **_new_secret(request, user))
+    response.delete_cookie(NEW_SECRET_COOKIE, path=reverse("alerts:alerts"))
+    return response
 
 
 @account_page
@@ -61,7 +90,7 @@ def alert_create(request: HttpRequest) -> HttpResponse:
     except DomainError as refused:
         form.add_error(None, refused.message)
         return _page(request, user, form=form, status=400)
-    return _page(request, user, secret=secret, secret_rule=rule, status=201)
+    return _shown_once(request, rule, secret)
 
 
 def _act(request: HttpRequest, alert_id: str, action: str) -> HttpResponse:
@@ -69,7 +98,7 @@ def _act(request: HttpRequest, alert_id: str, action: str) -> HttpResponse:
     try:
         if action == "rotate":
             rule, secret = services.secret_rotate(user=user, alert_id=alert_id)
-            return _page(request, user, secret=secret, secret_rule=rule)
+            return _shown_once(request, rule, secret)
         if action == "pause":
             services.rule_pause(user=user, alert_id=alert_id)
         elif action == "resume":

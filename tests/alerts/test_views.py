@@ -31,18 +31,49 @@ def test_the_page_needs_a_login_and_is_linked_from_the_account(client, owner):
     assert client.get(reverse("alerts:alerts")).status_code == 200
 
 
-def test_creating_a_rule_shows_its_secret_once(signed_in, receiver):
+def test_creating_a_rule_redirects_and_shows_its_secret_once(signed_in, receiver):
     created = signed_in.post(reverse("alerts:create"), form(receiver.url()))
 
     rule = AlertRule.objects.get()
-    secret = created.context["secret"]
-    assert created.status_code == 201
+    assert (created.status_code, created["Location"]) == (303, reverse("alerts:alerts"))
     assert "no-store" in created["Cache-Control"]
-    assert secret in created.content.decode()
+    shown = signed_in.get(reverse("alerts:alerts"))
+    secret = shown.context["secret"]
+    assert "no-store" in shown["Cache-Control"]
+    assert secret in shown.content.decode() and shown.context["secret_rule"] == rule
     assert (rule.universe, rule.min_match_tier, rule.endpoint_url) == (True, 2, receiver.url())
     assert secret not in signed_in.get(reverse("alerts:alerts")).content.decode()
     signed_in.post(reverse("alerts:test", args=[rule.public_id]))
     assert verify(secret, receiver.requests[0])
+
+
+def test_a_reload_after_creating_cannot_create_a_second_rule(signed_in, receiver):
+    created = signed_in.post(reverse("alerts:create"), form(receiver.url()), follow=True)
+
+    assert created.redirect_chain == [(reverse("alerts:alerts"), 303)]
+    assert created.request["REQUEST_METHOD"] == "GET"  # a reload repeats this GET, not the POST
+    assert AlertRule.objects.count() == 1
+
+
+def test_a_secret_cookie_is_shown_only_while_it_is_the_rules_secret_and_only_to_its_owner(
+    signed_in, outsider, receiver
+):
+    signed_in.post(reverse("alerts:create"), form(receiver.url()))
+    rule = AlertRule.objects.get()
+    stale = signed_in.cookies["leroy_new_alert_secret"].value
+    first = signed_in.get(reverse("alerts:alerts")).context["secret"]
+
+    signed_in.post(reverse("alerts:rotate", args=[rule.public_id]))
+    rotated = signed_in.get(reverse("alerts:alerts")).context["secret"]
+    signed_in.cookies["leroy_new_alert_secret"] = stale
+    replayed = signed_in.get(reverse("alerts:alerts"))
+    stranger = Client()
+    stranger.force_login(outsider)
+    stranger.cookies["leroy_new_alert_secret"] = stale
+
+    assert rotated != first and rotated.startswith(AlertRule.objects.get().secret_prefix)
+    assert "secret" not in replayed.context and first not in replayed.content.decode()  # rolled: never shown again
+    assert "secret" not in stranger.get(reverse("alerts:alerts")).context
 
 
 def test_an_unsafe_endpoint_is_refused_on_the_page_and_nothing_is_created(signed_in):
