@@ -50,6 +50,23 @@ def checkpoint(request: HttpRequest) -> HttpResponse:
 
 
 @require_safe
+def checkpoint_timestamp(request: HttpRequest) -> HttpResponse:
+    """The RFC 3161 TimeStampResp (DER) over the note of the checkpoint of `tree_size` (default: the latest)."""
+    if "tree_size" in request.GET:
+        params = _ints(request, "tree_size")
+        if isinstance(params, HttpResponse):
+            return params
+        size, cache_control = params[0], IMMUTABLE  # a granted token never changes
+    else:
+        size, cache_control = selectors.log_size(), "public, max-age=5"
+    token = selectors.timestamp_response(tree_size=size)
+    if token is None:
+        body = {"error": {"code": "not_found", "message": f"no time-stamp token for the checkpoint of size {size}"}}
+        return _public(JsonResponse(body, status=404), "no-store")
+    return _public(HttpResponse(token, content_type="application/timestamp-reply"), cache_control)
+
+
+@require_safe
 def log_key(request: HttpRequest) -> HttpResponse:
     key = selectors.verifier_key() + "\n"
     return _public(HttpResponse(key, content_type="text/plain; charset=utf-8"), "public, max-age=3600")
