@@ -181,6 +181,30 @@ def _tree(size: int) -> Tree:
         return tree
 
 
+TILE_WIDTH = 256  # C2SP tlog-tiles: hashes per tile, entries per bundle (tile height 8)
+
+
+def tile(*, level: int, index: int, width: int | None) -> bytes:
+    """C2SP tlog-tiles hash tile: the hashes of the perfect subtrees of height 8·level numbered index·256 onward,
+    `width` of them (None: a full tile), over the latest checkpoint's tree. A tile never changes once served."""
+    span, size = 1 << (8 * level), log_size()
+    available = min(size // span - index * TILE_WIDTH, TILE_WIDTH)
+    wanted = TILE_WIDTH if width is None else width
+    if level > 63 or available < wanted or not 0 < wanted <= TILE_WIDTH:
+        raise LogError("not_found", f"no such tile in the tree of size {size}")
+    tree, first = _tree(size), index * TILE_WIDTH
+    return b"".join(tree.hash((first + i) * span, (first + i + 1) * span) for i in range(wanted))
+
+
+def entry_bundle(*, index: int, width: int | None) -> bytes:
+    """C2SP tlog-tiles entry bundle: entries index·256 onward, each its leaf input with a big-endian uint16 length."""
+    wanted, first = TILE_WIDTH if width is None else width, index * TILE_WIDTH
+    if not 0 < wanted <= TILE_WIDTH or first + wanted > log_size():
+        raise LogError("not_found", f"no such entry bundle in the tree of size {log_size()}")
+    bodies = LogEntry.objects.filter(index__gte=first, index__lt=first + wanted).values_list("body", flat=True)
+    return b"".join(len(data).to_bytes(2, "big") + data for data in (body.encode() for body in bodies))
+
+
 def _entry(row: LogEntry) -> LogEntryOut:
     return LogEntryOut(index=row.index, entry=json.loads(row.body), leaf_hash=row.leaf_hash)
 
