@@ -241,3 +241,21 @@ def test_postgresql_refuses_raw_updates_and_deletes_of_time_stamps(tsa, append, 
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql)
     assert list(LogTimestamp.objects.values_list("status", flat=True)) == ["granted"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_leroy_verify_fetches_the_token_from_the_log_and_checks_it(tsa, live_server, tmp_path):
+    services.entries_append([snapshot(0), snapshot(1)])  # committed: its token is requested on commit
+    services.entries_append([snapshot(2)])
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    args = ["--log", live_server.url, "--key", selectors.verifier_key(), "--entries", "--timestamp",
+            "--tsa-roots", str(tsa.root), "--tsa-cert", str(tsa.cert)]  # fmt: skip
+
+    done = subprocess.run([VERIFY, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+
+    gen_time = LogTimestamp.objects.get(tree_size=3).gen_time.isoformat().replace("+00:00", "Z")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines()[1:] == [
+        f"ok    timestamp: size 3 existed no later than {gen_time} (RFC 3161, CN=Leroy Test TSA)",
+        "ok    entries: all 3 entries hash to the checkpoint's root",
+    ]
