@@ -10,6 +10,7 @@ from evidence.models import (
     LiveBar,
     LogCheckpoint,
     LogEntry,
+    LogTimestamp,
     MarketMemoryArtifact,
     MarketMemoryBuild,
     ResearchHypothesis,
@@ -78,6 +79,13 @@ class LogEntryAdmin(ReadOnlyAdmin):
 @admin.register(LogCheckpoint)
 class LogCheckpointAdmin(ReadOnlyAdmin):
     list_display = ["tree_size", "root_hash", "created_at"]
+
+
+@admin.register(LogTimestamp)
+class LogTimestampAdmin(ReadOnlyAdmin):
+    list_display = ["tree_size", "status", "gen_time", "tsa_subject", "chain_verified", "requested_at"]
+    list_filter = ["status"]
+    exclude = ["response"]  # DER bytes; served at /log/checkpoint/timestamp
 
 
 @admin.register(AnswerReceipt)

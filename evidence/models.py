@@ -277,6 +277,31 @@ class LogCheckpoint(AppendOnlyModel):
         return f"checkpoint {self.tree_size}"
 
 
+class LogTimestamp(AppendOnlyModel):
+    """One RFC 3161 time-stamp request for a checkpoint (LEROY_LOG_TSA_URL): the TSA's DER TimeStampResp over the
+    checkpoint note's bytes when granted and checked, else why not. A failure is recorded, never retried in place:
+    a later attempt is a new row, and the checkpoint is published either way."""
+
+    tree_size = models.PositiveBigIntegerField()  # of the LogCheckpoint whose note was stamped
+    tsa_url = models.CharField(max_length=500)
+    status = models.CharField(max_length=8, choices=[("granted", "granted"), ("failed", "failed")])
+    response = models.BinaryField(null=True)  # DER TimeStampResp, as served at /log/checkpoint/timestamp
+    gen_time = models.DateTimeField(null=True)  # the TSA's genTime
+    tsa_subject = models.CharField(max_length=500, blank=True)  # RFC 4514 subject of the signing certificate
+    chain_verified = models.BooleanField(default=False)  # signature and chain checked against LEROY_LOG_TSA_ROOTS
+    detail = models.CharField(max_length=500, blank=True)  # why it failed
+    requested_at = models.DateTimeField()
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-tree_size", "-pk"]
+        indexes = [models.Index(fields=["tree_size", "status"])]
+
+    def __str__(self) -> str:
+        return f"timestamp {self.tree_size} {self.status}"
+
+
 class AnswerReceipt(models.Model):
     """The hash of one metered answer, committed with its day's other hashes into a `daily_answers_root` entry.
 

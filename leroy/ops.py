@@ -3,7 +3,8 @@
 `/readyz` answers JSON with one entry per check and 503 when a required one fails. Required: the database, the
 broker, migrations applied, an active Market Memory artifact this process has verified, and (while the regular
 session is open) a fresh frame feed. The cache is reported (`ok` or `degraded`: rate limits are failing open) but
-never makes the node unready, because the limiter keeps serving without it.
+never makes the node unready, because the limiter keeps serving without it; so is the publication log's RFC 3161
+token for its latest checkpoint (`degraded` when the time-stamp authority failed).
 """
 
 import hmac
@@ -98,6 +99,22 @@ def _feed() -> dict[str, Any]:
     return {"age_seconds": round(age, 1)}
 
 
+def _log_timestamp() -> dict[str, Any]:
+    """The latest checkpoint's RFC 3161 token: reported, never required (the log publishes without one)."""
+    from evidence.publication.selectors import timestamp_authority
+
+    authority = timestamp_authority()
+    latest = authority.latest_checkpoint
+    if authority.kind == "none":
+        return {"status": "not_applicable", "detail": "no time-stamp authority configured (LEROY_LOG_TSA_URL)"}
+    if latest is None:
+        return {"status": "not_applicable", "detail": "the log is empty"}
+    if latest.status != "granted":
+        detail = f"the latest checkpoint (size {latest.tree_size}) has no token: {latest.detail or latest.status}"
+        return {"status": "degraded", "detail": detail[:300]}
+    return {"tree_size": latest.tree_size, "gen_time": latest.gen_time.isoformat() if latest.gen_time else None}
+
+
 CHECKS: dict[str, tuple[Check, bool]] = {  # name: (check, required)
     "database": (_database, True),
     "migrations": (_migrations, True),
@@ -105,6 +122,7 @@ CHECKS: dict[str, tuple[Check, bool]] = {  # name: (check, required)
     "broker": (_broker, True),
     "market_memory": (_artifact, True),
     "frame_feed": (_feed, True),
+    "log_timestamp": (_log_timestamp, False),
 }
 
 

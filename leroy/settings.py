@@ -413,8 +413,15 @@ LEROY_ALERTS_LEASE_SECONDS = 60  # an attempt still open after this is presumed 
 LEROY_LOG_ORIGIN = env_str("LEROY_LOG_ORIGIN") or f"{_public.netloc}/log"
 LEROY_LOG_SIGNING_KEY = env_str("LEROY_LOG_SIGNING_KEY")
 LEROY_LOG_KEY_FILE = LEROY_VAR_DIR / "log_signing_key"
-if env_str("LEROY_LOG_TSA_URL"):  # refused rather than silently ignored: the log must not claim a timestamp it lacks
-    raise ImproperlyConfigured("LEROY_LOG_TSA_URL is set, but RFC 3161 time-stamping is not implemented yet")
+# Optional RFC 3161 time-stamp authority: each checkpoint note is stamped after it is committed (a failure is
+# recorded and reported, never blocks an append). LEROY_LOG_TSA_ROOTS, a PEM file of the TSA's root (and
+# intermediate) certificates, makes Leroy check the token's signature chain too; unset, it checks status, imprint
+# and nonce only, and says so.
+LEROY_LOG_TSA_URL = env_str("LEROY_LOG_TSA_URL")
+if LEROY_LOG_TSA_URL and urlsplit(LEROY_LOG_TSA_URL).scheme not in ("http", "https"):
+    raise ImproperlyConfigured("LEROY_LOG_TSA_URL must be an http(s) URL")
+LEROY_LOG_TSA_ROOTS = env_str("LEROY_LOG_TSA_ROOTS")
+LEROY_LOG_TSA_TIMEOUT = float(env_str("LEROY_LOG_TSA_TIMEOUT", "10"))
 # The end-of-day evidence layer (evidence.eod): the universe file (tickers, replay window, held-out tail, first
 # walk-forward year); unset, the demo universe shipped with the code.
 LEROY_EOD_UNIVERSE = env_str("LEROY_EOD_UNIVERSE")
@@ -432,5 +439,6 @@ CELERY_BEAT_SCHEDULE = {
     # After the NYSE close in both EST and EDT: commit the day's answer hashes into the publication log.
     "answers-commit": {"task": "evidence.answers_commit", "schedule": crontab(minute=30, hour=21)},
     # After the close in both EST and EDT, Monday to Friday; the task itself skips days that are not XNYS sessions.
+    "log-timestamp": {"task": "evidence.log_timestamp", "schedule": 600.0, "options": {"expires": 600}},
     "eod-run": {"task": "evidence.eod_run", "schedule": crontab(minute=15, hour=22, day_of_week="mon-fri")},
 }

@@ -9,6 +9,7 @@ itself, which proves nothing about who runs the log (the output says so).
   leroy-verify --log URL --key KEY --entry 3                          # ... one entry and its inclusion proof
   leroy-verify --key KEY --answer answer.json --proof proof.json      # an answer proof, fully offline
   leroy-verify --key KEY --checkpoint cp.txt --entries entries.json   # the whole log from files
+  leroy-verify --log URL --key KEY --timestamp --tsa-roots roots.pem  # ... and the checkpoint's RFC 3161 token
 """
 
 import argparse
@@ -33,6 +34,7 @@ from leroy_verify.merkle import (
     verify_inclusion,
 )
 from leroy_verify.note import Checkpoint, NoteError, Verifier, open_note, parse_checkpoint, parse_verifier_key
+from leroy_verify.timestamp import TimestampError, check, load_certificates
 
 PAGE = 1000
 
@@ -41,11 +43,15 @@ class Failed(Exception):
     pass
 
 
-def _read(source: str) -> str:
+def _read_bytes(source: str) -> bytes:
     if source.startswith(("http://", "https://")):
         with urllib.request.urlopen(source, timeout=20) as response:  # noqa: S310 (http(s) only, checked above)
-            return str(response.read().decode())
-    return Path(source).read_text(encoding="utf-8")
+            return bytes(response.read())
+    return Path(source).read_bytes()
+
+
+def _read(source: str) -> str:
+    return _read_bytes(source).decode("utf-8")
 
 
 class Run:
@@ -172,6 +178,19 @@ def check_answer(run: Run, verifier: Verifier, answer_file: str, proof_file: str
     return checkpoint
 
 
+def check_timestamp(run: Run, checkpoint: Checkpoint, note: str, source: str, roots: str, pinned: str | None) -> None:
+    """The RFC 3161 token over the checkpoint note: granted, SHA-256 of exactly these bytes, signed by a TSA
+    certificate that chains to `roots` (and is `pinned`, if given)."""
+    der = _read_bytes(source or run.url("/log/checkpoint/timestamp", tree_size=checkpoint.size))
+    try:
+        tsa = load_certificates(_read_bytes(pinned))[0] if pinned else None
+        stamp = check(der, note.encode(), nonce=None, roots=load_certificates(_read_bytes(roots)), tsa_certificate=tsa)
+    except TimestampError as error:
+        raise Failed(f"timestamp: {error}") from None
+    when = stamp.gen_time.isoformat().replace("+00:00", "Z")
+    run.ok("timestamp", f"size {checkpoint.size} existed no later than {when} (RFC 3161, {stamp.tsa_subject})")
+
+
 def _key(run: Run, given: str | None) -> Verifier:
     if given is None:
         text = _read(run.url("/.well-known/leroy-log-key"))
@@ -198,7 +217,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--entry", type=int, help="check one entry's inclusion by index")
     parser.add_argument("--answer", help="an answer JSON as received (with its receipt)")
     parser.add_argument("--proof", help="its get_answer_proof result JSON")
+    parser.add_argument("--timestamp", nargs="?", const="",
+                        help="check the checkpoint's RFC 3161 token (DER TimeStampResp file or URL; default: "
+                        "the log's)")  # fmt: skip
+    parser.add_argument("--tsa-roots", help="PEM file of the TSA's root (and intermediate) certificates")
+    parser.add_argument("--tsa-cert", help="PEM file of the TSA certificate the token must be signed with")
     args = parser.parse_args(argv)
+    if args.timestamp is not None and args.tsa_roots is None:
+        parser.error("--timestamp needs --tsa-roots: a token is only as good as the TSA certificate it chains to")
     if (args.answer is None) != (args.proof is None):
         parser.error("--answer and --proof go together")
     if args.log is None and args.checkpoint is None and args.answer is None:
@@ -211,9 +237,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     run = Run(args.log)
     try:
         verifier = _key(run, args.key)
-        latest = None
+        latest, note = None, ""
         if args.answer is not None:
             latest = check_answer(run, verifier, args.answer, args.proof)
+            note = json.loads(_read(args.proof))["checkpoint"]
         if args.checkpoint is not None or args.log is not None:
             note = _read(args.checkpoint or run.url("/log/checkpoint"))
             current = _checkpoint(run, "checkpoint", note, verifier)
@@ -221,6 +248,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
                 check_consistency(run, latest, current, None)
             latest = current
         assert latest is not None
+        if args.timestamp is not None:
+            check_timestamp(run, latest, note, args.timestamp, args.tsa_roots, args.tsa_cert)
         if args.earlier is not None:
             earlier = _checkpoint(run, "earlier checkpoint", _read(args.earlier), verifier)
             check_consistency(run, earlier, latest, args.consistency)

@@ -12,7 +12,6 @@ from evidence.eod.schemas import DISCLAIMER, DataType
 from evidence.eod.walkforward import METHOD
 from evidence.models import EodRow, EodSnapshot, LogEntry
 from evidence.publication import selectors as publication
-from evidence.publication.schemas import Guarantees
 from leroy.errors import DomainError
 
 
@@ -133,7 +132,7 @@ def provenance() -> dict[str, Any]:
         "publication_id": snapshot.log_index,
         "checkpoint": publication.checkpoint_note(),
         "verifier_key": publication.verifier_key(),
-        "guarantees": Guarantees().model_dump(),
+        "guarantees": publication.guarantees().model_dump(),
     }
 
 

@@ -1,7 +1,7 @@
 """The publication log's contract: the receipt every metered answer carries, and the log tools' arguments and
 results. Hashes inside entries are hex; proof hashes and root hashes are base64, as in RFC 9162 / C2SP."""
 
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -22,21 +22,37 @@ class Receipt(BaseModel):
     )
 
 
-class Guarantees(BaseModel):
-    """What the log proves and what it does not, stated plainly."""
+class CheckpointTimestamp(BaseModel):
+    tree_size: int
+    status: Literal["granted", "failed", "not_requested"] = Field(
+        description="granted: a checked RFC 3161 token is stored; failed: the last request failed (detail); "
+        "not_requested: no request yet (just appended, or the empty tree)."
+    )
+    gen_time: datetime | None = Field(None, description="The TSA's genTime: the checkpoint existed no later.")
+    detail: str = ""
+    token_url: str | None = Field(None, description="Path of the DER TimeStampResp (application/timestamp-reply).")
 
-    verifiable: list[str] = [
-        "Append-only: a consistency proof shows any earlier checkpoint's tree is a prefix of a later one.",
-        "Inclusion: an inclusion proof shows an entry (or a committed answer's hash) is in a signed checkpoint.",
-        "Signature: checkpoints are C2SP signed notes; Ed25519 key at /.well-known/leroy-log-key.",
-    ]
-    not_guaranteed: list[str] = [
-        "No independent timestamp: logged_at is the operator's own clock; RFC 3161 time-stamping is not configured.",
-        "No witness: no third party cosigns checkpoints, so a split view (different logs shown to different "
-        "clients) is detectable only by comparing checkpoints with other clients.",
-        "Nothing about performance: a commitment proves what was published, not that it was right.",
-    ]
-    timestamp_authority: Literal["not_configured"] = "not_configured"
+
+class TimestampAuthority(BaseModel):
+    kind: Literal["none", "rfc3161"]
+    url: str | None = None
+    tsa_subject: str | None = Field(None, description="Subject of the certificate that signed the latest token.")
+    chain_verified_by_leroy: bool = Field(
+        False,
+        description="Leroy checked each token's signature chain against configured roots (else only status, "
+        "imprint and nonce; verify the chain yourself with leroy-verify --tsa-roots).",
+    )
+    latest_checkpoint: CheckpointTimestamp | None = None
+    latest_stamped_checkpoint: CheckpointTimestamp | None = None
+
+
+class Guarantees(BaseModel):
+    """What the log proves and what it does not, stated plainly (built by selectors.guarantees)."""
+
+    verifiable: list[str]
+    not_guaranteed: list[str]
+    timestamp_authority: Literal["not_configured", "rfc3161"]
+    timestamp: TimestampAuthority
     witnesses: list[str] = []
 
 
@@ -69,7 +85,10 @@ class CheckpointOut(BaseModel):
     tree_size: int
     root_hash: str = Field(description="base64")
     verifier_key: str = Field(description="<name>+<key hash>+<base64(0x01 ‖ Ed25519 public key)>")
-    guarantees: Guarantees = Guarantees()
+    timestamp_token: str | None = Field(
+        None, description="base64 DER RFC 3161 TimeStampResp over this checkpoint note's bytes, when one is stored."
+    )
+    guarantees: Guarantees
 
 
 class ConsistencyArgs(ToolArgs):
@@ -112,4 +131,4 @@ class AnswerProofOut(BaseModel):
     log_inclusion: InclusionProof | None = None
     checkpoint: str | None = Field(None, description="The signed checkpoint log_inclusion is against.")
     verifier_key: str
-    guarantees: Guarantees = Guarantees()
+    guarantees: Guarantees

@@ -7,16 +7,21 @@ import json
 import threading
 from typing import Any
 
+from django.conf import settings
+
 from accounts.models import User
-from evidence.models import AnswerReceipt, LogCheckpoint, LogEntry
+from evidence.models import AnswerReceipt, LogCheckpoint, LogEntry, LogTimestamp
 from evidence.publication.schemas import (
     AnswerProofOut,
     CheckpointOut,
+    CheckpointTimestamp,
     ConsistencyProof,
     DayTreeProof,
+    Guarantees,
     InclusionOut,
     InclusionProof,
     LogEntryOut,
+    TimestampAuthority,
 )
 from evidence.publication.services import LogError, checkpoint_text, day_tree_leaves
 from evidence.publication.signing import signer
@@ -24,6 +29,17 @@ from leroy_verify.merkle import EMPTY_ROOT, Tree
 from leroy_verify.note import parse_checkpoint
 
 MAX_ENTRIES = 1000
+TOKEN_PATH = "/log/checkpoint/timestamp"  # noqa: S105 (a URL path, not a secret)
+VERIFIABLE = [
+    "Append-only: a consistency proof shows any earlier checkpoint's tree is a prefix of a later one.",
+    "Inclusion: an inclusion proof shows an entry (or a committed answer's hash) is in a signed checkpoint.",
+    "Signature: checkpoints are C2SP signed notes; Ed25519 key at /.well-known/leroy-log-key.",
+]
+NOT_GUARANTEED = [
+    "No witness: no third party cosigns checkpoints, so a split view (different logs shown to different "
+    "clients) is detectable only by comparing checkpoints with other clients.",
+    "Nothing about performance: a commitment proves what was published, not that it was right.",
+]
 
 
 def _b64(value: bytes) -> str:
@@ -47,12 +63,92 @@ def verifier_key() -> str:
 def checkpoint() -> CheckpointOut:
     note = checkpoint_note()
     parsed = parse_checkpoint(note[: note.rfind("\n\n") + 1])
+    token = timestamp_response(tree_size=parsed.size) if parsed.size else None
     return CheckpointOut(
         checkpoint=note,
         origin=parsed.origin,
         tree_size=parsed.size,
         root_hash=_b64(parsed.root),
         verifier_key=verifier_key(),
+        timestamp_token=_b64(token) if token is not None else None,
+        guarantees=guarantees(),
+    )
+
+
+def timestamp_response(*, tree_size: int) -> bytes | None:
+    """The stored DER TimeStampResp over the note of the checkpoint of `tree_size`, if it was granted."""
+    row = LogTimestamp.objects.filter(tree_size=tree_size, status="granted").values_list("response", flat=True)
+    response = row.order_by("pk").first()
+    return bytes(response) if response is not None else None
+
+
+def _stamp(size: int, row: LogTimestamp | None) -> CheckpointTimestamp:
+    if row is None:
+        return CheckpointTimestamp(tree_size=size, status="not_requested")
+    granted = row.status == "granted"
+    return CheckpointTimestamp(
+        tree_size=size,
+        status="granted" if granted else "failed",
+        gen_time=row.gen_time,
+        detail=row.detail,
+        token_url=f"{TOKEN_PATH}?tree_size={size}" if granted else None,
+    )
+
+
+def timestamp_authority() -> TimestampAuthority:
+    """Which timestamp guarantee is in force, and whether the latest checkpoint carries its token."""
+    url = settings.LEROY_LOG_TSA_URL
+    if not url:
+        return TimestampAuthority(kind="none")
+    size = log_size()
+    attempts = LogTimestamp.objects.filter(tree_size=size).order_by("-status", "-pk")  # "granted" sorts first
+    stamped = LogTimestamp.objects.filter(status="granted").order_by("-tree_size", "pk").first()
+    return TimestampAuthority(
+        kind="rfc3161",
+        url=url,
+        tsa_subject=(stamped.tsa_subject or None) if stamped is not None else None,
+        chain_verified_by_leroy=bool(settings.LEROY_LOG_TSA_ROOTS),
+        latest_checkpoint=_stamp(size, attempts.first()) if size else None,
+        latest_stamped_checkpoint=_stamp(stamped.tree_size, stamped) if stamped is not None else None,
+    )
+
+
+def guarantees() -> Guarantees:
+    authority = timestamp_authority()
+    if authority.kind == "none":
+        return Guarantees(
+            verifiable=VERIFIABLE,
+            not_guaranteed=[
+                "No independent timestamp: logged_at is the operator's own clock; no RFC 3161 time-stamp "
+                "authority is configured (LEROY_LOG_TSA_URL).",
+                *NOT_GUARANTEED,
+            ],
+            timestamp_authority="not_configured",
+            timestamp=authority,
+        )
+    signer_name = f" ({authority.tsa_subject})" if authority.tsa_subject else ""
+    checked = (
+        "Leroy checks each token's status, imprint, nonce and signature chain against its configured roots."
+        if authority.chain_verified_by_leroy
+        else "Leroy checks each token's status, imprint and nonce, but not its signature chain (no "
+        "LEROY_LOG_TSA_ROOTS): the TSA's identity is as the token states it until you verify it."
+    )
+    return Guarantees(
+        verifiable=[
+            *VERIFIABLE,
+            f"Time: each checkpoint note is time-stamped by the RFC 3161 TSA at {authority.url}{signer_name}; "
+            f"its token ({TOKEN_PATH}?tree_size=N) shows that checkpoint, and so every entry in it, existed no "
+            "later than the token's genTime. Verify with leroy-verify --timestamp --tsa-roots ROOTS.pem.",
+        ],
+        not_guaranteed=[
+            "Only an upper bound on time: logged_at is the operator's own clock, and an entry is independently "
+            "dated only by the first stamped checkpoint that includes it; a checkpoint whose stamping failed has "
+            "no token (timestamp.latest_checkpoint says).",
+            checked,
+            *NOT_GUARANTEED,
+        ],
+        timestamp_authority="rfc3161",
+        timestamp=authority,
     )
 
 
@@ -83,6 +179,30 @@ def _tree(size: int) -> Tree:
         if len(leaves) < size:
             raise RuntimeError(f"the log holds {len(leaves)} leaves, not {size}")
         return tree
+
+
+TILE_WIDTH = 256  # C2SP tlog-tiles: hashes per tile, entries per bundle (tile height 8)
+
+
+def tile(*, level: int, index: int, width: int | None) -> bytes:
+    """C2SP tlog-tiles hash tile: the hashes of the perfect subtrees of height 8·level numbered index·256 onward,
+    `width` of them (None: a full tile), over the latest checkpoint's tree. A tile never changes once served."""
+    span, size = 1 << (8 * level), log_size()
+    available = min(size // span - index * TILE_WIDTH, TILE_WIDTH)
+    wanted = TILE_WIDTH if width is None else width
+    if level > 63 or available < wanted or not 0 < wanted <= TILE_WIDTH:
+        raise LogError("not_found", f"no such tile in the tree of size {size}")
+    tree, first = _tree(size), index * TILE_WIDTH
+    return b"".join(tree.hash((first + i) * span, (first + i + 1) * span) for i in range(wanted))
+
+
+def entry_bundle(*, index: int, width: int | None) -> bytes:
+    """C2SP tlog-tiles entry bundle: entries index·256 onward, each its leaf input with a big-endian uint16 length."""
+    wanted, first = TILE_WIDTH if width is None else width, index * TILE_WIDTH
+    if not 0 < wanted <= TILE_WIDTH or first + wanted > log_size():
+        raise LogError("not_found", f"no such entry bundle in the tree of size {log_size()}")
+    bodies = LogEntry.objects.filter(index__gte=first, index__lt=first + wanted).values_list("body", flat=True)
+    return b"".join(len(data).to_bytes(2, "big") + data for data in (body.encode() for body in bodies))
 
 
 def _entry(row: LogEntry) -> LogEntryOut:
@@ -142,6 +262,7 @@ def answer_proof(*, user: User, answer_id: str) -> AnswerProofOut:
         "answer_sha256": receipt.answer_sha256,
         "day": receipt.day,
         "verifier_key": verifier_key(),
+        "guarantees": guarantees(),
     }
     if receipt.log_index is None:
         return AnswerProofOut(status="not_committed", **base)

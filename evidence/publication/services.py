@@ -4,23 +4,33 @@ activation, answer receipts, and the daily commitment of answer hashes."""
 import base64
 import hashlib
 import json
+import logging
 import uuid
 from collections.abc import Mapping
 from datetime import date
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import rfc8785
+import urllib3
+from cryptography import x509
 from django.conf import settings
 from django.db import connection, transaction
 from pydantic import BaseModel
 
 from accounts.models import User
-from evidence.models import LOG_KINDS, AnswerReceipt, LogCheckpoint, LogEntry, MarketMemoryArtifact
+from evidence.models import LOG_KINDS, AnswerReceipt, LogCheckpoint, LogEntry, LogTimestamp, MarketMemoryArtifact
 from evidence.publication.schemas import Receipt
 from evidence.publication.signing import signer
 from leroy.clock import now
 from leroy.errors import DomainError
 from leroy_verify.merkle import Tree, frontier_append, frontier_root, leaf_hash
+from leroy_verify.timestamp import TimestampError, check, load_certificates, request_for
+
+logger = logging.getLogger(__name__)
+
+TSA_REPLY_BYTES = 64 * 1024  # a TimeStampResp with its certificates is a few kilobytes
 
 # Any constant unique to this lock; PostgreSQL holds it until the appending transaction ends.
 APPEND_LOCK = 0x6C65726F79_6C6F67  # "leroy" "log"
@@ -90,6 +100,8 @@ def entries_append(entries: list[Mapping[str, Any]]) -> list[LogEntry]:
         note=signer().sign(checkpoint_text(size, root)),
         created_at=at,
     )
+    if settings.LEROY_LOG_TSA_URL:  # after the commit, outside the append lock: a slow TSA never holds appends up
+        transaction.on_commit(lambda: checkpoint_timestamp(tree_size=size), robust=True)
     return rows
 
 
@@ -183,3 +195,69 @@ def answers_commit_due(*, through: date) -> list[LogEntry]:
         .order_by("day")
     )
     return [entry for day in list(days) if (entry := answers_commit(day=day)) is not None]
+
+
+@cache
+def tsa_roots() -> list[x509.Certificate]:
+    path = settings.LEROY_LOG_TSA_ROOTS
+    return load_certificates(Path(path).read_bytes()) if path else []
+
+
+def _tsa_reply(url: str, query: bytes) -> bytes:
+    response = urllib3.request(
+        "POST",
+        url,
+        body=query,
+        headers={"Content-Type": "application/timestamp-query", "Accept": "application/timestamp-reply"},
+        timeout=urllib3.Timeout(total=settings.LEROY_LOG_TSA_TIMEOUT),
+        retries=False,
+        redirect=False,
+        preload_content=False,
+    )
+    try:
+        body = response.read(TSA_REPLY_BYTES + 1)
+    finally:
+        response.release_conn()
+    if response.status != 200:
+        raise TimestampError(f"the TSA answered HTTP {response.status}")
+    if len(body) > TSA_REPLY_BYTES:
+        raise TimestampError(f"the TSA's reply is larger than {TSA_REPLY_BYTES} bytes")
+    return bytes(body)
+
+
+def checkpoint_timestamp(*, tree_size: int) -> LogTimestamp:
+    """Ask the TSA for a token over the checkpoint note, check it and store it; any failure is stored instead.
+
+    Never raises for the TSA's sake: the checkpoint is already published, and a missing token is reported (the
+    log's guarantees, /readyz) rather than blocking the log."""
+    url = settings.LEROY_LOG_TSA_URL
+    message = LogCheckpoint.objects.get(tree_size=tree_size).note.encode()
+    try:
+        request = request_for(message)
+        stamp = check(_tsa_reply(url, request.as_bytes()), message, nonce=request.nonce, roots=tsa_roots())
+    except Exception as error:  # network, HTTP, parse, rejection, mismatch, unreadable roots: all degrade the same
+        detail = f"{type(error).__name__}: {error}"[:500]
+        logger.warning("publication log: no time-stamp token for checkpoint %s from %s: %s", tree_size, url, detail)
+        return LogTimestamp.objects.create(
+            tree_size=tree_size, tsa_url=url, status="failed", detail=detail, requested_at=now()
+        )
+    return LogTimestamp.objects.create(
+        tree_size=tree_size,
+        tsa_url=url,
+        status="granted",
+        response=stamp.response,
+        gen_time=stamp.gen_time,
+        tsa_subject=stamp.tsa_subject[:500],
+        chain_verified=stamp.chain_verified,
+        requested_at=now(),
+    )
+
+
+def timestamp_due() -> LogTimestamp | None:
+    """Stamp the latest checkpoint again if it has no token (a failed or lost attempt); beat runs this."""
+    if not settings.LEROY_LOG_TSA_URL:
+        return None
+    size = LogCheckpoint.objects.order_by("-tree_size").values_list("tree_size", flat=True).first()
+    if size is None or LogTimestamp.objects.filter(tree_size=size, status="granted").exists():
+        return None
+    return checkpoint_timestamp(tree_size=size)

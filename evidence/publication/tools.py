@@ -21,8 +21,9 @@ from leroy.mcp.registry import ToolCall, tool
       access="public", scope="mcp:read", metering="free")  # fmt: skip
 async def get_log_checkpoint(call: ToolCall, args: CheckpointArgs) -> CheckpointOut:
     """The latest signed checkpoint of Leroy's publication log (RFC 9162 tree, C2SP signed note, Ed25519), its
-    verifier key, and exactly what the log guarantees and what it does not (no independent timestamp or witness).
-    Keep the checkpoint: a later consistency proof shows the log only grew. Free and public."""
+    verifier key, its RFC 3161 time-stamp token when a time-stamp authority is configured, and exactly what the log
+    guarantees and what it does not (which timestamp is in force, if any; no witness). Keep the checkpoint: a later
+    consistency proof shows the log only grew. Free and public."""
     return await sync_to_async(selectors.checkpoint)()
 
 

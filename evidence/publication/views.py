@@ -50,6 +50,56 @@ def checkpoint(request: HttpRequest) -> HttpResponse:
 
 
 @require_safe
+def checkpoint_timestamp(request: HttpRequest) -> HttpResponse:
+    """The RFC 3161 TimeStampResp (DER) over the note of the checkpoint of `tree_size` (default: the latest)."""
+    if "tree_size" in request.GET:
+        params = _ints(request, "tree_size")
+        if isinstance(params, HttpResponse):
+            return params
+        size, cache_control = params[0], IMMUTABLE  # a granted token never changes
+    else:
+        size, cache_control = selectors.log_size(), "public, max-age=5"
+    token = selectors.timestamp_response(tree_size=size)
+    if token is None:
+        return _missing(f"no time-stamp token for the checkpoint of size {size}")
+    return _public(HttpResponse(token, content_type="application/timestamp-reply"), cache_control)
+
+
+_LEVELS = {str(level) for level in range(64)}
+
+
+def _missing(message: str) -> HttpResponse:
+    return _public(JsonResponse({"error": {"code": "not_found", "message": message}}, status=404), "no-store")
+
+
+def _tile_index(parts: list[str]) -> int | None:
+    """C2SP tlog-tiles index: 3-digit path elements, all but the last prefixed with x (1234067 -> x001/x234/067)."""
+    if not parts or not all(len(p) == 4 and p[0] == "x" for p in parts[:-1]) or len(parts[-1]) != 3:
+        return None
+    digits = "".join(p.removeprefix("x") for p in parts)
+    return int(digits) if digits.isascii() and digits.isdigit() else None
+
+
+@require_safe
+def tile(request: HttpRequest, rest: str) -> HttpResponse:
+    """`/log/tile/<L>/<N>[.p/<W>]` and `/log/tile/entries/<N>[.p/<W>]` (C2SP tlog-tiles), immutable once served."""
+    path, _, partial = rest.partition(".p/")
+    width = int(partial) if partial.isascii() and partial.isdigit() and len(partial) <= 3 else None
+    level, _, index_path = path.partition("/")
+    index = _tile_index(index_path.split("/"))
+    if index is None or (partial and width is None) or not (level == "entries" or level in _LEVELS):
+        return _missing("not a tile path")
+    try:
+        if level == "entries":
+            body = selectors.entry_bundle(index=index, width=width)
+        else:
+            body = selectors.tile(level=int(level), index=index, width=width)
+    except DomainError as refusal:
+        return _missing(refusal.message)
+    return _public(HttpResponse(body, content_type="application/octet-stream"), IMMUTABLE)
+
+
+@require_safe
 def log_key(request: HttpRequest) -> HttpResponse:
     key = selectors.verifier_key() + "\n"
     return _public(HttpResponse(key, content_type="text/plain; charset=utf-8"), "public, max-age=3600")

@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 from django.test import override_settings
 
+from tests.evidence.tsa import tsa, tsa_server  # noqa: F401 (fixtures: a local RFC 3161 time-stamp authority)
+
 
 @pytest.fixture(autouse=True)
 def data_dir(tmp_path: Path) -> Iterator[Path]:

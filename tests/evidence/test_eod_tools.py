@@ -67,6 +67,8 @@ async def test_public_tools_answer_anonymous_callers_with_the_trust_contract(mcp
     assert maturity["performance_status"] == "not_calculated_from_commitments"
     provenance = answers["get_provenance"].structured_content
     assert provenance["guarantees"]["timestamp_authority"] == "not_configured"
+    assert provenance["guarantees"]["timestamp"]["kind"] == "none"
+    assert provenance["guarantees"]["not_guaranteed"][0].startswith("No independent timestamp")
     assert provenance["checkpoint"].splitlines()[1] == "1"  # the tree holds the one commitment
     commitments = answers["get_publication_maturity"].structured_content
     assert answers["list_publication_commitments"].structured_content["total"] == 1

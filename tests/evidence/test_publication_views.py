@@ -2,13 +2,14 @@
 
 import base64
 import hashlib
+import json
 
 import pytest
 import rfc8785
 
 from evidence.models import LogEntry
 from evidence.publication import services
-from leroy_verify.merkle import verify_consistency, verify_inclusion
+from leroy_verify.merkle import Tree, leaf_hash, verify_consistency, verify_inclusion
 from leroy_verify.note import open_note, parse_checkpoint, parse_verifier_key
 
 pytestmark = pytest.mark.django_db
@@ -100,3 +101,33 @@ def test_more_than_a_thousand_entries_at_once_are_refused(client, log):
 def test_the_endpoints_are_read_only(client, log):
     for path in ("/log/checkpoint", "/.well-known/leroy-log-key", "/log/entries"):
         assert client.post(path).status_code == 405
+
+
+def test_tlog_tiles_rebuild_the_signed_root_from_hash_tiles_and_entry_bundles(client):
+    services.entries_append(
+        [{"kind": "eod_snapshot", "session": "2026-07-01", "snapshot_sha256": f"{n:064x}", "row_count": n}
+         for n in range(300)]
+    )  # fmt: skip
+    verifier = parse_verifier_key(client.get("/.well-known/leroy-log-key").content.decode())
+    checkpoint = parse_checkpoint(open_note(client.get("/log/checkpoint").content.decode(), verifier))
+
+    full, partial = client.get("/log/tile/0/000"), client.get("/log/tile/0/001.p/44")
+    assert full["Content-Type"] == "application/octet-stream"
+    assert full["Cache-Control"] == "public, max-age=31536000, immutable"
+    leaves = [full.content[i : i + 32] for i in range(0, 256 * 32, 32)] + [
+        partial.content[i : i + 32] for i in range(0, 44 * 32, 32)
+    ]
+    assert len(full.content) == 256 * 32 and len(partial.content) == 44 * 32
+    assert Tree(leaves).root(300) == checkpoint.root
+    assert client.get("/log/tile/1/000.p/1").content == Tree(leaves).hash(0, 256)  # level 1: 256-leaf subtrees
+    bundle = client.get("/log/tile/entries/000").content + client.get("/log/tile/entries/001.p/44").content
+    entries, at = [], 0
+    while at < len(bundle):
+        length = int.from_bytes(bundle[at : at + 2], "big")
+        entries.append(bundle[at + 2 : at + 2 + length])
+        at += 2 + length
+    assert [leaf_hash(entry) for entry in entries] == leaves
+    assert json.loads(entries[299])["row_count"] == 299
+    missing = ["/log/tile/0/001", "/log/tile/0/001.p/45", "/log/tile/1/000", "/log/tile/0/1", "/log/tile/0/x000",
+               "/log/tile/64/000.p/1", "/log/tile/entries/002.p/1", "/log/tile/0/000.p/0"]  # fmt: skip
+    assert [client.get(path).status_code for path in missing] == [404] * len(missing)

@@ -46,6 +46,7 @@ def test_readyz_is_ready_with_a_verified_artifact_a_fresh_feed_and_redis(client:
         "broker": "ok",
         "market_memory": "ok",
         "frame_feed": "ok",
+        "log_timestamp": "not_applicable",
     }
     assert body["checks"]["market_memory"]["sha256"] == fed_world.sha256
     assert body["checks"]["cache"]["required"] is False
