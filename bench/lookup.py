@@ -6,6 +6,9 @@ plus 10 % unseen active sets. Prints one line: p50/p99 of the request against a 
 the same keys fetched as separate point queries.
 
     .venv/bin/python bench/lookup.py [--requests 5000]
+
+The artifact needs cross-ticker setup keys (tier 4) with the minimum distinct sessions: a demo universe of 10
+symbols x 250 sessions has them, 10 x 120 does not.
 """
 
 import argparse
@@ -43,6 +46,13 @@ def main() -> None:
     db = reader._db()
     seeds = db.execute("SELECT symbol, side, mask, regime FROM stats WHERE tier = 4 AND period = 0").fetchall()
     symbols = [row[0] for row in db.execute("SELECT DISTINCT symbol FROM stats WHERE tier = 6")]
+    if not seeds:
+        # Exact session counts keep a cross-ticker key only with the minimum distinct market dates, which a short
+        # universe never reaches (10 symbols x 120 sessions leave under 60 dates after the warm-up, split by regime).
+        sys.exit(
+            f"no cross-ticker setup key with {reader.min_sessions} distinct sessions in {reader.version}: build a "
+            "longer universe, e.g. `load_demo_data --symbols 10 --sessions 250`"
+        )
     rng = random.Random(7)
     requests = []
     for _ in range(args.requests):

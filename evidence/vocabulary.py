@@ -15,6 +15,14 @@ AssetClass = Literal["equity", "etf", "index", "forex", "crypto"]
 # ETF is never evidence for a single stock).
 ASSET_CLASSES: tuple[AssetClass, ...] = ("equity", "etf", "index", "forex", "crypto")
 DEFAULT_ASSET_CLASS: AssetClass = "equity"  # the pool of a request that names no symbol and no class
+# How an answer counts the members of a pool: (one, many).
+ASSET_CLASS_NOUNS: dict[str, tuple[str, str]] = {
+    "equity": ("US equity", "US equities"),
+    "etf": ("ETF", "ETFs"),
+    "index": ("index", "indices"),
+    "forex": ("currency pair", "currency pairs"),
+    "crypto": ("crypto asset", "crypto assets"),
+}
 # Asset classes whose intraday bars must sit on XNYS regular-session minutes.
 XNYS_ASSET_CLASSES = ("equity", "etf", "index")
 FREQUENCIES = ("1m", "5m", "15m", "30m", "1h", "4h", "1d")

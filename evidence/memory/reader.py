@@ -62,11 +62,13 @@ class Evidence:
 @dataclass(frozen=True)
 class Resolution:
     """How one side and horizon was resolved: the match (tier >= 2 or None), the stronger tiers passed over (tier,
-    stats or None when the key was never observed or pruned below the minimum), and the direction-only baseline."""
+    stats or None when the key was never observed or pruned below the minimum), the direction-only baseline, and
+    the asset class the cross-ticker tiers pooled."""
 
     match: Evidence | None
     unusable: tuple[tuple[int, Evidence | None], ...]
     baseline: Evidence | None
+    asset_class: str
 
 
 def _derive(row: dict[str, Any], *, side: str, baseline: dict[str, Any] | None, min_sessions: int) -> Evidence:
@@ -234,6 +236,7 @@ class MemoryReader:
                 match=match,
                 unusable=tuple(unusable),
                 baseline=_derive(universe, side=side, baseline=None, min_sessions=0) if usable_baseline else None,  # type: ignore[arg-type]
+                asset_class=pool,
             )
         return out
 

@@ -44,7 +44,7 @@ from evidence.schemas import (
     StrategyCoverage,
     StrategyState,
 )
-from evidence.vocabulary import HORIZONS, TIER_NAMES, TIMES_OF_DAY, TRENDS, VOLATILITIES
+from evidence.vocabulary import ASSET_CLASS_NOUNS, HORIZONS, TIER_NAMES, TIMES_OF_DAY, TRENDS, VOLATILITIES
 from leroy.clock import now
 from leroy.schemas import Answer
 
@@ -57,7 +57,16 @@ def _tier_words(tier: int) -> str:
     return f"{TIER_NAMES[tier]} (tier {tier})"
 
 
-def matching_assumption(side: str, horizon: int, resolved: Resolution, min_sessions: int) -> str:
+def pooled_words(evidence: Evidence, asset_class: str, symbol: str) -> str:
+    """Whose rows a tier's evidence holds: the symbol's alone, or the symbols of the one asset class it pooled."""
+    if evidence.tier == 5:
+        return f"of {symbol} alone"
+    one, many = ASSET_CLASS_NOUNS.get(asset_class, ("symbol", "symbols"))
+    count = evidence.distinct_symbols
+    return f"pooled across {count} {one if count == 1 else many} (asset class: {asset_class})"
+
+
+def matching_assumption(side: str, horizon: int, resolved: Resolution, min_sessions: int, symbol: str) -> str:
     """What was done for one side and horizon, in words generated from the resolution itself."""
     passed = []
     for tier, stats in resolved.unusable:
@@ -75,7 +84,7 @@ def matching_assumption(side: str, horizon: int, resolved: Resolution, min_sessi
         m = resolved.match
         head += (
             f"evidence from {_tier_words(m.tier)}: {m.row_count} rows on {m.distinct_sessions} distinct sessions "
-            f"across {m.distinct_symbols} symbol(s)"
+            f"{pooled_words(m, resolved.asset_class, symbol)}"
         )
     return head + ("; " + "; ".join(passed) if passed else "") + "."
 
@@ -275,7 +284,7 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
                 rows.append(
                     _evidence_row(side, horizon, match, "No validated comparable sample was available for this setup.")
                 )
-                lines.append(matching_assumption(side, horizon, resolved, reader.min_sessions))
+                lines.append(matching_assumption(side, horizon, resolved, reader.min_sessions, ticker))
                 if match is not None:
                     matches.append(_match(match, "historical"))
                 if resolved.baseline is not None:

@@ -118,3 +118,53 @@ async def test_market_closed_is_plain_text_and_free(world, mcp_http, api_key):
     assert content["current_market_frame"]["frame_status"] == "market_closed"
     assert (content["presentation"]["format"], content["presentation"]["state"]) == ("plain_text", "market_closed")
     assert await UsageEvent.objects.aexists() is False
+
+
+def served_lines(content: dict[str, Any], symbol: str, pool: str) -> list[str]:
+    """The matching assumption each available row must carry, spelled from the row's own served figures."""
+    lines = []
+    for row in content["historical_evidence"]:
+        if row["availability"] != "available":
+            continue
+        strength = row["match_strength"]
+        whose = f"of {symbol} alone" if strength["score"] == 5 else pool.format(n=row["distinct_symbols"])
+        lines.append(
+            f"{row['side'].title()} {row['horizon_minutes']} min: evidence from {strength['tier']} "
+            f"(tier {strength['score']}): {row['sample_size']} rows on {row['distinct_sessions']} distinct sessions "
+            f"{whose}"
+        )
+    return lines
+
+
+async def test_assumptions_name_the_asset_class_an_equity_request_pooled(world, mcp_http, api_key):
+    with time_machine.travel(world.replay, tick=False):
+        await feed(world)
+        content = await evaluate(mcp_http, api_key, symbol="ALFA", side="both")
+
+    assert content["status"] == "evaluated"
+    rows = [row for row in content["historical_evidence"] if row["availability"] == "available"]
+    pooled = [row for row in rows if row["match_strength"]["score"] < 5]
+    assert pooled  # the world's frame has horizons answered by a cross-ticker tier
+    assert {row["distinct_symbols"] for row in pooled} == {2}  # ALFA and BRVO, the world's two equities
+    matching = content["assumptions"]["matching"]
+    lines = served_lines(content, "ALFA", "pooled across {n} US equities (asset class: equity)")
+    assert len(lines) == len(rows)
+    for line in lines:
+        assert line in matching
+    assert "pooled across 2 US equities (asset class: equity)" in matching
+
+
+async def test_an_index_request_never_pools_equities(world, mcp_http, api_key):
+    with time_machine.travel(world.replay, tick=False):
+        await feed(world)
+        content = await evaluate(mcp_http, api_key, symbol="SYNX", side="both")
+
+    assert content["status"] == "evaluated"
+    memory = content["market_memory"]
+    counted = [row for row in content["historical_evidence"] if row["availability"] == "available"]
+    counted += memory["matches"] + memory["baseline"]
+    assert counted and {row["distinct_symbols"] for row in counted} == {1}  # SYNX alone: no equity was pooled
+    matching = content["assumptions"]["matching"]
+    for line in served_lines(content, "SYNX", "pooled across 1 index (asset class: index)"):
+        assert line in matching
+    assert "equit" not in matching

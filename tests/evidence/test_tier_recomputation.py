@@ -1,5 +1,6 @@
-"""Every tier's served statistics recomputed from the stored point-in-time rows with independent pandas code: the
-tier cascade, sample size, distinct sessions and symbols, average return, win rate, profit factor and lift."""
+"""Every tier's served statistics recomputed with independent pandas code: the tier cascade, sample size, distinct
+sessions and symbols, average return, win rate, profit factor and lift. Returns and sessions come from the raw minute
+bars; the strategy masks and regimes are the stored point-in-time rows'."""
 
 from typing import Any
 
@@ -7,26 +8,45 @@ import pandas as pd
 import pytest
 
 from evidence.marketdata import store
+from evidence.marketdata.selectors import bars_read
 from evidence.memory.artifact import BuildPlan, feature_store_path
 from evidence.memory.selectors import memory_reader
+from evidence.models import Symbol
 
 pytestmark = pytest.mark.django_db
 HORIZON = 15
 
 
+def raw_bar_returns(ticker: str) -> pd.DataFrame:
+    """Per raw minute bar: its New York session date and the forward return to the bar HORIZON minutes later in
+    1e-8 units, or null unless every minute up to it is a bar of the same session."""
+    bars = bars_read(symbol=Symbol.objects.get(ticker=ticker), frequency="1m").to_pandas()
+    session = bars["ts"].dt.tz_convert("America/New_York").dt.date
+    later = bars.shift(-HORIZON)
+    whole = (later["ts"] - bars["ts"] == pd.Timedelta(minutes=HORIZON)) & (session.shift(-HORIZON) == session)
+    ratio = (later["close"] / bars["close"] - 1) * 1e8
+    return pd.DataFrame({"ts": bars["ts"], "raw_session": session, "raw_r": ratio.round(0).where(whole)})
+
+
 def pooled_rows(reader: Any, asset_class: str = "equity") -> pd.DataFrame:
-    """The historical buy rows at 15 minutes with a mature label, every symbol of one asset class (the pool)."""
+    """The historical buy rows at 15 minutes with a mature label, every symbol of one asset class (the pool), with
+    each row's return and session recomputed from the raw bars."""
     plan = BuildPlan(**reader.manifest["plan"])
-    frames = [
-        store.scan_parquet([feature_store_path(ticker, plan)]).collect().to_pandas().assign(symbol=ticker)
-        for ticker in plan.tickers
-        if plan.asset_classes[ticker] == asset_class
-    ]
+    frames = []
+    for ticker in [t for t in plan.tickers if plan.asset_classes[t] == asset_class]:
+        stored = store.scan_parquet([feature_store_path(ticker, plan)]).collect().to_pandas()
+        frames.append(stored.merge(raw_bar_returns(ticker), on="ts", how="left").assign(symbol=ticker))
     rows = pd.concat(frames)
-    rows = rows[rows["ready"] & rows[f"lbl_{HORIZON}"].notna()]
-    rows = rows[pd.to_datetime(rows["session"]) <= pd.Timestamp(plan.historical_through)]
+    rows = rows[rows["ready"]]
+    # The stored labels and sessions are the raw bars' own, so the statistics below rest on the bars.
+    assert (rows[f"lbl_{HORIZON}"].notna() == rows["raw_r"].notna()).all()
+    rows = rows[rows["raw_r"].notna()]
+    assert rows[f"lbl_{HORIZON}"].astype("int64").tolist() == rows["raw_r"].astype("int64").tolist()
+    assert (pd.to_datetime(rows["session"]) == pd.to_datetime(rows["raw_session"])).all()
+    rows = rows[pd.to_datetime(rows["raw_session"]) <= pd.Timestamp(plan.historical_through)]
     return rows.assign(
-        r=rows[f"lbl_{HORIZON}"].astype("int64"),
+        r=rows["raw_r"].astype("int64"),
+        session=rows["raw_session"],
         mask=rows["buy_mask"].astype("int64"),
         band=rows["buy_mask"].astype("int64").map(lambda m: min(int(m).bit_count(), 4)),
     )
