@@ -98,8 +98,22 @@ app.worker_main(["worker", "--concurrency", sys.argv[1], "--pool", "prefork", "-
 TIMEOUT_S = 3600
 
 
-def celery_build(workers: int) -> tuple[float, float, int]:
-    """(wall, map wall, bar rows built) of one fan-out build on a worker with `workers` pool processes."""
+def group_cpu(pgid: int) -> float:
+    """CPU seconds (user + system) of the live processes in a process group: a worker and its pool, from /proc."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process exited meanwhile
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def celery_build(workers: int) -> tuple[float, float, float, float, int]:
+    """(wall, map wall, worker CPU, its map part, bar rows built) of one fan-out build on a worker with `workers`
+    pool processes (the pool is never recycled, so the group's CPU before and after covers the build's tasks)."""
     from evidence.memory.services import market_memory_build_start
     from evidence.models import MarketMemoryBuild
 
@@ -114,6 +128,7 @@ def celery_build(workers: int) -> tuple[float, float, int]:
             if worker.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the {workers}-process worker did not start")
             time.sleep(0.05)
+        cpu = group_cpu(worker.pid)
         began = time.perf_counter()
         build = market_memory_build_start()
         map_wall = None
@@ -121,12 +136,13 @@ def celery_build(workers: int) -> tuple[float, float, int]:
             time.sleep(0.05)
             build.refresh_from_db()
             if map_wall is None and build.partials_done == build.partials_total:
-                map_wall = time.perf_counter() - began
+                map_wall, map_cpu = time.perf_counter() - began, group_cpu(worker.pid) - cpu
             if build.status != "running":
                 break
             if time.perf_counter() - began > TIMEOUT_S or worker.poll() is not None:
                 raise SystemExit(f"the {workers}-process build did not finish (worker exit {worker.poll()})")
         wall = time.perf_counter() - began
+        cpu = group_cpu(worker.pid) - cpu
         if build.status != "done":
             raise SystemExit(f"the {workers}-process build failed: {build.error}")
         assert map_wall is not None and MarketMemoryBuild.objects.filter(pk=build.pk, artifact__isnull=False).exists()
@@ -134,7 +150,7 @@ def celery_build(workers: int) -> tuple[float, float, int]:
             len(bars_read(symbol=Symbol.objects.get(ticker=ticker), frequency="1m"))
             for ticker in build.params["tickers"]
         )
-        return wall, map_wall, rows
+        return wall, map_wall, cpu, map_cpu, rows
     finally:  # any exit, a timeout or Ctrl-C included: the worker's whole process group goes
         with contextlib.suppress(ProcessLookupError):
             os.killpg(worker.pid, signal.SIGTERM)
@@ -146,16 +162,18 @@ def celery_build(workers: int) -> tuple[float, float, int]:
 
 
 def celery_main(args: argparse.Namespace) -> None:
-    one, one_map, rows = celery_build(1)
-    two, two_map, _ = celery_build(2)
+    one, one_map, one_cpu, one_map_cpu, rows = celery_build(1)
+    two, two_map, two_cpu, _, _ = celery_build(2)
     partitions = args.symbols + 1
     print(
         f"build_memory --celery symbols={partitions} sessions={args.sessions} bar_rows={rows:,} "
         f"partitions={partitions} cpus={os.cpu_count()} | 1 worker: {one:.1f} s wall (map {one_map:.1f} s, "
         f"reduce {one - one_map:.1f} s) | 2 workers: {two:.1f} s wall (map {two_map:.1f} s, reduce "
         f"{two - two_map:.1f} s) | speedup 2 vs 1 = {one / two:.2f}x (map {one_map / two_map:.2f}x) | "
-        f"per-worker map rate {rows / one_map:,.0f} bar-rows/s ({one_map / partitions:.2f} s per partition of "
-        f"{rows / partitions:,.0f} rows)"
+        f"worker CPU {one_cpu:.1f} s (1) vs {two_cpu:.1f} s (2) = {rows / one_cpu:,.0f} bar-rows/CPU-s whole build | "
+        f"per-worker map rate {rows / one_map:,.0f} bar-rows/s wall, {rows / one_map_cpu:,.0f} bar-rows/CPU-s "
+        f"({one_map_cpu / partitions:.2f} CPU-s per partition of {rows / partitions:,.0f} rows), reduce "
+        f"{one_cpu - one_map_cpu:.1f} CPU-s"
     )
 
 

@@ -197,10 +197,10 @@ def _batch(members: list[DemoSymbol], seed: int, grid: _Grid) -> dict[str, tuple
     frames: dict[str, tuple[pl.DataFrame, pl.DataFrame]] = {}
     for j, member in enumerate(members):
         rows = keep[j]
-        minutes = pl.DataFrame({"ts": grid.minutes_us[rows], **{name: values[j][rows] for name, values in out.items()}})
+        bars = pl.DataFrame({"ts": grid.minutes_us[rows], **{name: values[j][rows] for name, values in out.items()}})
         days = pl.DataFrame({"ts": grid.sessions_us, **{name: values[j] for name, values in daily.items()}})
         frames[member.ticker] = (
-            minutes.with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC"))).cast(BAR_SCHEMA),  # type: ignore[arg-type]
+            bars.with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC"))).cast(BAR_SCHEMA),  # type: ignore[arg-type]
             days.with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC"))).cast(BAR_SCHEMA),  # type: ignore[arg-type]
         )
     return frames
