@@ -9,13 +9,23 @@ Both are timed warm (an untimed one-symbol pass first). Prints wall, CPU (all th
 rows for both, bar-rows per CPU-second, and the build's CPU cost as a multiple of the baseline's. The temporary
 directory is removed on any exit.
 
-    .venv/bin/python bench/build_memory.py [--symbols 20] [--sessions 180] [--profile OUT.txt]
+`--celery` instead times the production fan-out (`market_memory_build_start`: one Celery task per symbol
+partition on the `builds` queue, the last one queueing the reduce task) on a real worker with `--concurrency 1`,
+then with 2, from queueing until the build row is done; the map ends when the last partial is counted. The load
+and the worker's start-up are untimed. Workers (kombu's filesystem broker polled every 50 ms) run in their own
+process group, which is killed on any exit. Prints one line: both walls, map and reduce, the 2-vs-1 ratio and the
+per-worker map rate (bar rows per second of one worker process).
+
+    .venv/bin/python bench/build_memory.py [--symbols 20] [--sessions 180] [--profile OUT.txt] [--celery]
 """
 
 import argparse
 import atexit
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VAR = tempfile.mkdtemp(prefix="leroy-bench-build-")
 atexit.register(shutil.rmtree, VAR, ignore_errors=True)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks (the workers' kill) and atexit
 for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
     del os.environ[name]
 os.environ.update(
@@ -70,14 +81,114 @@ def baseline(limit: int | None = None) -> int:
     return rows
 
 
+# A Celery worker on the builds queue; it touches the file named by argv[2] once its pool is up.
+WORKER = """
+import sys
+from pathlib import Path
+import django
+django.setup()
+from celery.signals import worker_ready
+from django.conf import settings
+from leroy.celery import app
+app.conf.broker_transport_options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "polling_interval": 0.05}
+worker_ready.connect(lambda **_: Path(sys.argv[2]).touch(), weak=False)
+app.worker_main(["worker", "--concurrency", sys.argv[1], "--pool", "prefork", "-Q", "builds", "--loglevel", "WARNING",
+                 "--without-heartbeat", "--without-gossip", "--without-mingle"])
+"""
+TIMEOUT_S = 3600
+
+
+def group_cpu(pgid: int) -> float:
+    """CPU seconds (user + system) of the live processes in a process group: a worker and its pool, from /proc."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process exited meanwhile
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def celery_build(workers: int) -> tuple[float, float, float, float, int]:
+    """(wall, map wall, worker CPU, its map part, bar rows built) of one fan-out build on a worker with `workers`
+    pool processes (the pool is never recycled, so the group's CPU before and after covers the build's tasks)."""
+    from evidence.memory.services import market_memory_build_start
+    from evidence.models import MarketMemoryBuild
+
+    ready = Path(VAR) / f"worker-{workers}.ready"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(workers), str(ready)],
+        cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the {workers}-process worker did not start")
+            time.sleep(0.05)
+        cpu = group_cpu(worker.pid)
+        began = time.perf_counter()
+        build = market_memory_build_start()
+        map_wall = None
+        while True:
+            time.sleep(0.05)
+            build.refresh_from_db()
+            if map_wall is None and build.partials_done == build.partials_total:
+                map_wall, map_cpu = time.perf_counter() - began, group_cpu(worker.pid) - cpu
+            if build.status != "running":
+                break
+            if time.perf_counter() - began > TIMEOUT_S or worker.poll() is not None:
+                raise SystemExit(f"the {workers}-process build did not finish (worker exit {worker.poll()})")
+        wall = time.perf_counter() - began
+        cpu = group_cpu(worker.pid) - cpu
+        if build.status != "done":
+            raise SystemExit(f"the {workers}-process build failed: {build.error}")
+        assert map_wall is not None and MarketMemoryBuild.objects.filter(pk=build.pk, artifact__isnull=False).exists()
+        rows = sum(
+            len(bars_read(symbol=Symbol.objects.get(ticker=ticker), frequency="1m"))
+            for ticker in build.params["tickers"]
+        )
+        return wall, map_wall, cpu, map_cpu, rows
+    finally:  # any exit, a timeout or Ctrl-C included: the worker's whole process group goes
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+
+
+def celery_main(args: argparse.Namespace) -> None:
+    one, one_map, one_cpu, one_map_cpu, rows = celery_build(1)
+    two, two_map, two_cpu, _, _ = celery_build(2)
+    partitions = args.symbols + 1
+    print(
+        f"build_memory --celery symbols={partitions} sessions={args.sessions} bar_rows={rows:,} "
+        f"partitions={partitions} cpus={os.cpu_count()} | 1 worker: {one:.1f} s wall (map {one_map:.1f} s, "
+        f"reduce {one - one_map:.1f} s) | 2 workers: {two:.1f} s wall (map {two_map:.1f} s, reduce "
+        f"{two - two_map:.1f} s) | speedup 2 vs 1 = {one / two:.2f}x (map {one_map / two_map:.2f}x) | "
+        f"worker CPU {one_cpu:.1f} s (1) vs {two_cpu:.1f} s (2) = {rows / one_cpu:,.0f} bar-rows/CPU-s whole build | "
+        f"per-worker map rate {rows / one_map:,.0f} bar-rows/s wall, {rows / one_map_cpu:,.0f} bar-rows/CPU-s "
+        f"({one_map_cpu / partitions:.2f} CPU-s per partition of {rows / partitions:,.0f} rows), reduce "
+        f"{one_cpu - one_map_cpu:.1f} CPU-s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--symbols", type=int, default=demo.DEFAULT_SYMBOLS)
     parser.add_argument("--sessions", type=int, default=demo.DEFAULT_SESSIONS)
     parser.add_argument("--profile", help="write a pyinstrument profile of the build to this file")
+    parser.add_argument("--celery", action="store_true", help="time the Celery fan-out on 1 worker process, then 2")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     call_command("load_demo_data", symbols=args.symbols, sessions=args.sessions, stdout=open(os.devnull, "w"))  # noqa: SIM115
+    if args.celery:
+        celery_main(args)
+        return
     replay = clock.now()
     # One-off process costs both timings share (the exchange calendar's minute index, polars' first expression
     # builds: about 2 s CPU here) are paid by an untimed one-symbol pass, so the baseline, timed first, is not charged

@@ -83,8 +83,12 @@ def universe(symbols: int) -> list[DemoSymbol]:
 
 
 def demo_sessions(start: date, sessions: int) -> list[date]:
-    first = calendar.xnys().date_to_session(start.isoformat(), direction="next").date()
-    return [calendar.session_offset(first, i) for i in range(sessions)] if sessions else []
+    cal = calendar.xnys()
+    first = cal.sessions.get_loc(cal.date_to_session(start.isoformat(), direction="next"))
+    days = [label.date() for label in cal.sessions[first : first + sessions]]
+    if len(days) < sessions:
+        raise ValueError(f"the XNYS calendar ends before {sessions} sessions from {start}")
+    return days
 
 
 def _rng(seed: int, slot: int, session_index: int) -> np.random.Generator:
@@ -109,28 +113,6 @@ def _market(seed: int, lengths: list[int]) -> Iterator[np.ndarray]:
         yield drifts[regime] + vols[regime] * _u_shape(minutes) * shocks
 
 
-def _bars(
-    rng: np.random.Generator,
-    log_returns: np.ndarray,
-    previous_close: float,
-    gap_vol: float,
-    base_volume: float,
-    shapes: dict[int, np.ndarray],
-) -> tuple[dict[str, np.ndarray], float]:
-    minutes = len(log_returns)
-    gap = rng.normal(0.0, gap_vol) + (rng.normal(0.0, 4 * gap_vol) if rng.random() < 0.03 else 0.0)
-    path = previous_close * np.exp(gap + np.cumsum(log_returns))
-    close = np.round(path, 2)
-    open_ = np.round(np.concatenate([[previous_close * np.exp(gap)], path[:-1]]), 2)
-    wiggle = np.abs(rng.normal(0.0, np.abs(log_returns).mean() + 1e-5, size=(2, minutes))) * path
-    high = np.round(np.maximum(np.maximum(open_, close), np.maximum(open_, close) + wiggle[0]), 2)
-    low = np.round(np.minimum(np.minimum(open_, close), np.minimum(open_, close) - wiggle[1]), 2)
-    low = np.maximum(low, 0.01)
-    spikes = np.where(rng.random(minutes) < 0.004, rng.uniform(3.0, 8.0, minutes), 1.0)
-    volume = np.round(base_volume * shapes[minutes] * rng.lognormal(0.0, 0.5, minutes) * spikes)
-    return {"open": open_, "high": high, "low": low, "close": close, "volume": volume}, float(close[-1])
-
-
 def _profile(seed: int, member: DemoSymbol) -> tuple[float, float, float, float]:
     """(beta, idiosyncratic minute vol, first open price, base minute volume) of a demo symbol."""
     profile = np.random.default_rng(np.random.SeedSequence([seed, member.index]))
@@ -139,34 +121,119 @@ def _profile(seed: int, member: DemoSymbol) -> tuple[float, float, float, float]
     return beta, idio, float(profile.uniform(20.0, 400.0)), float(profile.uniform(2_000.0, 40_000.0))
 
 
-def generate(*, symbols: int, sessions: int, seed: int, start: date) -> dict[str, pl.DataFrame]:
-    """Minute bars per ticker. Equities occasionally miss a few minutes (no trade printed); the index never does."""
+# Bar rows generated per batch of symbols: bounds memory (about 0.4 KB per row with the draws) at any scale.
+BATCH_ROWS = 2_000_000
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The sessions of a demo universe: minute counts, the market factor, and timestamps as epoch microseconds."""
+
+    lengths: list[int]
+    market: list[np.ndarray]
+    minutes_us: np.ndarray  # every session's minutes, concatenated (the same for every symbol)
+    sessions_us: np.ndarray  # each session's date at 00:00 UTC (where daily bars are stamped)
+
+
+def _batch(members: list[DemoSymbol], seed: int, grid: _Grid) -> dict[str, tuple[pl.DataFrame, pl.DataFrame]]:
+    """Minute bars of a batch of symbols, all of them at once per session.
+
+    Each (symbol, session) stream draws exactly what it always drew, in the same order; only the arithmetic is
+    done for the whole batch as (symbols x minutes) arrays, elementwise and along rows in the same order, so every
+    value is bit-identical to computing one symbol-session at a time (tests/evidence/test_demo_pipeline.py holds
+    the one-at-a-time reference). Returns (minute bars, daily bars) per ticker; the daily bars are
+    `daily_from_minutes` of the minute bars, aggregated here from the arrays (max, min and integer sums are exact
+    in any order; a session's first and last minute are never dropped)."""
+    lengths, market = grid.lengths, grid.market
+    n, total = len(members), sum(lengths)
+    profiles = np.array([_profile(seed, member) for member in members])
+    beta, idio, base_volume = profiles[:, 0:1], profiles[:, 1:2], profiles[:, 3:4]
+    price = profiles[:, 2].copy()
+    gap_vols = [0.004 + float(i) * 4 for i in profiles[:, 1]]
+    dropping = [member.asset_class != "index" for member in members]
+    out = {name: np.empty((n, total)) for name in ("open", "high", "low", "close", "volume")}
+    keep = np.ones((n, total), dtype=bool)
+    daily = {name: np.empty((n, len(lengths))) for name in ("open", "high", "low", "close", "volume")}
+    offset = 0
+    for index, minutes in enumerate(lengths):
+        shape = _u_shape(minutes)
+        t, z = np.empty((n, minutes)), np.empty((n, 2, minutes))
+        u, spike, lognormal = np.empty((n, minutes)), np.empty((n, minutes)), np.empty((n, minutes))
+        gap = np.empty((n, 1))
+        for j, member in enumerate(members):
+            rng = _rng(seed, member.index, index)
+            t[j] = rng.standard_t(4, size=minutes)
+            gap_vol = gap_vols[j]
+            gap[j] = rng.normal(0.0, gap_vol) + (rng.normal(0.0, 4 * gap_vol) if rng.random() < 0.03 else 0.0)
+            rng.standard_normal(out=z[j])  # the wiggle's normal(0, scale): scaled below, once scale is known
+            rng.random(out=u[j])
+            spike[j] = rng.uniform(3.0, 8.0, minutes)
+            lognormal[j] = rng.lognormal(0.0, 0.5, minutes)
+            if dropping[j] and rng.random() < 0.15:
+                dropped = rng.choice(np.arange(1, minutes - 1), size=int(rng.integers(1, 4)), replace=False)
+                keep[j, offset + dropped] = False
+        log_returns = beta * market[index] + idio * shape * t / np.sqrt(2.0)
+        path = price[:, None] * np.exp(gap + np.cumsum(log_returns, axis=1))
+        close = np.round(path, 2)
+        first = price[:, None] * np.exp(gap)
+        open_ = np.round(np.concatenate([first, path[:, :-1]], axis=1), 2)
+        scale = np.abs(log_returns).mean(axis=1) + 1e-5
+        wiggle = np.abs(scale[:, None, None] * z) * path[:, None, :]
+        top, bottom = np.maximum(open_, close), np.minimum(open_, close)
+        high = np.round(np.maximum(top, top + wiggle[:, 0]), 2)
+        low = np.maximum(np.round(np.minimum(bottom, bottom - wiggle[:, 1]), 2), 0.01)
+        spikes = np.where(u < 0.004, spike, 1.0)
+        volume = np.round(base_volume * shape * lognormal * spikes)
+        window = slice(offset, offset + minutes)
+        for name, values in (("open", open_), ("high", high), ("low", low), ("close", close), ("volume", volume)):
+            out[name][:, window] = values
+        kept = keep[:, window]
+        daily["open"][:, index], daily["close"][:, index] = open_[:, 0], close[:, -1]
+        daily["high"][:, index] = np.where(kept, high, -np.inf).max(axis=1)
+        daily["low"][:, index] = np.where(kept, low, np.inf).min(axis=1)
+        daily["volume"][:, index] = np.where(kept, volume, 0.0).sum(axis=1)
+        price = close[:, -1]
+        offset += minutes
+    frames: dict[str, tuple[pl.DataFrame, pl.DataFrame]] = {}
+    for j, member in enumerate(members):
+        rows = keep[j]
+        bars = pl.DataFrame({"ts": grid.minutes_us[rows], **{name: values[j][rows] for name, values in out.items()}})
+        days = pl.DataFrame({"ts": grid.sessions_us, **{name: values[j] for name, values in daily.items()}})
+        frames[member.ticker] = (
+            bars.with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC"))).cast(BAR_SCHEMA),  # type: ignore[arg-type]
+            days.with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC"))).cast(BAR_SCHEMA),  # type: ignore[arg-type]
+        )
+    return frames
+
+
+def generate_batches(
+    *, symbols: int, sessions: int, seed: int, start: date
+) -> Iterator[dict[str, tuple[pl.DataFrame, pl.DataFrame]]]:
+    """(minute bars, daily bars) per ticker, a batch of symbols at a time (in universe order). Equities occasionally
+    miss a few minutes (no trade printed); the index never does."""
     days = demo_sessions(start, sessions)
     sched = calendar.schedule(days[0], days[-1])
     opens_us = sched.get_column("session_open").dt.epoch("us").to_numpy()
     lengths = ((sched.get_column("session_close") - sched.get_column("session_open")).dt.total_minutes()).to_list()
-    market = list(_market(seed, lengths))
-    shapes = {minutes: _u_shape(minutes) for minutes in set(lengths)}
-    # Every session's minute timestamps once, as epoch microseconds (the same for every symbol).
-    minute_ts = [opens_us[i] + np.arange(minutes, dtype=np.int64) * 60_000_000 for i, minutes in enumerate(lengths)]
+    grid = _Grid(
+        lengths=lengths,
+        market=list(_market(seed, lengths)),
+        minutes_us=np.concatenate(
+            [opens_us[i] + np.arange(minutes, dtype=np.int64) * 60_000_000 for i, minutes in enumerate(lengths)]
+        ),
+        sessions_us=sched.get_column("session").cast(pl.Datetime("us")).dt.epoch("us").to_numpy(),
+    )
+    members = universe(symbols)
+    size = max(1, BATCH_ROWS // max(1, len(grid.minutes_us)))
+    for first in range(0, len(members), size):
+        yield _batch(members[first : first + size], seed, grid)
+
+
+def generate(*, symbols: int, sessions: int, seed: int, start: date) -> dict[str, pl.DataFrame]:
+    """Minute bars per ticker, the whole universe in memory (see generate_batches)."""
     out: dict[str, pl.DataFrame] = {}
-    for member in universe(symbols):
-        beta, idio, price, base_volume = _profile(seed, member)
-        chunks: dict[str, list[np.ndarray]] = {name: [] for name in ("ts", "open", "high", "low", "close", "volume")}
-        for index, minutes in enumerate(lengths):
-            rng = _rng(seed, member.index, index)
-            noise = idio * shapes[minutes] * rng.standard_t(4, size=minutes) / np.sqrt(2.0)
-            columns, price = _bars(rng, beta * market[index] + noise, price, 0.004 + idio * 4, base_volume, shapes)
-            columns["ts"] = minute_ts[index]
-            if member.asset_class != "index" and rng.random() < 0.15:
-                dropped = rng.choice(np.arange(1, minutes - 1), size=int(rng.integers(1, 4)), replace=False)
-                keep = np.ones(minutes, dtype=bool)
-                keep[dropped] = False
-                columns = {name: values[keep] for name, values in columns.items()}
-            for name, values in columns.items():
-                chunks[name].append(values)
-        frame = pl.DataFrame({name: np.concatenate(parts) for name, parts in chunks.items()})
-        out[member.ticker] = frame.with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC"))).cast(BAR_SCHEMA)  # type: ignore[arg-type]
+    for batch in generate_batches(symbols=symbols, sessions=sessions, seed=seed, start=start):
+        out.update({ticker: minutes for ticker, (minutes, _) in batch.items()})
     return out
 
 

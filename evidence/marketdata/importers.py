@@ -1,10 +1,14 @@
 """Writes of market data: bar imports (validated, then written atomically) and the synthetic demo universe."""
 
 import hashlib
+import itertools
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import polars as pl
 from django.db import transaction
 
@@ -336,6 +340,101 @@ def bars_import(
     )
 
 
+def _generated_checked(bars: pl.DataFrame) -> None:
+    """bars_import's order and price checks over generated bars, as one vectorised pass (the detailed checks only
+    run to name the rows when that pass finds any). The generator builds BAR_SCHEMA frames from numpy arrays (no
+    nulls), and alignment needs no check: every timestamp is a minute or session of the XNYS schedule it read."""
+    if bars.schema != pl.Schema(BAR_SCHEMA) or bars.is_empty():
+        raise _reject("generated bars do not have the bar schema", schema=str(bars.schema))
+    ts = pl.col("ts")
+    prices = [(pl.col(c).is_finite() & (pl.col(c) > 0)) for c in ("open", "high", "low", "close")]
+    sound = bars.select(
+        (ts.diff().fill_null(pl.duration(microseconds=1)) > pl.duration(microseconds=0)).all().alias("order"),
+        pl.all_horizontal(prices).all().alias("prices"),
+        (pl.col("high") >= pl.max_horizontal("open", "close")).all().alias("high"),
+        (pl.col("low") <= pl.min_horizontal("open", "close")).all().alias("low"),
+        (pl.col("volume").is_finite() & (pl.col("volume") >= 0)).all().alias("volume"),
+    ).row(0)
+    if not all(sound):
+        _check_order(bars)
+        _check_prices(bars)
+
+
+def _year_slices(bars: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
+    """Sorted bars cut into calendar years (UTC) as zero-copy slices."""
+    ts = bars.get_column("ts")
+    first, last = ts[0].year, ts[-1].year
+    new_years = [int(datetime(y, 1, 1, tzinfo=UTC).timestamp()) * 1_000_000 for y in range(first + 1, last + 1)]
+    edges = [0, *np.searchsorted(ts.dt.epoch("us").to_numpy(), new_years).tolist(), len(bars)]
+    return [(first + i, bars.slice(lo, hi - lo)) for i, (lo, hi) in enumerate(itertools.pairwise(edges)) if hi > lo]
+
+
+def _synthetic_store(
+    members: list[demo.DemoSymbol], frames: dict[str, dict[str, pl.DataFrame]], symbols: dict[str, Symbol]
+) -> None:
+    """Store generated bars: the same partition files bars_import writes for these frames (same bytes, paths and
+    rows; tests/evidence/test_demo_pipeline.py compares the two), without its per-symbol queries and transactions.
+    `symbols` holds the Symbol rows already stored; the ones created here are added to it."""
+    written: list[str] = []
+    partitions: list[dict[str, Any]] = []
+    try:
+        for frequency, by_ticker in frames.items():
+            for ticker, frame in by_ticker.items():
+                _generated_checked(frame)
+                for year, chunk in _year_slices(frame):
+                    data = store.parquet_bytes(chunk)
+                    sha = hashlib.sha256(data).hexdigest()
+                    relative = _partition_path(ticker, frequency, int(year), sha)
+                    store.write_bytes(relative, data)
+                    written.append(relative)
+                    partitions.append(
+                        {
+                            "ticker": ticker,
+                            "frequency": frequency,
+                            "year": int(year),
+                            "path": relative,
+                            "sha256": sha,
+                            "first_ts": chunk.get_column("ts").min(),
+                            "last_ts": chunk.get_column("ts").max(),
+                            "row_count": len(chunk),
+                        }
+                    )
+        stored = sorted(frames, key=FREQUENCIES.index)
+        with transaction.atomic():
+            new = [
+                Symbol(ticker=m.ticker, name=m.name, asset_class=m.asset_class, exchange="SYNTH", frequencies=stored)
+                for m in members
+                if m.ticker not in symbols
+            ]
+            for symbol in Symbol.objects.bulk_create(new):
+                symbols[symbol.ticker] = symbol
+            old = [symbols[m.ticker] for m in members if m.ticker not in {s.ticker for s in new}]
+            for member, symbol in ((m, symbols[m.ticker]) for m in members):
+                symbol.name, symbol.exchange, symbol.frequencies = member.name, "SYNTH", stored
+            Symbol.objects.bulk_update(old, ["name", "exchange", "frequencies"])
+            created_at = now()
+            BarPartition.objects.bulk_create(
+                [
+                    BarPartition(symbol=symbols[p.pop("ticker")], source="synthetic", created_at=created_at, **p)
+                    for p in partitions
+                ]
+            )
+    except BaseException:
+        keep = set(BarPartition.objects.filter(path__in=written).values_list("path", flat=True))
+        store.remove([relative for relative in written if relative not in keep])
+        raise
+
+
+def _prefetched[T](items: Iterator[T]) -> Iterator[T]:
+    """Produce the next item on a thread while the caller consumes this one: numpy's draws and polars' Parquet
+    writes release the GIL, so generating batch k + 1 overlaps writing batch k."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(next, items, None)
+        while (item := pending.result()) is not None:
+            pending = pool.submit(next, items, None)
+            yield item
+
+
 @dataclass(frozen=True)
 class DemoReport:
     tickers: list[str]
@@ -376,7 +475,11 @@ def demo_data_load(
     )
     if vendor:
         raise ImportRejected("demo tickers already hold vendor bars; refusing to replace them", {"tickers": vendor})
-    frames = demo.generate(symbols=symbols, sessions=sessions, seed=seed, start=start)
+    symbols_by_ticker = {symbol.ticker: symbol for symbol in Symbol.objects.filter(ticker__in=tickers)}
+    expected = {member.ticker: member.asset_class for member in members}
+    clash = {t: s.asset_class for t, s in symbols_by_ticker.items() if s.asset_class != expected[t]}
+    if clash:
+        raise ImportRejected("demo tickers are stored with another asset class", {"stored_asset_class": clash})
     history = (
         demo.daily_history(symbols=symbols, seed=seed, first=daily_history_from, start=start)
         if daily_history_from is not None
@@ -388,15 +491,17 @@ def demo_data_load(
         BarPartition.objects.filter(source="synthetic").delete()
         # Symbol rows stay (other apps may refer to them); only their bars are replaced.
         Symbol.objects.filter(ticker__in=tickers).update(frequencies=[])
-        transaction.on_commit(lambda: store.remove(stale))
-    for member in members:
-        minutes = frames[member.ticker]
-        common = {"name": member.name, "asset_class": member.asset_class, "exchange": "SYNTH", "source": "synthetic"}
-        bars_import(ticker=member.ticker, frequency="1m", frame=minutes, **common)
-        daily = demo.daily_from_minutes(minutes)
-        if member.ticker in history:
-            daily = pl.concat([history[member.ticker], daily])
-        bars_import(ticker=member.ticker, frequency="1d", frame=daily, **common)
+    by_ticker = {member.ticker: member for member in members}
+    minute_rows = 0
+    for batch in _prefetched(demo.generate_batches(symbols=symbols, sessions=sessions, seed=seed, start=start)):
+        minutes = {ticker: pair[0] for ticker, pair in batch.items()}
+        daily = {ticker: pl.concat([history[ticker], pair[1]]) if ticker in history else pair[1]
+                 for ticker, pair in batch.items()}  # fmt: skip
+        minute_rows += sum(len(frame) for frame in minutes.values())
+        _synthetic_store([by_ticker[t] for t in batch], {"1m": minutes, "1d": daily}, symbols_by_ticker)
+    # The old files go once the new rows name theirs; content-addressed, an identical reload rewrote the same names.
+    named = set(BarPartition.objects.filter(path__in=stale).values_list("path", flat=True))
+    store.remove([path for path in stale if path not in named])
     days = demo.demo_sessions(start, sessions)
     last = calendar.schedule(days[-1], days[-1]).row(0, named=True)
     historical_through = days[-overlay_sessions - 1]
@@ -414,6 +519,6 @@ def demo_data_load(
         first_session=days[0],
         last_session=days[-1],
         historical_through=historical_through,
-        minute_rows=sum(len(frame) for frame in frames.values()),
+        minute_rows=minute_rows,
         replay_minute=last["session_open"] + timedelta(minutes=60),
     )
