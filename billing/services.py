@@ -2,6 +2,7 @@
 decisions serialise per account only; the database constraints are the backstop, not the mechanism.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
@@ -264,8 +265,12 @@ def lookup_charge(
     request_fingerprint: str,
     client_request_id: str | None,
     cache_hit: bool = False,
+    respond: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> LookupCharge:
     """Charge `units` lookups (0 for a cache hit) for one request, or replay a retried `client_request_id`.
+
+    `respond(usage)`, when given, builds the answer from the charge's usage once the charge is decided; it is
+    stored with the event in the same write (what a retry replays), so a failure in it also leaves no charge.
 
     Runs in the caller's transaction: the charge commits or rolls back with the tool's own work, and a refusal
     leaves nothing behind (it is decided before anything is written; a keyed request's idempotency row is undone
@@ -288,7 +293,7 @@ def lookup_charge(
     )
     if client_request_id is None:
         # Without an idempotency key there is no row to gate on: lock, decide, then write (one INSERT per row).
-        return _lookup_decide(event, user, units, at)
+        return _lookup_decide(event, user, units, at, respond)
     with transaction.atomic():  # a refusal below also removes the UsageEvent
         try:
             with transaction.atomic():
@@ -297,10 +302,16 @@ def lookup_charge(
                 event.save(force_insert=True)
         except IntegrityError:
             return _replay(user=user, client_request_id=client_request_id, request_fingerprint=request_fingerprint)
-        return _lookup_decide(event, user, units, at)
+        return _lookup_decide(event, user, units, at, respond)
 
 
-def _lookup_decide(event: UsageEvent, user: User, units: int, at: datetime) -> LookupCharge:
+def _lookup_decide(
+    event: UsageEvent,
+    user: User,
+    units: int,
+    at: datetime,
+    respond: Callable[[dict[str, Any]], dict[str, Any]] | None,
+) -> LookupCharge:
     """Lock the period, split the charge into included and overage, post it and record the event's usage.
 
     The balances read under the lock are the ones the decision moves, so the usage is computed from them, not
@@ -312,11 +323,12 @@ def _lookup_decide(event: UsageEvent, user: User, units: int, at: datetime) -> L
     usage = selectors.lookup_usage_of_accounts(period, accounts)
     usage.update(lookup_cost=event.units_charged, cache="hit" if event.cache_hit else "miss")
     event.usage = usage
+    event.response = respond(dict(usage)) if respond is not None else None
     if event.pk is None:
         event.save(force_insert=True)
     else:
         UsageEvent.objects.filter(pk=event.pk).update(
-            included_qty=event.included_qty, overage_qty=event.overage_qty, usage=usage
+            included_qty=event.included_qty, overage_qty=event.overage_qty, usage=usage, response=event.response
         )
     if not event.cache_hit:
         _charge_post(event, accounts, at)
@@ -325,7 +337,7 @@ def _lookup_decide(event: UsageEvent, user: User, units: int, at: datetime) -> L
         units_charged=event.units_charged,
         cache_hit=event.cache_hit,
         replayed=False,
-        stored_response=None,
+        stored_response=event.response,
         usage=usage,
     )
 
