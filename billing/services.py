@@ -316,6 +316,9 @@ def _lookup_decide(
 
     The balances read under the lock are the ones the decision moves, so the usage is computed from them, not
     read again."""
+    # Two statements on purpose: a join locking only the period row (FOR UPDATE OF) re-reads just that row after
+    # waiting for the lock, so the joined balances would be the ones from before the wait (the 208-call race
+    # test overcharges the allowance with it).
     period = _lock_period(user, at)
     accounts = _accounts(period, Unit.LOOKUP)
     if not event.cache_hit:
