@@ -322,7 +322,7 @@ def _lookup_decide(
     period = _lock_period(user, at)
     accounts = _accounts(period, Unit.LOOKUP)
     if not event.cache_hit:
-        _charge(event, period, accounts, units, at)
+        _charge(event, period, accounts, units)
     usage = selectors.lookup_usage_of_accounts(period, accounts)
     usage.update(lookup_cost=event.units_charged, cache="hit" if event.cache_hit else "miss")
     event.usage = usage
@@ -350,7 +350,7 @@ def _meter_customer(user_id: int) -> StripeCustomer | None:
     return StripeCustomer.objects.filter(user_id=user_id).exclude(subscription_id="").first()
 
 
-def _charge(event: UsageEvent, period: Period, accounts: dict[str, LedgerAccount], units: int, at: datetime) -> None:
+def _charge(event: UsageEvent, period: Period, accounts: dict[str, LedgerAccount], units: int) -> None:
     """Decide the split (nothing is written yet, so a refusal leaves nothing behind)."""
     included = min(units, max(accounts[Kind.ALLOWANCE].available, 0))
     overage = units - included
