@@ -53,6 +53,13 @@ def metered_answer[T: BaseModel](
         result = output.model_validate({**answer.fields, "usage": usage})
         return finish(result) if finish is not None else result
 
+    completed: list[tuple[T, dict[str, Any]]] = []
+
+    def respond(usage: dict[str, Any]) -> dict[str, Any]:
+        result = complete(usage)
+        completed.append((result, result.model_dump(mode="json")))  # the one dump: stored, replayed and cached
+        return completed[0][1]
+
     with transaction.atomic():
         if answer.lookups == 0:
             return complete({**selectors.lookup_usage(user=user), "lookup_cost": 0, "cache": "miss"})
@@ -63,12 +70,13 @@ def metered_answer[T: BaseModel](
             request_fingerprint=fingerprint,
             client_request_id=getattr(args, "client_request_id", None),
             cache_hit=cached is not None,
+            respond=respond,
         )
         if charge.replayed and charge.stored_response is not None:
             return output.model_validate(charge.stored_response)
-        result = complete(charge.usage)
-        stored = result.model_dump(mode="json")
-        services.lookup_store_response(charge=charge, response=stored)
+        if not completed:  # a retry of a request whose answer was never stored: answer it, store nothing
+            respond(charge.usage)
+        result, stored = completed[0]
     if cache_key is not None and cached is None:
         fields = {name: value for name, value in stored.items() if name != "usage"}
         cache.set(cache_key, {"fields": fields, "lookups": answer.lookups}, ANSWER_CACHE_SECONDS)

@@ -86,7 +86,11 @@ def net_credits(account: LedgerAccount) -> int:
 
 
 def lookup_usage_of_period(period: Period) -> dict[str, Any]:
-    accounts = _balances(period.user_id, period.period_start, Unit.LOOKUP)
+    return lookup_usage_of_accounts(period, _balances(period.user_id, period.period_start, Unit.LOOKUP))
+
+
+def lookup_usage_of_accounts(period: Period, accounts: dict[str, LedgerAccount]) -> dict[str, Any]:
+    """The usage figures from the period's lookup accounts already in hand (e.g. read under the period lock)."""
     return _lookup_figures(
         included=net_debits(accounts[Kind.ISSUANCE]),
         remaining=accounts[Kind.ALLOWANCE].available,

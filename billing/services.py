@@ -2,13 +2,14 @@
 decisions serialise per account only; the database constraints are the backstop, not the mechanism.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import BigIntegerField, Case, F, When
 
 from accounts.models import User
 from billing import selectors, tasks
@@ -264,54 +265,82 @@ def lookup_charge(
     request_fingerprint: str,
     client_request_id: str | None,
     cache_hit: bool = False,
+    respond: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> LookupCharge:
     """Charge `units` lookups (0 for a cache hit) for one request, or replay a retried `client_request_id`.
 
-    Runs in a savepoint of the caller's transaction: a refusal leaves nothing behind, and the charge commits or
-    rolls back with the tool's own work.
+    `respond(usage)`, when given, builds the answer from the charge's usage once the charge is decided; it is
+    stored with the event in the same write (what a retry replays), so a failure in it also leaves no charge.
+
+    Runs in the caller's transaction: the charge commits or rolls back with the tool's own work, and a refusal
+    leaves nothing behind (it is decided before anything is written; a keyed request's idempotency row is undone
+    by its savepoint).
     """
     _require_atomic()
     _validate_lookup(
         tool=tool, units=units, request_fingerprint=request_fingerprint, client_request_id=client_request_id
     )
     at = now()
-    start = period_start_of(at)
+    event = UsageEvent(
+        user=user,
+        client_request_id=client_request_id,
+        request_fingerprint=request_fingerprint,
+        tool=tool,
+        units=units,
+        cache_hit=cache_hit,
+        period_start=period_start_of(at),
+        occurred_at=at,
+    )
+    if client_request_id is None:
+        # Without an idempotency key there is no row to gate on: lock, decide, then write (one INSERT per row).
+        return _lookup_decide(event, user, units, at, respond)
     with transaction.atomic():  # a refusal below also removes the UsageEvent
         try:
             with transaction.atomic():
                 # The insert is the idempotency gate: a concurrent retry waits here on the unique index, then
                 # replays what the first request committed.
-                event = UsageEvent.objects.create(
-                    user=user,
-                    client_request_id=client_request_id,
-                    request_fingerprint=request_fingerprint,
-                    tool=tool,
-                    units=units,
-                    cache_hit=cache_hit,
-                    period_start=start,
-                    occurred_at=at,
-                )
+                event.save(force_insert=True)
         except IntegrityError:
-            if client_request_id is None:
-                raise
             return _replay(user=user, client_request_id=client_request_id, request_fingerprint=request_fingerprint)
-        # Everything that does not need the period lock is read before it: the lock is taken last and held only
-        # for the few statements of the decision, so an account's concurrent calls queue briefly on it.
-        customer = None if cache_hit else _meter_customer(user.pk)
-        period = _lock_period(user, at)
-        if not cache_hit:
-            _charge(event, period, units, at, customer)
-        usage = selectors.lookup_usage_of_period(period)
-        usage.update(lookup_cost=event.units_charged, cache="hit" if cache_hit else "miss")
+        return _lookup_decide(event, user, units, at, respond)
+
+
+def _lookup_decide(
+    event: UsageEvent,
+    user: User,
+    units: int,
+    at: datetime,
+    respond: Callable[[dict[str, Any]], dict[str, Any]] | None,
+) -> LookupCharge:
+    """Lock the period, split the charge into included and overage, post it and record the event's usage.
+
+    The balances read under the lock are the ones the decision moves, so the usage is computed from them, not
+    read again."""
+    # Two statements on purpose: a join locking only the period row (FOR UPDATE OF) re-reads just that row after
+    # waiting for the lock, so the joined balances would be the ones from before the wait (the 208-call race
+    # test overcharges the allowance with it).
+    period = _lock_period(user, at)
+    accounts = _accounts(period, Unit.LOOKUP)
+    if not event.cache_hit:
+        _charge(event, period, accounts, units)
+    usage = selectors.lookup_usage_of_accounts(period, accounts)
+    usage.update(lookup_cost=event.units_charged, cache="hit" if event.cache_hit else "miss")
+    event.usage = usage
+    event.response = respond(dict(usage)) if respond is not None else None
+    if event.pk is None:
+        event.save(force_insert=True)
+    else:
         UsageEvent.objects.filter(pk=event.pk).update(
-            included_qty=event.included_qty, overage_qty=event.overage_qty, usage=usage
+            included_qty=event.included_qty, overage_qty=event.overage_qty, usage=usage, response=event.response
         )
+    if not event.cache_hit:
+        _charge_post(event, accounts, at)
     return LookupCharge(
         usage_event_id=event.pk,
         units_charged=event.units_charged,
-        cache_hit=cache_hit,
+        cache_hit=event.cache_hit,
         replayed=False,
-        stored_response=None,
+        stored_response=event.response,
         usage=usage,
     )
 
@@ -321,42 +350,61 @@ def _meter_customer(user_id: int) -> StripeCustomer | None:
     return StripeCustomer.objects.filter(user_id=user_id).exclude(subscription_id="").first()
 
 
-def _charge(event: UsageEvent, period: Period, units: int, at: datetime, customer: StripeCustomer | None) -> None:
-    accounts = _accounts(period, Unit.LOOKUP)
-    allowance = accounts[Kind.ALLOWANCE]
-    included = min(units, max(allowance.available, 0))
+def _charge(event: UsageEvent, period: Period, accounts: dict[str, LedgerAccount], units: int) -> None:
+    """Decide the split (nothing is written yet, so a refusal leaves nothing behind)."""
+    included = min(units, max(accounts[Kind.ALLOWANCE].available, 0))
     overage = units - included
     if overage and not period.overage_allowed:
-        # Raising rolls back this savepoint and the UsageEvent insert: nothing is charged or remembered.
         raise BillingError(
             "quota_exhausted",
             f"The {period.plan.name} plan's included lookups for {period.period_start:%Y-%m} are used up. "
             "Upgrade to a paid plan or wait for the period to reset.",
             selectors.quota_exhausted_details(period),
         )
-    if included:
-        _post(
-            debit=allowance,
-            credit=accounts[Kind.CONSUMED],
-            amount=included,
-            code=Code.CHARGE,
-            key=f"ue:{event.pk}:charge",
-            at=at,
-            usage_event=event,
-        )
-    if overage:
-        transfer = _post(
-            debit=accounts[Kind.OVERAGE],
-            credit=accounts[Kind.CONSUMED],
-            amount=overage,
-            code=Code.OVERAGE,
-            key=f"ue:{event.pk}:overage",
-            at=at,
-            usage_event=event,
-        )
-        if customer is not None:
-            _meter_report_enqueue(transfer, customer)
     event.included_qty, event.overage_qty = included, overage
+    # The in-hand balances move as the posting below will move them, so the usage is read from them.
+    accounts[Kind.ALLOWANCE].debits_posted += included
+    accounts[Kind.OVERAGE].debits_posted += overage
+    accounts[Kind.CONSUMED].credits_posted += units
+
+
+def _charge_post(event: UsageEvent, accounts: dict[str, LedgerAccount], at: datetime) -> None:
+    """Post the decided split: its legs in one INSERT, the three accounts' cached balances in one UPDATE."""
+    consumed = accounts[Kind.CONSUMED]
+    legs = []
+    if event.included_qty:
+        legs.append((accounts[Kind.ALLOWANCE], event.included_qty, Code.CHARGE, f"ue:{event.pk}:charge"))
+    if event.overage_qty:
+        legs.append((accounts[Kind.OVERAGE], event.overage_qty, Code.OVERAGE, f"ue:{event.pk}:overage"))
+    transfers = Transfer.objects.bulk_create(
+        Transfer(
+            debit_account=debit,
+            credit_account=consumed,
+            amount=amount,
+            unit=debit.unit,
+            code=code,
+            period_start=debit.period_start,
+            idempotency_key=key,
+            occurred_at=at,
+            usage_event=event,
+        )
+        for debit, amount, code, key in legs
+    )
+    balance = BigIntegerField()
+    debits = [When(pk=debit.pk, then=F("debits_posted") + amount) for debit, amount, _, _ in legs]
+    LedgerAccount.objects.filter(pk__in=[consumed.pk, *(debit.pk for debit, *_ in legs)]).update(
+        debits_posted=Case(*debits, default=F("debits_posted"), output_field=balance),
+        credits_posted=Case(
+            When(pk=consumed.pk, then=F("credits_posted") + event.units_charged),
+            default=F("credits_posted"),
+            output_field=balance,
+        ),
+    )
+    overage = next((t for t in transfers if t.code == Code.OVERAGE), None)
+    if overage is not None:
+        customer = _meter_customer(event.user_id)  # read only when there is an overage to report
+        if customer is not None:
+            _meter_report_enqueue(overage, customer)
 
 
 def _meter_report_enqueue(transfer: Transfer, customer: StripeCustomer) -> None:

@@ -267,8 +267,9 @@ class CurrentFrame:
 def current_frame(*, ticker: str, at: datetime, reader: MemoryReader) -> CurrentFrame:
     """The frame requests may use, or why there is none: unknown symbol, closed market, no frame yet in this
     session, or not warmed up. A stale frame is kept and flagged."""
-    symbol = Symbol.objects.filter(ticker=ticker).first()
-    frame = Frame.objects.filter(symbol=symbol).first() if symbol else None
+    # One query: the symbol and its frame (the reverse one-to-one, joined).
+    symbol = Symbol.objects.select_related("frame").filter(ticker=ticker).first()
+    frame: Frame | None = getattr(symbol, "frame", None) if symbol else None
     window = open_session(at)
     if symbol is None or (frame is None and ticker not in reader.manifest["plan"]["tickers"]):
         return CurrentFrame(ticker, None, "unavailable", f"{ticker} is not in Leroy's current verified read model.")

@@ -48,12 +48,15 @@ def memory_reader(*, refresh: bool = False) -> MemoryReader:
     state = _reader_state
     if refresh or time.monotonic() - state["checked"] >= settings.LEROY_MM_RELOAD_SECONDS:
         with _reader_lock:
-            active = MarketMemoryArtifact.objects.filter(is_active=True).values("sha256", "path").first()
+            active = (
+                MarketMemoryArtifact.objects.filter(is_active=True).values("sha256", "path", "activated_at").first()
+            )
             current = state["reader"]
             if active is None:
                 state["reader"] = None
             elif current is None or current.sha256 != active["sha256"]:
                 state["reader"] = MemoryReader(artifact_dir(active["path"], active["sha256"]), active["sha256"])
+            state["activated"] = (active["sha256"], active["activated_at"]) if active is not None else None
             state["checked"] = time.monotonic()
     reader = state["reader"]
     if reader is None:
@@ -70,6 +73,15 @@ def memory_reader(*, refresh: bool = False) -> MemoryReader:
             )
         raise MemoryUnavailable("no Market Memory artifact is active", reason="no artifact is active")
     return reader
+
+
+def memory_published_at(reader: MemoryReader) -> datetime | None:
+    """When `reader`'s artifact was activated: what the last activation check read, else the database."""
+    activated = _reader_state.get("activated")
+    if activated is not None and activated[0] == reader.sha256:
+        return activated[1]
+    published = MarketMemoryArtifact.objects.filter(sha256=reader.sha256).values_list("activated_at", flat=True)
+    return published.first()
 
 
 def memory_lookup(

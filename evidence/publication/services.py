@@ -5,6 +5,7 @@ import base64
 import hashlib
 import json
 import logging
+import math
 import uuid
 from collections.abc import Mapping
 from datetime import date
@@ -41,8 +42,55 @@ class LogError(DomainError):
 
 
 def canonical(value: Any) -> bytes:
-    """RFC 8785 (JCS) bytes: the one serialisation every hash in the log is taken over."""
-    return rfc8785.dumps(value)
+    """RFC 8785 (JCS) bytes: the one serialisation every hash in the log is taken over.
+
+    Byte-identical to `rfc8785.dumps`, which serialises in pure Python (about 10 ms for one evaluation answer).
+    For the values JCS and the C JSON encoder write alike (ASCII keys, which sort the same by code point as by
+    UTF-16 unit; ints in the safe range; floats whose repr has no exponent, integral ones written as ints; escapes
+    are the same table) the C encoder writes them; anything else goes to rfc8785 whole, which also raises its
+    errors."""
+    try:
+        return json.dumps(
+            _jcs_ready(value), ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+        ).encode()
+    except (_NotPlain, UnicodeEncodeError, TypeError, ValueError, RecursionError):
+        return rfc8785.dumps(value)
+
+
+class _NotPlain(Exception):
+    """A value the C encoder would not write exactly as JCS does."""
+
+
+_SAFE_INT = 2**53 - 1
+
+
+def _jcs_ready(value: Any) -> Any:
+    if isinstance(value, str) or value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if -_SAFE_INT <= value <= _SAFE_INT:
+            return value
+        raise _NotPlain
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _NotPlain
+        if value.is_integer():
+            if -_SAFE_INT <= value <= _SAFE_INT:
+                return int(value)  # JCS writes 2.0 as 2; below 2^53 the int is the shortest digits exactly
+            raise _NotPlain
+        if "e" in repr(value):
+            raise _NotPlain
+        return value  # shortest round-trip digits without exponent: JCS's form too
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not key.isascii():
+                raise _NotPlain
+            out[key] = _jcs_ready(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [_jcs_ready(item) for item in value]
+    raise _NotPlain
 
 
 def checkpoint_text(size: int, root: bytes) -> str:

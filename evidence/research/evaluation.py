@@ -14,9 +14,9 @@ from typing import Any
 
 from evidence.live import frames
 from evidence.memory.reader import Evidence, MemoryReader, Resolution
-from evidence.memory.selectors import memory_reader
+from evidence.memory.selectors import memory_published_at, memory_reader
 from evidence.memory.strategies import STRATEGIES
-from evidence.models import Frame, MarketMemoryArtifact
+from evidence.models import Frame
 from evidence.research.geometry import setup_geometry
 from evidence.research.presentation import render
 from evidence.schemas import (
@@ -110,12 +110,11 @@ class Situation:
 def situation(ticker: str) -> Situation:
     at = now()
     reader = memory_reader()
-    published = MarketMemoryArtifact.objects.filter(sha256=reader.sha256).values_list("activated_at", flat=True)
     return Situation(
         at=at,
         current=frames.current_frame(ticker=ticker, at=at, reader=reader),
         reader=reader,
-        published_at=published.first(),
+        published_at=memory_published_at(reader),
     )
 
 

@@ -31,6 +31,8 @@ class Principal:
     user_id: int
     client_id: str  # "apikey:<id>" or "oauth:<client_id>"
     scopes: frozenset[str]
+    # The account as the authentication read it for this request (active), when it did: not read again per call.
+    account: "User | None" = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -43,12 +45,15 @@ class ToolCall:
     report_progress: Callable[[float, float | None, str | None], Awaitable[None]]
 
     def user(self) -> "User":
-        """The calling account, read from the database (sync: call it inside sync_to_async).
+        """The calling account: the one this request's authentication read, else read from the database (sync:
+        call it inside sync_to_async).
 
         Subscriber tools always have a principal: the bridge refuses anonymous calls before they run."""
         from accounts.models import User
 
         assert self.principal is not None
+        if self.principal.account is not None:
+            return self.principal.account
         return User.objects.get(pk=self.principal.user_id)
 
 

@@ -16,6 +16,7 @@ from django.urls import reverse
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from pydantic import PrivateAttr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from accounts import oauth
@@ -98,10 +99,22 @@ def error_result(payload: dict[str, Any], challenge: str | None = None) -> dict[
     return result
 
 
+class KeyAccessToken(AccessToken):
+    """An API key's token, carrying the account its authentication read (active), so a tool call does not read it
+    again."""
+
+    _account: Any = PrivateAttr(default=None)
+
+
 def principal_of(token: AccessToken | None) -> Principal | None:
     if token is None or token.subject is None:
         return None
-    return Principal(user_id=int(token.subject), client_id=token.client_id, scopes=frozenset(token.scopes))
+    account = token._account if isinstance(token, KeyAccessToken) else None
+    if account is not None and str(account.pk) != token.subject:
+        account = None
+    return Principal(
+        user_id=int(token.subject), client_id=token.client_id, scopes=frozenset(token.scopes), account=account
+    )
 
 
 def _authenticate(raw: str) -> AccessToken | None:
@@ -111,9 +124,11 @@ def _authenticate(raw: str) -> AccessToken | None:
     api_key = account_services.api_key_authenticate(plaintext=raw)
     if api_key is None:
         return None
-    return AccessToken(
+    token = KeyAccessToken(
         token=raw, client_id=f"apikey:{api_key.pk}", subject=str(api_key.user_id), scopes=api_key.scope_list
     )
+    token._account = api_key.user  # selected with the key
+    return token
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -203,23 +203,53 @@ def test_upgrade_mid_month_adds_the_difference_and_keeps_usage(owner, small_free
     assert Transfer.objects.filter(code=Code.GRANT, unit="lookup").count() == 2
 
 
-def test_the_period_lock_is_taken_last_and_held_for_the_decision_only(owner, charge):
+def _charge_sql(charge, owner, **kwargs) -> list[str]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from billing.models import StripeCustomer
+    with CaptureQueriesContext(connection) as queries:
+        charge(owner, **kwargs)
+    return [q["sql"] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+
+
+def _after_the_lock(sql: list[str]) -> list[str]:
+    from django.db import connection
+
+    lock = next(i for i, s in enumerate(sql) if s.startswith("SELECT") and 'FROM "billing_period"' in s)
+    assert "FOR UPDATE" in sql[lock] or connection.vendor == "sqlite"  # SQLite locks the whole database instead
+    return sql[lock + 1 :]
+
+
+def test_an_included_charge_is_five_statements_from_the_period_lock(owner, charge):
+    charge(owner, fingerprint="opens-the-period")
+    sql = _charge_sql(charge, owner, fingerprint="included")
+
+    assert sql[0].startswith("SELECT") and 'FROM "billing_period"' in sql[0]  # nothing is written before it
+    held = _after_the_lock(sql)
+    # accounts, the event (with its usage), the transfer, both balances in one UPDATE: no re-read, no Stripe
+    assert [s.split()[0] + " " + s.split('"')[1] for s in held] == [
+        "SELECT billing_ledgeraccount",
+        "INSERT billing_usageevent",
+        "INSERT billing_transfer",
+        "UPDATE billing_ledgeraccount",
+    ]
+
+
+def test_an_overage_charge_reads_the_stripe_customer_only_to_queue_its_report(owner, charge):
+    from billing.models import MeterReport, StripeCustomer
 
     pro(owner)
     StripeCustomer.objects.create(user=owner, customer_id="cus_1", subscription_id="sub_1")
     Plan.objects.filter(code="pro").update(included_lookups=0)
     charge(owner, fingerprint="opens-the-period")
-    with CaptureQueriesContext(connection) as queries:
-        charge(owner, fingerprint="overage")
+    held = _after_the_lock(_charge_sql(charge, owner, fingerprint="overage"))
 
-    sql = [q["sql"] for q in queries.captured_queries]
-    lock = next(i for i, s in enumerate(sql) if s.startswith("SELECT") and 'FROM "billing_period"' in s)
-    assert "FOR UPDATE" in sql[lock] or connection.vendor == "sqlite"  # SQLite locks the whole database instead
-    held = [s for s in sql[lock + 1 :] if not s.startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
-    assert not any("billing_stripecustomer" in s for s in held)  # read before the lock
-    assert any("billing_stripecustomer" in s for s in sql[:lock])
-    assert len(held) == 7  # accounts, the transfer and its two balances, the meter report, usage, the event
+    assert [s.split()[0] + " " + s.split('"')[1] for s in held] == [
+        "SELECT billing_ledgeraccount",
+        "INSERT billing_usageevent",
+        "INSERT billing_transfer",
+        "UPDATE billing_ledgeraccount",
+        "SELECT billing_stripecustomer",
+        "INSERT billing_meterreport",
+    ]
+    assert MeterReport.objects.filter(customer_id="cus_1", value=1).count() == 2
