@@ -46,20 +46,21 @@ def _shown_once(request: HttpRequest, rule: AlertRule, secret: str) -> HttpRespo
     return response
 
 
-def _new_secret(request: HttpRequest, user: User) -> dict[str, object]:
+def _new_secret(request: HttpRequest, user: User) -> tuple[AlertRule, str] | None:
     """The secret made just before this redirect, if its rule is this user's and it is still the rule's secret."""
     value = request.get_signed_cookie(NEW_SECRET_COOKIE, default=None, salt=NEW_SECRET_SALT, max_age=300)
     alert_id, _, secret = (value or "").partition(":")
     rule = selectors.rule_get(user=user, alert_id=alert_id) if secret else None
     if rule is None or signing.secret_decrypt(rule.secret_ciphertext) != secret:
-        return {}
-    return {"secret": secret, "secret_rule": rule}
+        return None
+    return rule, secret
 
 
 @account_page
 def alerts(request: HttpRequest) -> HttpResponse:
     user = _user(request)
-    response = _page(request, user, **_new_secret(request, user))
+    new = _new_secret(request, user)
+    response = _page(request, user) if new is None else _page(request, user, secret_rule=new[0], secret=new[1])
     response.delete_cookie(NEW_SECRET_COOKIE, path=reverse("alerts:alerts"))
     return response
 
