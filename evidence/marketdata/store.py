@@ -74,14 +74,10 @@ def scan_parquet(relatives: list[str]) -> pl.LazyFrame:
     return pl.scan_parquet([read_bytes(relative) for relative in relatives])
 
 
-def parquet_bytes(frame: pl.DataFrame, *, scratch: bool = False) -> bytes:
-    """Statistics and compression are fixed so identical frames give identical bytes. `scratch` files (a build's
-    partials, read once by its reduce and then deleted) trade size for speed: lz4, no statistics."""
+def parquet_bytes(frame: pl.DataFrame) -> bytes:
+    """Statistics and compression are fixed so identical frames give identical bytes."""
     buffer = io.BytesIO()
-    if scratch:
-        frame.write_parquet(buffer, compression="lz4", statistics=False)
-    else:
-        frame.write_parquet(buffer, compression="zstd", compression_level=3, statistics=True)
+    frame.write_parquet(buffer, compression="zstd", compression_level=3, statistics=True)
     return buffer.getvalue()
 
 
@@ -111,8 +107,23 @@ def write_bytes(relative: str, data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_parquet(frame: pl.DataFrame, relative: str, *, scratch: bool = False) -> str:
-    return write_bytes(relative, parquet_bytes(frame, scratch=scratch))
+def write_parquet(frame: pl.DataFrame, relative: str) -> str:
+    return write_bytes(relative, parquet_bytes(frame))
+
+
+def write_scratch(frame: pl.DataFrame, relative: str) -> str:
+    """A build's scratch frame (a partial, read once by its reduce and then deleted): Arrow IPC with lz4, cheaper to
+    write and read than Parquet (no page encoding, no statistics) and still a few times smaller than raw."""
+    buffer = io.BytesIO()
+    frame.write_ipc(buffer, compression="lz4")
+    return write_bytes(relative, buffer.getvalue())
+
+
+def read_scratch(relative: str) -> pl.DataFrame:
+    root = local_root()
+    if root is not None:
+        return pl.read_ipc(root / relative)
+    return pl.read_ipc(io.BytesIO(read_bytes(relative)))
 
 
 def remove(relatives: list[str]) -> None:

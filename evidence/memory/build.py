@@ -113,19 +113,17 @@ SUMMED = tuple(c for c in ADDITIVE_COLUMNS if c != "n_symbols")  # per-row terms
 FINE_KEYS = ("period", "side", "horizon", "mask", "regime", "band", "session")
 
 
-# Inside one symbol's partial the symbol is constant, so tier 5 groups exactly as tier 4 and the symbol baseline
-# exactly as tier 1: five distinct group-bys give all seven tiers.
+# Inside one symbol's partial the asset class and symbol are constant, so tier 5 groups exactly as tier 4 and the
+# symbol baseline exactly as tier 1: a partial carries the five pooled tiers on integer keys only, and the reduce
+# names the symbol (and so the asset class) of its tier-4 and tier-1 rows to get tiers 5 and 6.
 PARTIAL_CONSTANTS = ("asset_class", "symbol")  # one value in a symbol's partial: never a group key there
-
-
-def _partial_groups() -> dict[tuple[str, ...], list[int]]:
-    groups: dict[tuple[str, ...], list[int]] = {}
-    for tier, keys in TIER_KEYS.items():
-        groups.setdefault(tuple(k for k in keys if k not in PARTIAL_CONSTANTS), []).append(tier)
-    return groups
-
-
-PARTIAL_GROUPS = _partial_groups()
+NAMED_TIERS = {
+    named: next(t for t, k in TIER_KEYS.items() if "symbol" not in k and k == tuple(c for c in keys if c != "symbol"))
+    for named, keys in TIER_KEYS.items()
+    if "symbol" in keys
+}  # tier naming the symbol -> the pooled tier a partial groups it as: {5: 4, 6: 1}
+POOLED_TIERS = tuple(t for t in TIER_KEYS if t not in NAMED_TIERS)
+PARTIAL_KEY_SCHEMA = {name: dtype for name, dtype in KEY_SCHEMA.items() if name not in PARTIAL_CONSTANTS}
 
 
 def _fine_stats(long: pl.DataFrame) -> pl.DataFrame:
@@ -145,20 +143,28 @@ def _fine_stats(long: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _partial_stats(fine: pl.DataFrame, ticker: str, asset_class: str) -> pl.DataFrame:
-    """Every tier's rows for one symbol: additive sums and the key's sorted session ordinals (exact sets)."""
+def _partial_stats(fine: pl.DataFrame) -> pl.DataFrame:
+    """The pooled tiers' rows for one symbol, on integer keys (unused keys hold their sentinels): additive sums and
+    the key's sorted session ordinals (exact sets; `n_session_rows` is their count, an upper bound of the union's)."""
     parts = []
-    for keys, tiers in PARTIAL_GROUPS.items():
+    for tier in POOLED_TIERS:
+        keys = [k for k in ("mask", "regime", "band") if k in TIER_KEYS[tier]]
         grouped = fine.group_by(["period", "side", "horizon", *keys]).agg(
-            pl.col("n").sum(),
             pl.col("session").unique().sort().alias(SESSION_SET),
             pl.lit(1, pl.Int64).alias("n_symbols"),
-            *[pl.col(c).sum() for c in SUMMED if c != "n"],
+            *[pl.col(c).sum() for c in SUMMED],
         )
-        for tier in tiers:
-            constants = {"asset_class": asset_class, "symbol": ticker}
-            tagged = grouped.with_columns(**{k: pl.lit(v) for k, v in constants.items() if k in TIER_KEYS[tier]})
-            parts.append(_with_key(tagged, tier))
+        unused = [k for k in ("mask", "regime", "band") if k not in keys]
+        fills = {k: pl.lit(SENTINEL[k]).cast(PARTIAL_KEY_SCHEMA[k]) for k in unused}
+        parts.append(
+            grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(
+                *[pl.col(k).cast(dtype) for k, dtype in PARTIAL_KEY_SCHEMA.items()],
+                pl.col(SESSION_SET).list.len().cast(pl.Int64).alias("n_session_rows"),
+                SESSION_SET,
+                "n_symbols",
+                *SUMMED,
+            )
+        )
     return pl.concat(parts)
 
 
@@ -251,17 +257,10 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
     store.write_parquet(stored, feature_store_path(ticker, plan))
     rows = _rows(frame, ticker, plan)
     long = _long(rows).with_columns(pl.col("session").cast(pl.Int32))  # session ordinals: integer group keys
-    stats = _partial_stats(_fine_stats(long), ticker, plan.asset_classes[ticker])
-    # A tier-5 key lies in this one partial, so one below the minimum sample is final here and can never be served:
-    # only its count travels on (the manifest's keys_built), not its row.
-    pruned = (pl.col("tier") == EXACT_TIER) & (pl.col(SESSION_SET).list.len() < plan.min_sessions)
-    counts = stats.filter(pruned).group_by("tier").agg(pl.len().cast(pl.Int64).alias("keys_pruned"))
-    stats = stats.filter(~pruned)
+    stats = _partial_stats(_fine_stats(long))
     ordered = _reservoir_candidates(rows).sort("pick", "row_symbol", "ts")
-    kept = stats.filter(pl.col("tier") == EXACT_TIER).select(*RESERVOIR_KEY_SCHEMA).unique()
-    reservoir = [_reservoir(ordered, tier) for tier in TIER_KEYS if tier <= EXACT_TIER]
-    reservoir = [r.join(kept, on=[*RESERVOIR_KEY_SCHEMA], how="semi") if tier == EXACT_TIER else r
-                 for tier, r in zip([t for t in TIER_KEYS if t <= EXACT_TIER], reservoir, strict=True)]  # fmt: skip
+    # Tier 5's reservoir is tier 4's here (the symbol is constant): the reduce names the symbol, as for its stats.
+    reservoir = [_reservoir(ordered, tier) for tier in TIER_KEYS if tier <= EXACT_TIER and tier not in NAMED_TIERS]
     coverage = rows.group_by("period").agg(
         symbol=pl.lit(ticker),
         ready_rows=pl.len().cast(pl.Int64),
@@ -280,15 +279,13 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
         zero_volume_bars=(pl.col("volume") == 0).sum().cast(pl.Int64),
     )
     out = partial_dir(build_dir, ticker)
-    # Partials are scratch (the reduce sorts and sums them, then deletes them): fast writes, no pre-sorting.
-    store.write_parquet(stats, f"{out}/stats.parquet", scratch=True)
-    store.write_parquet(counts, f"{out}/pruned.parquet", scratch=True)
-    store.write_parquet(pl.concat(reservoir), f"{out}/reservoir.parquet", scratch=True)
+    # Partials are scratch (the reduce sorts and sums them, then deletes them): Arrow IPC, no pre-sorting.
+    store.write_scratch(stats, f"{out}/stats.arrow")
+    store.write_scratch(pl.concat(reservoir), f"{out}/reservoir.arrow")
     # The symbol (and so its asset class) is the directory: the reduce puts them back.
-    returns = long.select("period", "side", "horizon", "mask", "regime", "band", "r")
-    store.write_parquet(returns, f"{out}/returns.parquet", scratch=True)
-    store.write_parquet(coverage.sort("period"), f"{out}/coverage.parquet", scratch=True)
-    store.write_parquet(execution.sort("bucket"), f"{out}/execution.parquet", scratch=True)
+    store.write_scratch(long.select("period", "side", "horizon", "mask", "regime", "band", "r"), f"{out}/returns.arrow")
+    store.write_scratch(coverage.sort("period"), f"{out}/coverage.arrow")
+    store.write_scratch(execution.sort("bucket"), f"{out}/execution.arrow")
     marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
     store.write_bytes(f"{out}/done.json", canonical_json(marker))
     return {"rows": len(frame), "ready_rows": len(rows)}
@@ -309,23 +306,101 @@ def code_sha256() -> str:
     return digest.hexdigest()
 
 
-def _medians(build_dir: str, plan: BuildPlan, served: pl.DataFrame) -> pl.DataFrame:
-    """Exact median return of each served key, from every symbol's mature returns (medians are not additive)."""
-    returns = pl.concat(
+# The reduce groups on integers: the asset class and symbol become their indexes in the plan (-1: not keyed).
+INT_KEYS = ("period", "tier", "side", "horizon", "class_index", "symbol_index", "mask", "regime", "band")
+
+
+def _read_partials(build_dir: str, plan: BuildPlan, name: str) -> pl.DataFrame:
+    """Every symbol's partial `name`, each tagged with its symbol's and asset class's indexes."""
+    classes = sorted(set(plan.asset_classes.values()))
+    return pl.concat(
         [
-            store.scan_parquet([f"{partial_dir(build_dir, t)}/returns.parquet"]).with_columns(
-                asset_class=pl.lit(plan.asset_classes[t]), symbol=pl.lit(t)
+            store.read_scratch(f"{partial_dir(build_dir, ticker)}/{name}").with_columns(
+                class_index=pl.lit(classes.index(plan.asset_classes[ticker]), pl.Int16),
+                symbol_index=pl.lit(index, pl.Int32),
             )
-            for t in plan.tickers
-        ]
-    ).collect()
+            for index, ticker in enumerate(plan.tickers)
+        ],
+        how="vertical_relaxed",
+    )
+
+
+def _summed(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int, int]]:
+    """Every key's sums and its distinct sessions, exact: the size of the union of its partials' session sets. A key of
+    a tier that names the symbol comes from one partial only, so its set is already the union. A pooled key whose
+    partials hold fewer session ordinals than the minimum sample can never be served, so only the others' sets are
+    united (their count is what the manifest reports; their sums are dropped with them)."""
+    partials = _read_partials(build_dir, plan, "stats.arrow")
+    pooled_keys = [k for k in INT_KEYS if k != "symbol_index"]
+    # Lazy: polars' query engine aggregates a million keys several times faster than the eager group-by.
+    pooled = (
+        partials.lazy()
+        .group_by(pooled_keys)
+        .agg(pl.col("n_session_rows").sum(), *[pl.col(c).sum() for c in ADDITIVE_COLUMNS])
+        .collect()
+    )
+    always = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE])
+    candidates = pooled.filter(always | (pl.col("n_session_rows") >= plan.min_sessions)).select(pooled_keys)
+    sessions = (
+        partials.lazy()
+        .select(*pooled_keys, SESSION_SET)
+        .join(candidates.lazy(), on=pooled_keys, how="semi")
+        .explode(SESSION_SET)
+        .group_by(pooled_keys)
+        .agg(pl.col(SESSION_SET).n_unique().cast(pl.Int64).alias("n_sessions"))
+    )
+    # Keys never served keep n_sessions null: they are only counted, and only served keys go on.
+    pooled = (
+        pooled.lazy()
+        .join(sessions, on=pooled_keys, how="left")
+        .with_columns(symbol_index=pl.lit(-1, pl.Int32))
+        .collect()
+    )
+    named = [
+        partials.lazy()
+        .filter(pl.col("tier") == grouped_as)
+        .with_columns(tier=pl.lit(tier, pl.Int8), n_sessions=pl.col(SESSION_SET).list.len().cast(pl.Int64))
+        .select(*INT_KEYS, *STAT_COLUMNS)
+        .collect()
+        for tier, grouped_as in NAMED_TIERS.items()
+    ]
+    built: dict[int, int] = {}
+    for frame in [pooled, *named]:
+        for tier, count in frame.group_by("tier").agg(pl.len()).iter_rows():
+            built[tier] = built.get(tier, 0) + count
+    # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
+    shown = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE]) | (pl.col("n_sessions") >= plan.min_sessions)
+    served = pl.concat([frame.filter(shown).select(*INT_KEYS, *STAT_COLUMNS) for frame in [pooled, *named]])
+    return served, built
+
+
+def _keyed(frame: pl.DataFrame, plan: BuildPlan) -> pl.DataFrame:
+    """The canonical key columns (asset class and symbol by name) first, from the integer keys."""
+    classes = dict(enumerate(sorted(set(plan.asset_classes.values()))))
+    symbols = {-1: SENTINEL["symbol"], **dict(enumerate(plan.tickers))}
+    rest = [c for c in frame.columns if c not in INT_KEYS]
+    return frame.with_columns(
+        asset_class=pl.col("class_index").replace_strict(classes, return_dtype=pl.String),
+        symbol=pl.col("symbol_index").replace_strict(symbols, return_dtype=pl.String),
+        **{name: pl.col(name).cast(dtype) for name, dtype in KEY_SCHEMA.items() if name in INT_KEYS},
+    ).select(*KEY_SCHEMA, *rest)
+
+
+def _medians(build_dir: str, plan: BuildPlan, served: pl.DataFrame) -> pl.DataFrame:
+    """Exact median return of each served key (integer keys), from every symbol's mature returns (medians are not
+    additive)."""
+    returns = _read_partials(build_dir, plan, "returns.arrow").lazy()
+    columns = {"asset_class": "class_index", "symbol": "symbol_index"}
     parts = []
     for tier, keys in TIER_KEYS.items():
-        group = ["period", "side", "horizon", *keys]
-        wanted = served.filter(pl.col("tier") == tier).select(group)
+        group = ["period", "side", "horizon", *[columns.get(k, k) for k in keys]]
+        wanted = served.lazy().filter(pl.col("tier") == tier).select(group)
         grouped = returns.join(wanted, on=group, how="semi").group_by(group).agg(median_r=pl.col("r").median())
-        parts.append(_with_key(grouped, tier))
-    return pl.concat(parts)
+        fills = {k: pl.lit(v).cast(served.schema[k]) for k, v in
+                 {"symbol_index": -1, "mask": SENTINEL["mask"], "regime": SENTINEL["regime"],
+                  "band": SENTINEL["band"]}.items() if k not in group}  # fmt: skip
+        parts.append(grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(*INT_KEYS, "median_r"))
+    return pl.concat(parts).collect()  # one plan: the engine shares the scan and runs the tiers in parallel
 
 
 def _coverage_block(coverage: pl.DataFrame, period: int) -> dict[str, Any]:
@@ -366,7 +441,9 @@ def _write_serving_file(path: Path, stats: pl.DataFrame, reservoir: pl.DataFrame
             columns = ", ".join(f'"{c}"' for c in frame.columns)
             db.execute(f"CREATE TABLE {name} ({columns}, PRIMARY KEY ({', '.join(key)})) WITHOUT ROWID")
             values = ", ".join("?" * len(frame.columns))
-            db.executemany(f"INSERT INTO {name} VALUES ({values})", frame.sort(list(key)).rows())  # noqa: S608
+            ordered = frame.sort(list(key))
+            rows = zip(*[ordered.get_column(c).to_list() for c in ordered.columns], strict=True)
+            db.executemany(f"INSERT INTO {name} VALUES ({values})", rows)  # noqa: S608
         db.commit()
     finally:
         db.close()
@@ -381,60 +458,43 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
         expected = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
         if not store.exists(marker) or json.loads(store.read_bytes(marker)) != expected:
             raise BuildError(f"partial for {ticker} is missing or was built from other inputs")
-    read = lambda name: pl.concat(  # noqa: E731
-        [store.scan_parquet([f"{partial_dir(build_dir, t)}/{name}"]).collect() for t in tickers],
-        how="vertical_relaxed",
-    )
-    partials = read("stats.parquet").lazy()
-    # The exact distinct sessions of a key: the size of the union of its partials' session sets. A key of a tier that
-    # names the symbol comes from one partial only, so its set is already the union.
-    single = pl.col("tier").is_in([t for t, keys in TIER_KEYS.items() if "symbol" in keys])
-    sessions = (
-        partials.filter(~single)
-        .select(*KEY_COLUMNS, SESSION_SET)
-        .explode(SESSION_SET)
-        .unique()
-        .group_by(KEY_COLUMNS)
-        .agg(pl.len().cast(pl.Int64).alias("n_sessions"))
-    )
-    sessions = pl.concat(
-        [
-            sessions,
-            partials.filter(single).select(
-                *KEY_COLUMNS, pl.col(SESSION_SET).list.len().cast(pl.Int64).alias("n_sessions")
-            ),
-        ]
-    )
-    sums = partials.group_by(KEY_COLUMNS).agg(*[pl.col(c).sum() for c in ADDITIVE_COLUMNS])
-    summed = sums.join(sessions, on=KEY_COLUMNS).select(*KEY_COLUMNS, *STAT_COLUMNS).collect()
-    # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
-    shown = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE]) | (pl.col("n_sessions") >= plan.min_sessions)
-    served = summed.filter(shown)
-    served = served.join(_medians(build_dir, plan, served), on=KEY_COLUMNS, how="left").sort(KEY_COLUMNS)
-    pruned = dict(read("pruned.parquet").group_by("tier").agg(pl.col("keys_pruned").sum()).iter_rows())
+    served, built = _summed(build_dir, plan)
+    served = _keyed(served.join(_medians(build_dir, plan, served), on=INT_KEYS, how="left"), plan).sort(KEY_COLUMNS)
+    shown_counts = dict(served.group_by("tier").agg(pl.len()).iter_rows())
     key_counts = {
-        str(tier): {
-            "keys_built": int((summed.get_column("tier") == tier).sum()) + int(pruned.get(tier, 0)),
-            "keys_served": int((served.get_column("tier") == tier).sum()),
-        }
+        str(tier): {"keys_built": int(built.get(tier, 0)), "keys_served": int(shown_counts.get(tier, 0))}
         for tier in TIER_KEYS
     }
     stats = served
     reservoir_keys = [*RESERVOIR_KEY_SCHEMA]
+    candidates = _read_partials(build_dir, plan, "reservoir.arrow").drop("class_index", "symbol_index")
+    # A tier-5 key's candidates are its symbol's tier-4 candidates (see NAMED_TIERS).
+    named = [
+        candidates.filter(pl.col("tier") == grouped_as).with_columns(
+            tier=pl.lit(tier, pl.Int8), symbol=pl.col("row_symbol")
+        )
+        for tier, grouped_as in NAMED_TIERS.items()
+        if tier <= EXACT_TIER
+    ]
     reservoir = (
-        read("reservoir.parquet")
-        .join(served.select(reservoir_keys).unique(), on=reservoir_keys, how="semi")
+        pl.concat([candidates, *named])
+        .lazy()
+        .join(served.lazy().select(reservoir_keys).unique(), on=reservoir_keys, how="semi")
         .sort([*reservoir_keys, "pick", "row_symbol", "ts"])
         .group_by(reservoir_keys, maintain_order=True)
         .head(RESERVOIR_SIZE)
         .with_columns(rank=pl.int_range(pl.len()).over(reservoir_keys).cast(pl.Int8))
         .drop("pick", "symbol_right", strict=False)
+        .collect()
     )
     reservoir = reservoir.with_columns(
         pl.col("ts").dt.to_string("%Y-%m-%dT%H:%M:%SZ"), pl.col("session").cast(pl.String)
     )
-    coverage = read("coverage.parquet").sort("period", "symbol")
-    execution = read("execution.parquet").sort("symbol", "bucket")
+    read = lambda name: pl.concat(  # noqa: E731
+        [store.read_scratch(f"{partial_dir(build_dir, t)}/{name}") for t in tickers], how="vertical_relaxed"
+    )
+    coverage = read("coverage.arrow").sort("period", "symbol")
+    execution = read("execution.arrow").sort("symbol", "bucket")
     through = date.fromisoformat(plan.through)
     from evidence.marketdata.selectors import bars_read
 
