@@ -210,6 +210,11 @@ def _template(wrapped: bool, *, fresh: bool = False) -> Template:
         return current
 
 
+def warm() -> None:
+    """Start this process's template for the full layer set ahead of its first job (it imports in the background)."""
+    _template(bubblewrap_usable())
+
+
 def _fork_job(template: Template, env: dict[str, str], cwd: str, cpu_seconds: int, deadline: float) -> Job:
     """Ask the template for one job; returns once the job's process exists (its pid known)."""
     stdin_r, stdin_w = os.pipe()
@@ -331,8 +336,8 @@ def _supervise(
     deadline = began + limits.wall_seconds
     try:
         running, wrapped = start(layers, limits.cpu_seconds, scratch, deadline)
-    except SandboxUnavailable as error:
-        return Outcome(False, ["process"], error=_error("sandbox_error", str(error)))
+    except SandboxUnavailable as unavailable:
+        return Outcome(False, ["process"], error=_error("sandbox_error", str(unavailable)))
     if on_start is not None:
         on_start(running)
     process = running.process
@@ -371,13 +376,13 @@ def _supervise(
                 open_streams = 0
                 break
     selector.close()
-    process.wait(timeout=max(1.0, deadline - time.monotonic()) if running.killed_by is None else 10)
+    returncode = process.wait(timeout=max(1.0, deadline - time.monotonic()) if running.killed_by is None else 10)
     writer.join(timeout=1)
     for stream in (process.stdout, process.stderr):
         stream.close()
     seconds = time.monotonic() - began
     layers_seen = sorted(process_layers)
-    if running.killed_by is None and process.returncode == 0:
+    if running.killed_by is None and returncode == 0:
         try:
             # The child's words are untrusted too: every string is escaped and capped again here.
             outcome = clean_strings(json.loads(stdout))
@@ -394,7 +399,7 @@ def _supervise(
             prints_truncated=cut or outcome.get("prints_truncated") is True,
             seconds=seconds,
         )
-    return Outcome(False, layers_seen, error=_failure(running, process.returncode, bytes(stderr)), seconds=seconds)
+    return Outcome(False, layers_seen, error=_failure(running, returncode, bytes(stderr)), seconds=seconds)
 
 
 def _error(code: str, message: str) -> dict[str, Any]:
