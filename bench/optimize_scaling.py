@@ -142,7 +142,7 @@ def main() -> None:
     plain, _ = best(direct, walk("BENCHUSD", bars=args.bars), 3)
     one = run_grid(user, strategy, 1)
     two = run_grid(user, strategy, 2)
-    per_task = settings.LEROY_OPTIMIZATION_POINTS_PER_TASK
+    per_task = getattr(settings, "LEROY_OPTIMIZATION_POINTS_PER_TASK", 1)  # 1: before points were chunked
     print(f"optimize_scaling points=20 bars={args.bars} points_per_task={per_task} "
           f"one_worker={one:.2f}s two_workers={two:.2f}s speedup={one / two:.2f}x plain_run={plain:.3f}s "
           f"per_point_one_worker={one / 20:.3f}s per_point_ratio={one / 20 / plain:.2f}x "
