@@ -199,6 +199,11 @@ def _lookahead_guards() -> None:
     bt.linebuffer._LineForward.__init__ = forward  # type: ignore[method-assign]
 
 
+def prepare() -> None:
+    """What every run needs installed, done once in the sandbox template before it forks jobs."""
+    _lookahead_guards()
+
+
 class GuardedBroker(bt.brokers.BackBroker):
     """The stock broker, taking only the order types it fills from the bars, and keeping every order decision
     (when, which data, what) for the truncation probe. Decisions taken in `stop()` are not kept: a run on cut

@@ -1,9 +1,12 @@
 """The parent side of the sandbox: one fresh, isolated child process per job.
 
-The child (`sandbox_child.py`) starts as `python -I` with a cleared environment and only fds 0-2, inside
-bubblewrap where it is installed (the filesystem reduced to the interpreter, the venv and this package; new
-pid/ipc/uts/net namespaces). The parent enforces the wall clock by killing the child's whole process group and
-caps what the child may print. Plain JSON in, plain JSON out. Every outcome names the layers that were in force.
+Each worker process keeps a warm template (`sandbox_child.py`): started as `python -I` with a cleared environment
+and no fds but its control socket, inside bubblewrap where it is installed (the filesystem reduced to the
+interpreter, the venv and this package, read-only), with backtrader imported once. Every job is a fork of it
+with only fds 0-2 (pipes of its own), its own pid/net/ipc/uts/mount namespaces under bubblewrap, hardened before
+agent code runs. The parent learns the job's pid from the kernel, enforces the wall clock by killing the job's
+process group and caps what it may print. Plain JSON in, plain JSON out. Every outcome names the layers that
+were in force.
 """
 
 import contextlib
@@ -14,6 +17,8 @@ import os
 import selectors
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -62,19 +67,64 @@ class Outcome:
     seconds: float = 0.0
 
 
+class Job:
+    """A job forked by the sandbox template: its pipes, its pid (told by the kernel, from the status socket's
+    credentials, so it is right behind a pid namespace too) and, once it ends, its exit status."""
+
+    def __init__(self, pipes: tuple[int, int, int], status: socket.socket, pid: int) -> None:
+        self.stdin = open(pipes[0], "wb")  # noqa: SIM115 - closed by the supervisor loop
+        self.stdout = open(pipes[1], "rb")  # noqa: SIM115
+        self.stderr = open(pipes[2], "rb")  # noqa: SIM115
+        self.status = status
+        self.pid = pid
+        self.returncode: int | None = None
+        try:
+            self.pidfd: int | None = os.pidfd_open(pid)  # signals reach this process, never a reused pid
+        except OSError:
+            self.pidfd = None
+
+    def kill(self) -> None:
+        if self.pidfd is not None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)  # and whatever it started (it leads its own process group)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status its supervisor reports (Popen's convention: -N for signal N); a supervisor that
+        vanished without one counts as killed."""
+        if self.returncode is None:
+            self.status.settimeout(timeout)
+            try:
+                data = self.status.recv(16)
+            except OSError:
+                data = b""
+            self.returncode = (
+                os.waitstatus_to_exitcode(struct.unpack("i", data)[0]) if len(data) == 4 else -signal.SIGKILL
+            )
+            self.status.close()
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+                self.pidfd = None
+        return self.returncode
+
+
 @dataclass
 class Running:
-    """A started child, so a caller (a worker shutting down, a test) can kill it mid-run."""
+    """A started job, so a caller (a worker shutting down, a test) can kill it mid-run."""
 
-    process: subprocess.Popen[bytes]
+    process: Job
     scratch: str
     killed_by: str | None = None
 
     def kill(self, reason: str) -> None:
         if self.killed_by is None:
             self.killed_by = reason
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.kill()
+
+
+class SandboxUnavailable(Exception):
+    pass
 
 
 @functools.cache
@@ -104,28 +154,112 @@ def _bwrap_prefix() -> list[str]:
     return args
 
 
-def command(layers: frozenset[str], cpu_seconds: int) -> tuple[list[str], bool]:
-    """The child's argv: it ties itself to this process (its parent pid; 0 inside bubblewrap's pid namespace,
-    where `--die-with-parent` ties it) and takes its CPU limit before it imports anything."""
-    child = [sys.executable, "-I", "-m", "backtests.sandbox_child"]
-    if "bubblewrap" in layers and bubblewrap_usable():
-        return [*_bwrap_prefix(), *child, "0", str(cpu_seconds)], True
-    return [*child, str(os.getpid()), str(cpu_seconds)], False
+TEMPLATE_CPU_SECONDS = 600  # the template's own CPU budget; it retires at half and the next job starts another
+STARTED = b"started"
 
 
-def start(layers: frozenset[str], cpu_seconds: int, scratch: str) -> tuple[Running, bool]:
-    argv, wrapped = command(layers, cpu_seconds)
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**CHILD_ENV, "TMPDIR": scratch, "HOME": scratch},
-        close_fds=True,
-        start_new_session=True,  # its own process group, so the wall clock can kill everything it started
-        cwd=scratch,
-    )
-    return Running(process, scratch), wrapped
+class Template:
+    """A warm sandbox process (inside bubblewrap when `wrapped`) with backtrader and the child's modules imported,
+    started like a cold child was (`python -I`, the child environment, no fds but its control socket, tied to
+    this process). It never runs agent code: every job is a fresh fork of it, isolated and hardened per job."""
+
+    def __init__(self, wrapped: bool) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        parent = "0" if wrapped else str(os.getpid())
+        argv = [sys.executable, "-I", "-m", "backtests.sandbox_child", parent, str(TEMPLATE_CPU_SECONDS)]
+        argv += [str(theirs.fileno()), "1" if wrapped else "0"]
+        if wrapped:
+            argv = [*_bwrap_prefix(), "--remount-ro", "/dev", "--remount-ro", "/", *argv]
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=CHILD_ENV,
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,
+            cwd="/",
+        )
+        theirs.close()
+        self.control = ours
+        self.owner = os.getpid()
+
+    def usable(self) -> bool:
+        return self.owner == os.getpid() and self.process.poll() is None
+
+    def close(self) -> None:
+        self.control.close()
+        if self.owner == os.getpid():  # a forked worker leaves its parent's template alone
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+_TEMPLATES: dict[bool, Template] = {}
+_TEMPLATES_LOCK = threading.Lock()
+
+
+def _template(wrapped: bool, *, fresh: bool = False) -> Template:
+    with _TEMPLATES_LOCK:
+        current = _TEMPLATES.get(wrapped)
+        if current is not None and (fresh or not current.usable()):
+            current.close()
+            current = None
+        if current is None:
+            current = _TEMPLATES[wrapped] = Template(wrapped)
+        return current
+
+
+def warm() -> None:
+    """Start this process's template for the full layer set ahead of its first job (it imports in the background)."""
+    _template(bubblewrap_usable())
+
+
+def _fork_job(template: Template, env: dict[str, str], cwd: str, cpu_seconds: int, deadline: float) -> Job:
+    """Ask the template for one job; returns once the job's process exists (its pid known)."""
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    request = json.dumps({"env": env, "cwd": cwd, "cpu_seconds": cpu_seconds}).encode()
+    try:
+        socket.send_fds(template.control, [request], [stdin_r, stdout_w, stderr_w, theirs.fileno()])
+    except OSError:
+        for fd in (stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w):
+            os.close(fd)
+        ours.close()
+        raise SandboxUnavailable("the sandbox template is gone") from None
+    finally:
+        theirs.close()
+    for fd in (stdin_r, stdout_w, stderr_w):
+        os.close(fd)
+    ours.settimeout(max(0.1, deadline - time.monotonic()))
+    try:
+        message, ancillary, _, _ = ours.recvmsg(16, socket.CMSG_SPACE(struct.calcsize("3i")))
+    except OSError:
+        message, ancillary = b"", []
+    credentials = [
+        data for level, kind, data in ancillary if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS)
+    ]
+    if message != STARTED or not credentials:
+        for fd in (stdin_w, stdout_r, stderr_r):
+            os.close(fd)
+        ours.close()
+        raise SandboxUnavailable("the sandbox could not start the job")
+    pid = struct.unpack("3i", credentials[0][: struct.calcsize("3i")])[0]
+    return Job((stdin_w, stdout_r, stderr_r), ours, pid)
+
+
+def start(layers: frozenset[str], cpu_seconds: int, scratch: str, deadline: float) -> tuple[Running, bool]:
+    """A fresh job forked from this process's warm template (started on first use, or again when it is gone)."""
+    wrapped = "bubblewrap" in layers and bubblewrap_usable()
+    env = {**CHILD_ENV, "TMPDIR": scratch, "HOME": scratch}
+    try:
+        job = _fork_job(_template(wrapped), env, scratch, cpu_seconds, deadline)
+    except SandboxUnavailable:  # a template that retired or died meanwhile: one more try with a new one
+        job = _fork_job(_template(wrapped, fresh=True), env, scratch, cpu_seconds, deadline)
+    return Running(job, scratch), wrapped
 
 
 def runtime_paths() -> list[str]:
@@ -199,7 +333,11 @@ def run_job(
 def _supervise(
     payload: bytes, layers: frozenset[str], limits: Limits, scratch: str, on_start: Any, began: float
 ) -> Outcome:
-    running, wrapped = start(layers, limits.cpu_seconds, scratch)
+    deadline = began + limits.wall_seconds
+    try:
+        running, wrapped = start(layers, limits.cpu_seconds, scratch, deadline)
+    except SandboxUnavailable as unavailable:
+        return Outcome(False, ["process"], error=_error("sandbox_error", str(unavailable)))
     if on_start is not None:
         on_start(running)
     process = running.process
@@ -220,7 +358,6 @@ def _supervise(
     assert process.stdout is not None and process.stderr is not None
     selector.register(process.stdout, selectors.EVENT_READ, stdout)
     selector.register(process.stderr, selectors.EVENT_READ, stderr)
-    deadline = began + limits.wall_seconds
     open_streams = 2
     while open_streams:
         remaining = deadline - time.monotonic()
@@ -239,13 +376,13 @@ def _supervise(
                 open_streams = 0
                 break
     selector.close()
-    process.wait()
+    returncode = process.wait(timeout=max(1.0, deadline - time.monotonic()) if running.killed_by is None else 10)
     writer.join(timeout=1)
     for stream in (process.stdout, process.stderr):
         stream.close()
     seconds = time.monotonic() - began
     layers_seen = sorted(process_layers)
-    if running.killed_by is None and process.returncode == 0:
+    if running.killed_by is None and returncode == 0:
         try:
             # The child's words are untrusted too: every string is escaped and capped again here.
             outcome = clean_strings(json.loads(stdout))
@@ -262,7 +399,7 @@ def _supervise(
             prints_truncated=cut or outcome.get("prints_truncated") is True,
             seconds=seconds,
         )
-    return Outcome(False, layers_seen, error=_failure(running, process.returncode, bytes(stderr)), seconds=seconds)
+    return Outcome(False, layers_seen, error=_failure(running, returncode, bytes(stderr)), seconds=seconds)
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

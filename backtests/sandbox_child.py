@@ -1,13 +1,19 @@
-"""The sandbox child: `python -I -m backtests.sandbox_child PARENT_PID CPU_SECONDS`, one job on stdin, one JSON
-result on stdout.
+"""The sandbox side: `python -I -m backtests.sandbox_child PARENT_PID CPU_SECONDS CONTROL_FD WRAPPED`, a warm
+template (a zygote) that forks one fresh child per job.
 
 Order matters. First, before any import: die with the parent (PR_SET_PDEATHSIG, then check the parent is still
-the one that started us, since it may have died already) and take the CPU limit, in every layer combination, so
-no child outlives its worker or spins without a limit. Then read the job and import everything while still
-privileged, harden the process (network namespace, rlimits, uid drop, no_new_privs, seccomp), and only then
-compile and run the agent's code. No Django.
+the one that started us, since it may have died already) and take a CPU limit, so no template outlives its worker
+or spins without a limit. Then import everything once, while still privileged (backtrader's import is most of a
+cold job's cost). For each job the parent sends its stdin/stdout/stderr pipes and a status socket over
+CONTROL_FD; the template forks a supervisor that takes the job's CPU limit and, inside bubblewrap (WRAPPED 1),
+enters fresh pid/net/ipc/uts/mount namespaces with an empty /tmp and /dev/shm, so every job gets what one
+bubblewrap per job gave it. The supervisor forks the job, which mounts its own /proc, reads the job, hardens
+itself (network namespace, rlimits, uid drop, no_new_privs, seccomp), and only then compiles and runs the agent's
+code. A job's writes to memory (module globals, a monkeypatched backtrader) die with its process; the template
+never runs agent code. No Django.
 """
 
+import contextlib
 import ctypes
 import os
 import resource
@@ -27,11 +33,14 @@ def _tie_to_parent(parent: int) -> None:
 
 if __name__ == "__main__":
     _tie_to_parent(int(sys.argv[1]))
-    _cpu = int(sys.argv[2])
-    resource.setrlimit(resource.RLIMIT_CPU, (_cpu, _cpu + 1))
+    # The template's own CPU budget (its children reset the count and take their job's limit first thing).
+    resource.setrlimit(resource.RLIMIT_CPU, (int(sys.argv[2]), resource.getrlimit(resource.RLIMIT_CPU)[1]))
 
 import errno  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
+import socket  # noqa: E402
+import struct  # noqa: E402
 import traceback  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -199,14 +208,149 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
     return outcome
 
 
-def main() -> None:
+def main(parent: int) -> None:
     job = json.loads(sys.stdin.buffer.read())
     sys.stdin.close()
-    active = harden(set(job["layers"]), job["limits"], int(sys.argv[1]), job.get("hide", []))
+    active = harden(set(job["layers"]), job["limits"], parent, job.get("hide", []))
     outcome = execute(job, active)
     sys.stdout.write(json.dumps(clean_strings(engine.plain(outcome)), allow_nan=False, default=str))
     sys.stdout.flush()
 
 
+# --- the template ---------------------------------------------------------------------------------------------
+CLONE_NEWCGROUP = 0x02000000
+JOB_NAMESPACES = os.CLONE_NEWNS | os.CLONE_NEWPID | os.CLONE_NEWNET | os.CLONE_NEWIPC | os.CLONE_NEWUTS
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")  # as bubblewrap's --proc leaves them
+SETUP_FAILED = 71  # the supervisor could not isolate the job: it never started
+STARTED = b"started"
+
+
+def _fresh_namespaces() -> bool:
+    """What a new bubblewrap gave each job, made per job inside the template's: new pid, net, ipc, uts and mount
+    namespaces (and cgroup where allowed), and an empty tmpfs on /tmp and /dev/shm (the view's only writable
+    places: its root and /dev are read-only)."""
+    try:
+        os.unshare(JOB_NAMESPACES)
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        os.unshare(CLONE_NEWCGROUP)
+    if not _mount("none", "/", None, MS_REC | MS_PRIVATE):
+        return False
+    for path in ("/tmp", "/dev/shm"):  # noqa: S108 - private tmpfs inside the sandbox
+        if os.path.isdir(path) and not _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755"):
+            return False
+    os.chdir("/tmp")  # noqa: S108
+    return True
+
+
+def _own_proc() -> bool:
+    """The job's /proc shows its own pid namespace only (never the template or a concurrent job)."""
+    if not _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC):
+        return False
+    for name in PROC_READ_ONLY:
+        path = f"/proc/{name}"
+        if os.path.exists(path) and not (
+            _mount(path, path, None, MS_BIND | MS_REC) and _mount("none", path, None, MS_BIND | 32 | MS_RDONLY)
+        ):  # 32 = MS_REMOUNT
+            return False
+    return True
+
+
+def _start_job(fds: list[int], status: socket.socket, parent: int) -> None:
+    """The job itself: its own process group, tied to its parent, told to the parent, then the old child's life."""
+    os.setsid()  # its own process group: the parent's kill takes whatever it started
+    _tie_to_parent(parent)
+    status.sendmsg([STARTED])  # the parent learns this process's pid from the kernel (SO_PASSCRED)
+    status.close()
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+    os.closerange(3, 1 << 16)
+    main(parent)
+
+
+def _forked(run: Any) -> int:
+    """Fork; the child runs `run` and exits (1 with the traceback on stderr if it raised, as a process would)."""
+    child = os.fork()
+    if child == 0:
+        try:
+            run()
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)
+    return child
+
+
+def _init(fds: list[int], status: socket.socket) -> None:
+    """Pid 1 of the job's pid namespace, as bubblewrap's own init was (the kernel drops the signals pid 1 has no
+    handler for, SIGXCPU included, so the job is pid 2): mount the namespace's /proc, run the job, exit as it did
+    (128 + the signal that killed it, bubblewrap's convention)."""
+    _tie_to_parent(0)
+    if not _own_proc():
+        os._exit(SETUP_FAILED)
+    job = _forked(lambda: _start_job(fds, status, 1))
+    for fd in fds[:3]:
+        os.close(fd)
+    status.close()
+    _, wait_status = os.waitpid(job, 0)
+    os._exit(128 + os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else os.WEXITSTATUS(wait_status))
+
+
+def _job(request: dict[str, Any], fds: list[int], template: int, wrapped: bool) -> None:
+    """The supervisor (forked from the template): isolate, fork the job, report its exit status, exit."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _tie_to_parent(template)
+    cpu = int(request["cpu_seconds"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    status = socket.socket(fileno=fds[3])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    if wrapped:
+        if not _fresh_namespaces():
+            os._exit(SETUP_FAILED)
+        child = _forked(lambda: _init(fds, status))
+    else:
+        os.chdir(request["cwd"])
+        supervisor = os.getpid()
+        child = _forked(lambda: _start_job(fds, status, supervisor))
+    for fd in fds[:3]:
+        os.close(fd)
+    _, wait_status = os.waitpid(child, 0)
+    status.sendmsg([struct.pack("i", wait_status)])
+    os._exit(0)
+
+
+def serve(control_fd: int, wrapped: bool) -> None:
+    """Fork a supervisor per job request until the parent closes the socket or the CPU budget is half spent
+    (the parent then starts a new template)."""
+    control = socket.socket(fileno=control_fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
+    budget = resource.getrlimit(resource.RLIMIT_CPU)[0] / 2
+    engine.prepare()
+    gc.freeze()  # the imported objects stay shared with every fork (no copy-on-write from the collector)
+    template = os.getpid()
+    while sum(resource.getrusage(resource.RUSAGE_SELF)[:2]) < budget:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 65536, 4)
+        except OSError:
+            return
+        if not message:
+            return
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            continue
+        if os.fork() == 0:
+            try:
+                control.close()
+                _job(json.loads(message), fds, template, wrapped)
+            finally:
+                os._exit(SETUP_FAILED)
+        for fd in fds:
+            os.close(fd)
+
+
 if __name__ == "__main__":
-    main()
+    serve(int(sys.argv[3]), sys.argv[4] == "1")

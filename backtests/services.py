@@ -627,8 +627,16 @@ def optimization_submit(
         for i, (fold, point) in enumerate(runs)
     )
     run_ids = [run.pk for run in created]
-    transaction.on_commit(lambda: [tasks.optimization_point.delay(run_id) for run_id in run_ids])
+    chunks = point_chunks(run_ids, settings.LEROY_OPTIMIZATION_POINTS_PER_TASK)
+    transaction.on_commit(lambda: [tasks.optimization_points.delay(chunk) for chunk in chunks])
     return optimization
+
+
+def point_chunks(run_ids: list[int], size: int) -> list[list[int]]:
+    """Consecutive runs, `size` to a task: a task's start-up (broker, bars, sandbox) is paid once per chunk, and
+    chunks stay small enough to spread evenly over the workers."""
+    size = max(1, size)
+    return [run_ids[i : i + size] for i in range(0, len(run_ids), size)]
 
 
 WALK_FORWARD_MIN_FOLDS = 2  # one fold gives one out-of-sample window: nothing to walk forward over
@@ -700,8 +708,20 @@ def simulation_of(simulation_parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def optimization_point_execute(*, run_id: int) -> None:
-    """Run one grid point; the last point to finish closes the optimization and settles its credits."""
+def optimization_points_execute(*, run_ids: list[int]) -> None:
+    """Run a chunk of grid points in order, each claimed and recorded on its own (a cancel stops the rest; a
+    redelivered chunk fails the point that was running and runs those still pending), reading each window's bars
+    once per chunk."""
+    bars: dict[tuple[datetime, datetime], tuple[list[dict], str]] = {}
+    for run_id in run_ids:
+        optimization_point_execute(run_id=run_id, bars=bars)
+
+
+def optimization_point_execute(
+    *, run_id: int, bars: dict[tuple[datetime, datetime], tuple[list[dict], str]] | None = None
+) -> None:
+    """Run one grid point; the last point to finish closes the optimization and settles its credits. `bars`
+    keeps the bars read per window across a chunk's points."""
     live = (Status.PENDING, Status.EXECUTING)
     claimed = OptimizationRun.objects.filter(pk=run_id, status=Status.PENDING, optimization__status__in=live).update(
         status=Status.EXECUTING, started_at=now()
@@ -715,16 +735,20 @@ def optimization_point_execute(*, run_id: int) -> None:
     Optimization.objects.filter(pk=optimization.pk, status=Status.PENDING).update(
         status=Status.EXECUTING, started_at=now()
     )
-    _point_done(run_id, **_run_point(optimization, run))
+    _point_done(run_id, **_run_point(optimization, run, {} if bars is None else bars))
 
 
-def _run_point(optimization: Optimization, run: OptimizationRun) -> dict[str, Any]:
+def _run_point(
+    optimization: Optimization, run: OptimizationRun, bars: dict[tuple[datetime, datetime], tuple[list[dict], str]]
+) -> dict[str, Any]:
     """Run one point on its window's bars (and only those): {result | error, data_version}."""
     start, end = run_window(optimization, run)
     try:
-        datas, data_version = load_bars(
-            tickers=optimization.tickers, frequency=optimization.frequency, start=start, end=end
-        )
+        if (start, end) not in bars:
+            bars[start, end] = load_bars(
+                tickers=optimization.tickers, frequency=optimization.frequency, start=start, end=end
+            )
+        datas, data_version = bars[start, end]
     except BacktestError as error:
         return {"error": {"code": error.code, "message": error.message, "line": None}}
     outcome = sandbox.run_job(
@@ -754,7 +778,7 @@ def _best_run(optimization: Optimization, fold: int | None = None) -> Optimizati
         optimization.target_metric,
         OptimizationRun.objects.filter(
             optimization=optimization, status=Status.COMPLETED, fold=fold, out_of_sample=False
-        ),
+        ).defer("returns"),  # every run's daily returns are the bulk of the rows; only the best one's are read
     )
     scored = [run for run in runs if (run.statistics or {}).get(metric) is not None]
     if not scored:
@@ -815,7 +839,7 @@ def _walk_forward_test(optimization_id: Any) -> None:
             parameters=chosen.parameters, fold=fold["fold"], out_of_sample=True, status=Status.EXECUTING,
             started_at=now(),
         )  # fmt: skip
-        finish = _run_point(optimization, run)
+        finish = _run_point(optimization, run, {})
         result = finish.get("result")
         start, end = run_window(optimization, run)
         with transaction.atomic():

@@ -1,9 +1,21 @@
 """Celery tasks: ids in, one service call. Acks are late and a lost worker's task is redelivered, which the
 services turn into FAILED + voided credits instead of a second run."""
 
-from celery import shared_task
+from celery import current_app, shared_task
+from celery.signals import worker_process_init
 
-from backtests import services
+from backtests import sandbox, services
+
+SANDBOX_QUEUES = frozenset({"backtests", "optimizations", "dryruns"})
+
+
+@worker_process_init.connect
+def _warm_sandbox(**_: object) -> None:
+    """Start this pool process's sandbox template now, so it imports backtrader while the process waits for its
+    first task (a worker taking no sandbox queue keeps none)."""
+    consumed = set(current_app.amqp.queues.consume_from or {})
+    if not consumed or consumed & SANDBOX_QUEUES:
+        sandbox.warm()
 
 
 @shared_task(name="backtests.dry_run")
@@ -18,7 +30,13 @@ def backtest_run(report_id: str) -> None:
 
 @shared_task(name="backtests.optimization_point")
 def optimization_point(run_id: int) -> None:
+    """One point (messages queued before points were chunked)."""
     services.optimization_point_execute(run_id=run_id)
+
+
+@shared_task(name="backtests.optimization_points")
+def optimization_points(run_ids: list[int]) -> None:
+    services.optimization_points_execute(run_ids=run_ids)
 
 
 @shared_task(name="backtests.stale_jobs_reap")

@@ -1,11 +1,14 @@
-"""Optimization scaling: one 20-point grid (one Celery task per point) with 1 worker process, then with 2.
+"""Optimization scaling: one 20-point grid (LEROY_OPTIMIZATION_POINTS_PER_TASK points per Celery task) with 1
+worker process, then with 2; and the one-worker time per grid point against one plain in-process Backtrader run
+of the same strategy on the same bars (bench/backtest_overhead.py's baseline, timed in this run, best of 3).
 
 Builds a throwaway Leroy in a temporary var dir (SQLite, kombu's filesystem broker polled every 50 ms), imports
 a daily random walk, saves an SMA-cross strategy, then for each worker count starts a Celery worker with
 `--concurrency N`, submits the grid and waits until the optimization is COMPLETED. The 1-worker run is the
-baseline. Prints one line.
+baseline. Each time includes the whole optimization: the points, the best run's look-ahead probe and the close.
+Prints one line.
 
-    .venv/bin/python bench/optimize_scaling.py [--bars 2516]
+    .venv/bin/python bench/optimize_scaling.py [--bars 2516] [--points-per-task N]
 """
 
 import argparse
@@ -24,8 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 VAR = tempfile.mkdtemp(prefix="leroy-bench-opt-")
 atexit.register(shutil.rmtree, VAR, ignore_errors=True)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks (the worker's kill) and atexit
+PARSER = argparse.ArgumentParser()
+PARSER.add_argument("--bars", type=int, default=2516)
+PARSER.add_argument("--points-per-task", type=int, default=None, help="default: the setting's default")
+ARGS = PARSER.parse_args()
 for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
     del os.environ[name]
+if ARGS.points_per_task is not None:
+    os.environ["LEROY_OPTIMIZATION_POINTS_PER_TASK"] = str(ARGS.points_per_task)
 os.environ.update(
     DJANGO_SETTINGS_MODULE="leroy.settings",
     LEROY_VAR_DIR=VAR,
@@ -74,7 +83,7 @@ def setup(bars: int):
         }
     )
     bars_import(ticker="BENCHUSD", frequency="1d", frame=frame, asset_class="crypto")
-    assert services.dry_run(user=user, code=SMA_CROSS).success
+    assert services._dry_run_outcome(user, SMA_CROSS)["success"]  # what a dry-run worker runs: records the pass
     return user, services.strategy_create(user=user, name="bench", code=SMA_CROSS)
 
 
@@ -123,14 +132,21 @@ def run_grid(user, strategy, workers: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bars", type=int, default=2516)
-    args = parser.parse_args()
+    args = ARGS
+    from backtest_overhead import best, direct
+    from django.conf import settings
+
+    from backtests.dryrun import walk
+
     user, strategy = setup(args.bars)
+    plain, _ = best(direct, walk("BENCHUSD", bars=args.bars), 3)
     one = run_grid(user, strategy, 1)
     two = run_grid(user, strategy, 2)
-    print(f"optimize_scaling points=20 bars={args.bars} one_worker={one:.2f}s two_workers={two:.2f}s "
-          f"speedup={one / two:.2f}x cpus={os.cpu_count()}")  # fmt: skip
+    per_task = getattr(settings, "LEROY_OPTIMIZATION_POINTS_PER_TASK", 1)  # 1: before points were chunked
+    print(f"optimize_scaling points=20 bars={args.bars} points_per_task={per_task} "
+          f"one_worker={one:.2f}s two_workers={two:.2f}s speedup={one / two:.2f}x plain_run={plain:.3f}s "
+          f"per_point_one_worker={one / 20:.3f}s per_point_ratio={one / 20 / plain:.2f}x "
+          f"cpus={os.cpu_count()}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -256,6 +256,7 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_ROUTES = {
     "backtests.backtest_run": {"queue": "backtests"},
     "backtests.optimization_point": {"queue": "optimizations"},
+    "backtests.optimization_points": {"queue": "optimizations"},
     "backtests.dry_run*": {"queue": "dryruns"},
     "evidence.tasks.market_memory_*": {"queue": "builds"},
     "alerts.*": {"queue": "deliveries"},
@@ -370,6 +371,8 @@ LEROY_LOOKAHEAD_PROBE_CREDITS = int(env_str("LEROY_LOOKAHEAD_PROBE_CREDITS", "5"
 LEROY_DRY_RUNS_PER_WORKER = int(env_str("LEROY_DRY_RUNS_PER_WORKER", "2"))
 LEROY_DRY_RUN_QUEUE_SECONDS = float(env_str("LEROY_DRY_RUN_QUEUE_SECONDS", "15"))
 LEROY_OPTIMIZATION_POINT_CREDITS = int(env_str("LEROY_OPTIMIZATION_POINT_CREDITS", "5"))
+# Grid points per Celery task: start-up paid once per chunk, chunks small enough to share out over the workers.
+LEROY_OPTIMIZATION_POINTS_PER_TASK = int(env_str("LEROY_OPTIMIZATION_POINTS_PER_TASK", "2"))
 # CSCV over an optimization's grid (the PBO in its verdict): reserved with the grid, refunded when refused.
 LEROY_PBO_CREDITS = int(env_str("LEROY_PBO_CREDITS", "1"))
 LEROY_PBO_BLOCKS = int(env_str("LEROY_PBO_BLOCKS", "16"))  # CSCV's S (even); recorded on each optimization

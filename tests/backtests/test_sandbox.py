@@ -444,3 +444,65 @@ def test_current_and_past_bars_stay_readable():
     assert outcome.ok is True
     assert [float(first[0]), float(first[1])] == [closes[3], closes[2]]
     assert first[2] == str([closes[2], closes[3]])
+
+
+LEAVE = """
+import backtrader, sys
+backtrader.LEROY_LEAK = "set by the first job"
+backtrader.Strategy.buy = None
+sys.modules["backtrader.indicators"].SMA = None
+os.environ["LEROY_LEAK"] = "1"
+for path in ("/tmp/leak", "/dev/shm/leak", os.path.join(os.environ["TMPDIR"], "leak")):
+    try:
+        open(path, "w").write("x")
+    except OSError:
+        pass
+raise RuntimeError(repr([path for path in ("/tmp/leak", "/dev/shm/leak") if os.path.exists(path)]))
+"""
+LOOK = """
+import backtrader
+paths = ("/tmp/leak", "/dev/shm/leak", os.path.join(os.environ["TMPDIR"], "leak"))
+raise RuntimeError(repr([hasattr(backtrader, "LEROY_LEAK"), backtrader.Strategy.buy is None,
+                         backtrader.indicators.SMA is None, "LEROY_LEAK" in os.environ,
+                         [p for p in paths if os.path.exists(p)], os.getpid()]))
+"""
+ISOLATED = [frozenset({"bubblewrap"}), frozenset({"mountns"}), sandbox.ALL_LAYERS - {"ast", "restricted_python"}]
+
+
+@pytest.mark.parametrize("layers", ISOLATED, ids=["bubblewrap", "mountns", "all_os_layers"])
+def test_a_job_leaves_nothing_for_the_next_one_forked_from_the_same_template(layers):
+    if "bubblewrap" in layers and not sandbox.bubblewrap_usable():
+        pytest.skip("bubblewrap cannot create namespaces on this machine")
+    first = run(plain(LEAVE), layers=layers)
+    template = sandbox._template("bubblewrap" in layers)
+
+    second = run(plain(LOOK), layers=layers)
+
+    assert first.error["message"] == "RuntimeError: ['/tmp/leak', '/dev/shm/leak']"  # it did write them
+    assert sandbox._template("bubblewrap" in layers) is template and template.usable()
+    leak, patched_bt, patched_json, env, files, _ = eval(second.error["message"].removeprefix("RuntimeError: "))  # noqa: S307
+    assert (leak, patched_bt, patched_json, env, files) == (False, False, False, False, [])
+
+
+def test_a_job_in_bubblewrap_sees_only_its_own_pid_namespace():
+    if not sandbox.bubblewrap_usable():
+        pytest.skip("bubblewrap cannot create namespaces on this machine")
+
+    pids = "raise RuntimeError(repr((os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit()))))"
+
+    outcome = run(plain(pids), layers=sandbox.ALL_LAYERS - {"ast", "restricted_python"})
+
+    # pid 1 is the job's own init; neither the template nor any other job is there to be signalled or read
+    assert outcome.error["message"] == "RuntimeError: (2, ['1', '2'])"
+
+
+def test_a_template_that_died_is_replaced_for_the_next_job():
+    assert run(GOOD).ok is True
+    template = sandbox._template(sandbox.bubblewrap_usable())
+    os.killpg(template.process.pid, 9)
+    template.process.wait()
+
+    outcome = run(GOOD)
+
+    assert outcome.ok is True
+    assert sandbox._template(sandbox.bubblewrap_usable()) is not template

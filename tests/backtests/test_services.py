@@ -4,7 +4,7 @@ from datetime import date, timedelta
 import pytest
 import time_machine
 
-from backtests import services
+from backtests import services, tasks
 from backtests.models import DryRunPass, Optimization, OptimizationRun, Report, Status, Strategy
 from billing.models import Transfer
 from billing.selectors import credit_usage
@@ -266,6 +266,44 @@ def test_optimization_runs_every_point_and_charges_them(owner, coin, django_capt
         best.iteration,
         best.parameters,
     )
+
+
+def test_points_are_queued_in_chunks_that_read_their_bars_once(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch, settings
+):
+    settings.LEROY_OPTIMIZATION_POINTS_PER_TASK = 4
+    queued, reads = [], []
+    monkeypatch.setattr(tasks.optimization_points, "delay", queued.append)
+    real_load_bars = services.load_bars
+    monkeypatch.setattr(services, "load_bars", lambda **kwargs: reads.append(kwargs) or real_load_bars(**kwargs))
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+    runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list("pk", flat=True))
+
+    for chunk in queued:
+        services.optimization_points_execute(run_ids=chunk)
+
+    result.refresh_from_db()
+    assert queued == [runs[:4], runs[4:]]
+    assert len(reads) == 3  # one per chunk, and the best run's look-ahead probe
+    assert (result.status, result.completed_iterations, result.lookahead_check["status"]) == (
+        Status.COMPLETED, 6, "passed"
+    )  # fmt: skip
+
+
+def test_a_chunk_redelivered_mid_run_fails_the_running_point_and_runs_the_pending_ones(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
+    runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list("pk", flat=True))
+    services.optimization_points_execute(run_ids=runs[:1])
+    OptimizationRun.objects.filter(pk=runs[1]).update(status=Status.EXECUTING, started_at=now())  # its worker died
+
+    services.optimization_points_execute(run_ids=runs[:3])
+
+    statuses = list(
+        OptimizationRun.objects.filter(pk__in=runs[:3]).order_by("iteration").values_list("status", "error")
+    )
+    assert statuses == [(Status.COMPLETED, None), (Status.FAILED, services.WORKER_LOST), (Status.COMPLETED, None)]
 
 
 def test_cancel_mid_optimization_stops_the_rest_and_refunds_exactly(owner, coin, django_capture_on_commit_callbacks):

@@ -240,7 +240,7 @@ async def test_every_tool_answers_in_its_output_model_while_jobs_are_pending_fai
     from backtests import services, tasks
 
     monkeypatch.setattr(tasks.backtest_run, "delay", lambda report_id: None)
-    monkeypatch.setattr(tasks.optimization_point, "delay", lambda run_id: None)
+    monkeypatch.setattr(tasks.optimization_points, "delay", lambda run_ids: None)
     coin = await sync_to_async(import_walk)("TSTUSD")
     calls = []
     async with client(mcp_http, write_key) as session:
