@@ -21,7 +21,6 @@ per-worker map rate (bar rows per second of one worker process).
 
 import argparse
 import atexit
-import contextlib
 import os
 import shutil
 import signal
@@ -58,7 +57,7 @@ from evidence.marketdata.selectors import bars_read  # noqa: E402
 from evidence.memory import build, features  # noqa: E402
 from evidence.memory.services import market_memory_build_run  # noqa: E402
 from evidence.models import Symbol  # noqa: E402
-from leroy import clock  # noqa: E402
+from leroy import clock, serving  # noqa: E402
 
 
 def timed(work):  # type: ignore[no-untyped-def]
@@ -152,13 +151,7 @@ def celery_build(workers: int) -> tuple[float, float, float, float, int]:
         )
         return wall, map_wall, cpu, map_cpu, rows
     finally:  # any exit, a timeout or Ctrl-C included: the worker's whole process group goes
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
+        serving.stop_group(worker, grace=30)
 
 
 def celery_main(args: argparse.Namespace) -> None:

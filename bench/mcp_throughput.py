@@ -32,6 +32,8 @@ from pathlib import Path
 
 import httpx2
 
+from leroy import serving
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 DATABASE = f"leroy_bench_mcp_{os.getpid()}"
@@ -208,13 +210,7 @@ def main() -> None:
                 drive(url, "evaluate_current_setup", setups[0], key, args.requests, args.concurrency, answered)
             )
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+            serving.stop_group(server, grace=30)
     database = "postgresql" if "DATABASE_URL" in env else "sqlite"
     print(
         f"mcp_throughput db={database} n={args.requests} c={args.concurrency} symbols={len(tickers)} "

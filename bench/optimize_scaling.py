@@ -13,7 +13,6 @@ Prints one line.
 
 import argparse
 import atexit
-import contextlib
 import os
 import shutil
 import signal
@@ -49,6 +48,8 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from sma_cross import SMA_CROSS  # noqa: E402  (bench/ is the script's directory)
+
+from leroy import serving  # noqa: E402
 
 # The worker, with kombu's filesystem broker polled every 50 ms (its 1 s default would dominate 20 short tasks).
 WORKER = """
@@ -122,13 +123,7 @@ def run_grid(user, strategy, workers: int) -> float:
         assert Optimization.objects.filter(pk=optimization.pk, total_iterations=20).exists()
         return elapsed
     finally:  # any exit, a timeout or Ctrl-C included: the worker's whole process group goes
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
+        serving.stop_group(worker, grace=30)
 
 
 def main() -> None:

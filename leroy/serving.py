@@ -1,6 +1,10 @@
 """The process commands of one Leroy: the web server and the Celery worker and beat, as `manage.py serve`,
 `make demo` and deploy/ run them (one definition, so the documented flags are the ones that run)."""
 
+import contextlib
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -65,3 +69,15 @@ def celery_beat_command() -> list[str]:
         "--schedule",
         str(Path(settings.LEROY_VAR_DIR, "celery", "beat-schedule")),
     ]
+
+
+def stop_group(process: subprocess.Popen[bytes], *, grace: float) -> None:
+    """SIGTERM the process group `process` leads (started with `start_new_session`), so its pool and children go
+    too; SIGKILL it if it has not exited within `grace` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
