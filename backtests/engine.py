@@ -8,6 +8,7 @@ backtrader's TradeAnalyzer output; statistics are computed from them by `statist
 import bisect
 import functools
 import inspect
+import json
 import math
 import sys
 import types
@@ -515,8 +516,9 @@ def lookahead_probe(
     k: int = PROBE_CUTS,
 ) -> dict[str, Any]:
     """Rerun the strategy on the data cut at k points and compare every order decision taken up to each cut
-    with the full run's: a strategy that reads only past bars decides the same; any difference means it used
-    bars after the one it was on. `load` compiles the source afresh, so no state carries over between runs."""
+    with the full run's (`decisions`, as `as_recorded` gives them): a strategy that reads only past bars decides
+    the same; any difference means it used bars after the one it was on. `load` compiles the source afresh, so
+    no state carries over between runs."""
     cuts = probe_cuts(datas, decisions, k)
     if isinstance(cuts, str):
         return {"status": "not_run", "k": k, "cuts": [], "reason": cuts}
@@ -525,7 +527,7 @@ def lookahead_probe(
         until_num = until / 86_400_000_000.0 + EPOCH_ORDINAL
         expected = [d for d in decisions if d["bar"] is not None and d["bar"] <= until_num]
         got, crash = _decisions_on(load(), [cut(d, until) for d in datas], simulation, parameters)
-        got = [d for d in got if d["bar"] is not None]
+        got = [d for d in as_recorded(got) if d["bar"] is not None]
         checked.append(iso(until_num))
         if crash is not None:
             return _failed(k, checked, iso(until_num), None, None, f"the run on data cut at {iso(until_num)} "
@@ -537,6 +539,12 @@ def lookahead_probe(
                 bar = min(d["bar"] for d in (full, short) if d is not None)
                 return _failed(k, checked, iso(until_num), _shown(full), _shown(short), None, bar=iso(bar))
     return {"status": "passed", "k": k, "cuts": checked}
+
+
+def as_recorded(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Decisions as the sandbox's JSON output records them (plain, strings escaped). The probe compares the cut
+    runs' decisions in this form with the full run's, given in it too (they may come from that run's record)."""
+    return json.loads(json.dumps(policy.clean_strings(plain(decisions)), allow_nan=False, default=str))
 
 
 def _shown(decision: dict[str, Any] | None) -> dict[str, Any] | None:

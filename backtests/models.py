@@ -188,6 +188,9 @@ class OptimizationRun(models.Model):
     returns = models.JSONField(default=list)  # [[day, return], ...]: the daily series CSCV splits
     trade_count = models.PositiveIntegerField(default=0)
     data_version = models.CharField(max_length=64, blank=True, default="")
+    # {code_sha256, decisions}: the run's order decisions, so the best run's look-ahead probe compares its cut runs
+    # against them instead of rerunning it (only when the code and the bars are the same); null when not kept
+    decisions = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

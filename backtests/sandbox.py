@@ -307,9 +307,13 @@ def run_job(
     limits: Limits | None = None,
     on_start: Any = None,
     probe: int = 0,
+    decisions: bool = False,
+    expected: list[dict[str, Any]] | None = None,
 ) -> Outcome:
     """Run one backtest of `source` in a fresh sandbox child and return what it produced; `probe` > 0 adds the
-    truncation probe with that many cuts (`result["lookahead_check"]`)."""
+    truncation probe with that many cuts (`result["lookahead_check"]`), `decisions` the run's order decisions
+    (`result["decisions"]`). With `expected` (the decisions a full run of this same job recorded) and `probe`,
+    only the probe's cut runs are run and `result` is just its `lookahead_check`."""
     limits = limits or Limits()
     job = {
         "source": source,
@@ -317,6 +321,8 @@ def run_job(
         "simulation": simulation,
         "parameters": parameters,
         "probe": probe,
+        "decisions": decisions,
+        "expected": expected,
         "hide": runtime_paths(),
         "layers": sorted(layers),
         "limits": {"cpu_seconds": limits.cpu_seconds, "memory_bytes": limits.memory_bytes, "uid": limits.uid},

@@ -178,15 +178,18 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
     try:
         strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
         run = {"datas": job["datas"], "simulation": job["simulation"], "parameters": job["parameters"]}
+        fresh = lambda: engine.load_strategy(job["source"], prints=PrintBuffer(0), layers=in_process)  # noqa: E731
+        if job.get("expected") is not None:
+            # The full run's decisions were recorded by that run (same code and bars): only the cut runs are due.
+            check = engine.lookahead_probe(fresh, decisions=job["expected"], k=int(job["probe"]), **run)
+            outcome.update(ok=True, result={"lookahead_check": check})
+            return _finished(outcome, prints)
         result = engine.run(strategy, **run)
-        decisions = result.pop("decisions")
+        decisions = engine.as_recorded(result.pop("decisions"))
         if job.get("probe"):
-            result["lookahead_check"] = engine.lookahead_probe(
-                lambda: engine.load_strategy(job["source"], prints=PrintBuffer(0), layers=in_process),
-                decisions=decisions,
-                k=int(job["probe"]),
-                **run,
-            )
+            result["lookahead_check"] = engine.lookahead_probe(fresh, decisions=decisions, k=int(job["probe"]), **run)
+        if job.get("decisions"):
+            result["decisions"] = decisions
         outcome.update(ok=True, result=result)
     except Refused as refusal:
         lines = job["source"].splitlines()
@@ -201,6 +204,10 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
         outcome.update(ok=False, error={"code": "execution_error", "message": message, "line": _error_line(error)})
+    return _finished(outcome, prints)
+
+
+def _finished(outcome: dict[str, Any], prints: PrintBuffer) -> dict[str, Any]:
     if outcome.get("error") is not None:
         outcome["error"] = clean_error(outcome["error"])
     outcome["prints"] = prints.text()

@@ -14,7 +14,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, FloatField
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
 from accounts.models import User
 from backtests import sandbox, selectors, statistics, verdicts
@@ -756,10 +758,22 @@ def _run_point(
         datas=datas,
         simulation=simulation_of(optimization.simulation_parameters),
         parameters={**optimization.parameters, **run.parameters},
+        decisions=run.fold is None,  # a grid point over the whole period: the probe may reuse its decisions
     )
     if not outcome.ok or outcome.result is None:
         return {"error": outcome.error or WORKER_LOST, "data_version": data_version}
     return {"result": outcome.result, "data_version": data_version}
+
+
+MAX_KEPT_DECISIONS = 20_000  # a point deciding more often is rerun in full by the probe rather than stored
+
+
+def kept_decisions(strategy: Strategy, result: dict[str, Any]) -> dict[str, Any] | None:
+    """What a point keeps of its order decisions for the probe: with the code they came from, or null."""
+    decisions = result.get("decisions")
+    if decisions is None or len(decisions) > MAX_KEPT_DECISIONS:
+        return None
+    return {"code_sha256": code_sha256(strategy.code), "decisions": decisions}
 
 
 def _point_done(run_id: int, **finish: Any) -> None:
@@ -773,39 +787,48 @@ def _point_done(run_id: int, **finish: Any) -> None:
 
 def _best_run(optimization: Optimization, fold: int | None = None) -> OptimizationRun | None:
     """The completed in-sample run best by the target metric (the lowest iteration on ties), of one fold when
-    walking forward."""
-    metric, runs = (
-        optimization.target_metric,
+    walking forward: one query ordering by that one statistic, so no other run's row is read or decoded."""
+    score = Cast(KeyTextTransform(optimization.target_metric, "statistics"), FloatField())
+    best = "-score" if optimization.target_direction == "maximize" else "score"
+    return (
         OptimizationRun.objects.filter(
             optimization=optimization, status=Status.COMPLETED, fold=fold, out_of_sample=False
-        ).defer("returns"),  # every run's daily returns are the bulk of the rows; only the best one's are read
+        )
+        .annotate(score=score)
+        .filter(score__isnull=False)
+        .defer("returns", "decisions")  # the bulk of a row; the best one's returns are read when needed
+        .order_by(best, "iteration")
+        .first()
     )
-    scored = [run for run in runs if (run.statistics or {}).get(metric) is not None]
-    if not scored:
-        return None
-    key = (lambda run: run.statistics[metric]) if optimization.target_direction == "maximize" else (
-        lambda run: -run.statistics[metric]
-    )  # fmt: skip
-    return max(sorted(scored, key=lambda run: run.iteration), key=key)
 
 
 def _optimization_probe(optimization_id: Any) -> None:
     """The last point is done: probe the best run by the target metric for look-ahead, then close and settle."""
     optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
-    _optimization_close(optimization_id, _probe(optimization, _best_run(optimization)))
+    best = _best_run(optimization)
+    _optimization_close(optimization_id, _probe(optimization, best), best=best)
 
 
 def _probe(optimization: Optimization, best: OptimizationRun | None) -> dict[str, Any]:
-    """The truncation probe of `best`'s parameters over the whole period."""
+    """The truncation probe of `best`'s parameters over the whole period. A grid point's own run is that full run
+    when it kept its decisions from the same code on the same bars (same data version): then only the cut runs
+    are run, compared with those decisions; otherwise the probe reruns it."""
     if best is None:
         reason = f"no run has a {optimization.target_metric}"
         check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
     else:
-        datas, _ = load_bars(
+        datas, data_version = load_bars(
             tickers=optimization.tickers,
             frequency=optimization.frequency,
             start=optimization.start_date,
             end=optimization.end_date,
+        )
+        kept = OptimizationRun.objects.filter(pk=best.pk).values_list("decisions", flat=True).first()
+        same = (
+            kept is not None
+            and best.fold is None
+            and best.data_version == data_version
+            and kept["code_sha256"] == code_sha256(optimization.strategy.code)
         )
         outcome = sandbox.run_job(
             source=optimization.strategy.code,
@@ -813,6 +836,7 @@ def _probe(optimization: Optimization, best: OptimizationRun | None) -> dict[str
             simulation=simulation_of(optimization.simulation_parameters),
             parameters={**optimization.parameters, **best.parameters},
             probe=PROBE_CUTS,
+            expected=kept["decisions"] if same and kept is not None else None,
         )
         if outcome.ok and outcome.result is not None:
             check = outcome.result["lookahead_check"]
@@ -911,7 +935,9 @@ def optimization_pbo(
         return None, str(refused)
 
 
-def optimization_verdict(optimization: Optimization, check: dict[str, Any]) -> dict[str, Any] | None:
+def optimization_verdict(
+    optimization: Optimization, check: dict[str, Any], best: OptimizationRun | None = None
+) -> dict[str, Any] | None:
     """The best run's deflated Sharpe over every trial of the strategy, the grid's PBO and the probe; walking
     forward, the stitched out-of-sample returns' deflated Sharpe and trades (no PBO: the folds are the test)."""
     if optimization.mode == OptimizationMode.WALK_FORWARD:
@@ -923,7 +949,7 @@ def optimization_verdict(optimization: Optimization, check: dict[str, Any]) -> d
             strategy=optimization.strategy, daily_returns=result["oos_returns"],
             trades=sum(run.trade_count for run in tests), lookahead=check["status"],
         )  # fmt: skip
-    best = _best_run(optimization)
+    best = best or _best_run(optimization)
     if best is None:
         return None
     runs = list(OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED))
@@ -934,7 +960,9 @@ def optimization_verdict(optimization: Optimization, check: dict[str, Any]) -> d
     )  # fmt: skip
 
 
-def _optimization_close(optimization_id: Any, check: dict[str, Any] | None) -> None:
+def _optimization_close(
+    optimization_id: Any, check: dict[str, Any] | None, best: OptimizationRun | None = None
+) -> None:
     with transaction.atomic():
         optimization = (
             Optimization.objects.select_for_update(of=("self",)).select_related("strategy").get(pk=optimization_id)
@@ -946,7 +974,7 @@ def _optimization_close(optimization_id: Any, check: dict[str, Any] | None) -> N
         if optimization.mode == OptimizationMode.WALK_FORWARD:
             config = {k: v for k, v in walk_forward_plan(optimization).items() if k in WALK_FORWARD_CONFIG}
             optimization.walk_forward = config | walk_forward_result(optimization)
-        optimization.verdict = optimization_verdict(optimization, check) if check is not None else None
+        optimization.verdict = optimization_verdict(optimization, check, best) if check is not None else None
         probed = check is not None and check["status"] != "not_run"
         computed = optimization.verdict is not None and optimization.verdict["pbo"] is not None
         optimization.credits_charged = (
@@ -1001,6 +1029,7 @@ def _point_finish(
             statistics=statistics.compute(result) if result is not None else None,
             returns=result["daily_returns"] if result is not None else [],
             trade_count=len(result["trades"]) if result is not None else 0,
+            decisions=kept_decisions(optimization.strategy, result) if result is not None else None,
             error=error,
             data_version=data_version,
             finished_at=now(),

@@ -184,3 +184,38 @@ def test_the_probe_is_not_run_on_too_few_bars():
         "cuts": [],
         "reason": "the data have 30 common bars; the probe needs at least 40",
     }
+
+
+def recorded(source, datas, parameters=None, layers=ALL_LAYERS):
+    """A full run's result with its order decisions, as a grid point records them."""
+    outcome = sandbox.run_job(source=source, datas=datas, simulation=SIM, parameters=parameters or {},
+                              layers=layers, limits=FAST, decisions=True)  # fmt: skip
+    assert outcome.ok is True, outcome.error
+    return outcome.result
+
+
+def probe_against(source, datas, expected, parameters=None, layers=ALL_LAYERS):
+    return sandbox.run_job(source=source, datas=datas, simulation=SIM, parameters=parameters or {}, layers=layers,
+                           limits=FAST, probe=3, expected=expected)  # fmt: skip
+
+
+def test_a_probe_given_the_full_runs_recorded_decisions_runs_only_the_cuts_and_agrees_with_a_full_probe():
+    datas = [walk("ONE", bars=200)]
+    for source, layers in ((SMA_CROSS, ALL_LAYERS), (PRIVATE_FUTURE, RUNTIME_ONLY)):
+        full = run(source, layers=layers, datas=datas, probe=3)
+        given = probe_against(source, datas, recorded(source, datas, layers=layers)["decisions"], layers=layers)
+
+        assert given.ok is True, given.error
+        assert given.result == {"lookahead_check": full.result["lookahead_check"]}  # no second full run's result
+    assert full.result["lookahead_check"]["status"] == "failed"  # the peeking one is still caught
+
+
+def test_a_probe_given_decisions_the_code_does_not_take_on_those_bars_fails():
+    datas = [walk("ONE", bars=200)]
+    other = recorded(SMA_CROSS, datas, {"fast": 3, "slow": 10})["decisions"]  # another point's decisions
+
+    given = probe_against(SMA_CROSS, datas, other)
+
+    check = given.result["lookahead_check"]
+    assert (given.ok, check["status"]) == (True, "failed")
+    assert check["first_difference"]["full_run"] != check["first_difference"]["cut_run"]

@@ -545,3 +545,75 @@ def test_a_grid_too_small_for_cscv_is_refused_in_the_verdict_and_its_credits_ref
     reason = next(r for r in result.verdict["reasons"] if r["code"] == "pbo_not_computed")
     assert reason["message"] == "The grid has 1 completed point(s); CSCV needs at least 2 to choose between."
     assert credit_usage(user=owner)["credits_remaining"] == 990
+
+
+PEEKING_GRID = """
+class Foresight(bt.Strategy):
+    params = (("fast", 3), ("slow", 10), ("size", 1))
+
+    def next(self):
+        bars = self.data._bars["close"]
+        i = len(self)
+        if i < len(bars) and bars[i] > self.data.close[0] and not self.position:
+            self.buy(size=self.p.size * self.p.fast)
+        elif self.position and i < len(bars) and bars[i] < self.data.close[0]:
+            self.close()
+"""
+
+
+def test_the_best_points_probe_compares_its_cut_runs_with_that_points_recorded_decisions(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    from backtests import sandbox
+    from tests.backtests.test_lookahead import RUNTIME_ONLY
+
+    run_job, jobs = sandbox.run_job, []
+    # The engine's private bars are out of reach of the in-process layers; without them the probe is what sees it.
+    monkeypatch.setattr(
+        sandbox, "run_job", lambda **kwargs: jobs.append(kwargs) or run_job(**kwargs | {"layers": RUNTIME_ONLY})
+    )
+    result = optimization(owner, saved(owner, PEEKING_GRID), coin, django_capture_on_commit_callbacks)
+
+    best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
+    assert best.decisions["code_sha256"] == services.code_sha256(PEEKING_GRID)
+    (probe,) = [job for job in jobs if job.get("probe")]
+    assert probe["expected"] == best.decisions["decisions"] and len(jobs) == 7  # 6 points, then the cuts only
+    assert best.parameters == {"fast": 5, "slow": 10}  # the largest size earns the most from its foresight
+    assert (result.status, result.lookahead_check["status"]) == (Status.COMPLETED, "failed")
+    assert (result.verdict["status"], result.verdict["reasons"][0]["code"]) == ("overfit", "lookahead")
+
+
+@pytest.mark.parametrize("changed", ["data_version", "code_sha256"])
+def test_the_probe_reruns_the_best_point_when_its_record_is_not_of_the_same_bars_or_code(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch, changed
+):
+    from backtests import sandbox
+
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+    best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
+    if changed == "data_version":
+        best.data_version = "0" * 64
+    else:
+        best.decisions = {**best.decisions, "code_sha256": "0" * 64}
+    best.save()
+    run_job, jobs = sandbox.run_job, []
+    monkeypatch.setattr(sandbox, "run_job", lambda **kwargs: jobs.append(kwargs) or run_job(**kwargs))
+
+    check = services._probe(result, best)
+
+    assert [job["expected"] for job in jobs] == [None]  # the full run again, then its cuts
+    assert (check["status"], check["iteration"]) == ("passed", best.iteration)
+
+
+@pytest.mark.parametrize(("direction", "best"), [("maximize", 2), ("minimize", 4)])
+def test_the_best_run_is_picked_by_the_target_statistic_alone_lowest_iteration_on_ties(
+    owner, coin, django_capture_on_commit_callbacks, direction, best
+):
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False,
+                          target_direction=direction)  # fmt: skip
+    scores = {1: None, 2: 7.5, 3: 7.5, 4: -0.25, 5: -0.25, 6: 3.0}  # 1 has no value; 2/3 and 4/5 tie
+    for run in OptimizationRun.objects.filter(optimization=result):
+        run.status, run.statistics = Status.COMPLETED, {"realized_pnl": scores[run.iteration]}
+        run.save()
+
+    assert services._best_run(result).iteration == best
