@@ -96,7 +96,7 @@ def server_json() -> dict[str, Any]:
                         ),
                         "isRequired": False,
                         "isSecret": True,
-                        "placeholder": "Bearer lr_live_...",
+                        "placeholder": "Bearer lr_live_...",  # server.json's field: the hint an empty input shows
                     }
                 ],
             }

@@ -1,3 +1,5 @@
+import os
+
 import polars as pl
 import pytest
 
@@ -26,6 +28,16 @@ def expected_layers() -> list[str]:
     """Every layer, less bubblewrap where it is not installed (a run then says so by leaving it out)."""
     missing = set() if sandbox.bubblewrap_usable() else {"bubblewrap"}
     return sorted(sandbox.ALL_LAYERS - missing | {"process"})
+
+
+def require_bubblewrap() -> None:
+    """Skip a bubblewrap-only test where it cannot create namespaces; under CI, which installs it, fail instead,
+    so that layer is never silently left untested."""
+    if not sandbox.bubblewrap_usable():
+        message = "bubblewrap cannot create namespaces on this machine"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 def frame_of(data: dict) -> pl.DataFrame:

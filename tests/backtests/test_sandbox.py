@@ -13,7 +13,7 @@ import pytest
 from backtests import sandbox
 from backtests.dryrun import walk
 from backtests.sandbox import ALL_LAYERS, Limits
-from tests.backtests.conftest import expected_layers
+from tests.backtests.conftest import expected_layers, require_bubblewrap
 
 DATA = [walk("TEST", bars=60)]
 SIM = {"initial_cash": 10_000, "commission": 0, "leverage": 1, "buy_on_close": False}
@@ -190,8 +190,7 @@ def test_file_size_limit_alone_refuses_writes(tmp_path):
 
 
 def test_bubblewrap_alone_hides_the_filesystem(tmp_path):
-    if not sandbox.bubblewrap_usable():
-        pytest.skip("bubblewrap cannot create namespaces on this machine")
+    require_bubblewrap()
     target = tmp_path / "written.txt"
 
     read = run(plain("open('/etc/passwd').read()"), layers=frozenset({"bubblewrap"}))
@@ -471,8 +470,8 @@ ISOLATED = [frozenset({"bubblewrap"}), frozenset({"mountns"}), sandbox.ALL_LAYER
 
 @pytest.mark.parametrize("layers", ISOLATED, ids=["bubblewrap", "mountns", "all_os_layers"])
 def test_a_job_leaves_nothing_for_the_next_one_forked_from_the_same_template(layers):
-    if "bubblewrap" in layers and not sandbox.bubblewrap_usable():
-        pytest.skip("bubblewrap cannot create namespaces on this machine")
+    if "bubblewrap" in layers:
+        require_bubblewrap()
     first = run(plain(LEAVE), layers=layers)
     template = sandbox._template("bubblewrap" in layers)
 
@@ -485,8 +484,7 @@ def test_a_job_leaves_nothing_for_the_next_one_forked_from_the_same_template(lay
 
 
 def test_a_job_in_bubblewrap_sees_only_its_own_pid_namespace():
-    if not sandbox.bubblewrap_usable():
-        pytest.skip("bubblewrap cannot create namespaces on this machine")
+    require_bubblewrap()
 
     pids = "raise RuntimeError(repr((os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit()))))"
 
