@@ -75,9 +75,10 @@ def scan_parquet(relatives: list[str]) -> pl.LazyFrame:
 
 
 def parquet_bytes(frame: pl.DataFrame) -> bytes:
-    """Statistics and compression are fixed so identical frames give identical bytes."""
+    """Statistics, compression and the layout are fixed so equal frames give identical bytes: the writer's pages follow
+    the frame's chunks, which depend on how it was computed (threads, concats), so it is written as one chunk."""
     buffer = io.BytesIO()
-    frame.write_parquet(buffer, compression="zstd", compression_level=3, statistics=True)
+    frame.rechunk().write_parquet(buffer, compression="zstd", compression_level=3, statistics=True)
     return buffer.getvalue()
 
 
