@@ -41,14 +41,13 @@ BPS = 10_000  # one basis point in label units (1e-8)
 RESERVOIR_SIZE = 5
 EXECUTION_BUCKET_MINUTES = 30
 # Sums across symbol partials. Distinct sessions are not additive once a tier pools symbols (two symbols on the same
-# day are one session), so each partial carries its key's session ordinals (days since 1970-01-01) and the reduce
-# counts their union: `n_sessions` is exactly the number of distinct market dates. Symbols are disjoint across
-# partials, so `n_symbols` (1 per partial) sums exactly.
+# day are one session), so the reduce counts them from the returns' session ordinals (days since 1970-01-01):
+# `n_sessions` is exactly the number of distinct market dates. Symbols are disjoint across partials, so `n_symbols`
+# (1 per partial) sums exactly.
 ADDITIVE_COLUMNS = (
     "n", "n_symbols", "sum_r", "n_win", "sum_pos", "sum_neg", "sum_fav", "sum_adv",
     *[f"n_fav_{level}" for level in EXCURSION_LEVELS_BPS], *[f"n_adv_{level}" for level in EXCURSION_LEVELS_BPS],
 )  # fmt: skip
-SESSION_SET = "session_ordinals"  # the partial's per-key list of session ordinals
 STAT_COLUMNS = ("n_sessions", *ADDITIVE_COLUMNS)
 
 

@@ -32,7 +32,6 @@ from evidence.memory.artifact import (
     RESERVOIR_SIZE,
     SCHEMA_VERSION,
     SENTINEL,
-    SESSION_SET,
     STAT_COLUMNS,
     SYMBOL_BASELINE,
     TIER_KEYS,
@@ -145,12 +144,13 @@ def _fine_stats(long: pl.DataFrame) -> pl.DataFrame:
 
 def _partial_stats(fine: pl.DataFrame) -> pl.DataFrame:
     """The pooled tiers' rows for one symbol, on integer keys (unused keys hold their sentinels): additive sums and
-    the key's sorted session ordinals (exact sets; `n_session_rows` is their count, an upper bound of the union's)."""
+    `n_session_rows`, the key's distinct sessions in this symbol (exact for the tiers that name the symbol; summed
+    across symbols, an upper bound of a pooled key's distinct sessions, which the reduce counts from the returns)."""
     parts = []
     for tier in POOLED_TIERS:
         keys = [k for k in ("mask", "regime", "band") if k in TIER_KEYS[tier]]
         grouped = fine.group_by(["period", "side", "horizon", *keys]).agg(
-            pl.col("session").unique().sort().alias(SESSION_SET),
+            pl.col("session").n_unique().cast(pl.Int64).alias("n_session_rows"),
             pl.lit(1, pl.Int64).alias("n_symbols"),
             *[pl.col(c).sum() for c in SUMMED],
         )
@@ -159,8 +159,7 @@ def _partial_stats(fine: pl.DataFrame) -> pl.DataFrame:
         parts.append(
             grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(
                 *[pl.col(k).cast(dtype) for k, dtype in PARTIAL_KEY_SCHEMA.items()],
-                pl.col(SESSION_SET).list.len().cast(pl.Int64).alias("n_session_rows"),
-                SESSION_SET,
+                "n_session_rows",
                 "n_symbols",
                 *SUMMED,
             )
@@ -283,7 +282,9 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
     store.write_scratch(stats, f"{out}/stats.arrow")
     store.write_scratch(pl.concat(reservoir), f"{out}/reservoir.arrow")
     # The symbol (and so its asset class) is the directory: the reduce puts them back.
-    store.write_scratch(long.select("period", "side", "horizon", "mask", "regime", "band", "r"), f"{out}/returns.arrow")
+    store.write_scratch(
+        long.select("period", "side", "horizon", "mask", "regime", "band", "session", "r"), f"{out}/returns.arrow"
+    )
     store.write_scratch(coverage.sort("period"), f"{out}/coverage.arrow")
     store.write_scratch(execution.sort("bucket"), f"{out}/execution.arrow")
     marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
@@ -326,10 +327,12 @@ def _read_partials(build_dir: str, plan: BuildPlan, name: str) -> pl.DataFrame:
 
 
 def _summed(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int, int]]:
-    """Every key's sums and its distinct sessions, exact: the size of the union of its partials' session sets. A key of
-    a tier that names the symbol comes from one partial only, so its set is already the union. A pooled key whose
-    partials hold fewer session ordinals than the minimum sample can never be served, so only the others' sets are
-    united (their count is what the manifest reports; their sums are dropped with them)."""
+    """The served keys' sums, exact distinct sessions and medians, and how many keys each tier built.
+
+    A pooled key's partials sum their per-symbol distinct sessions: an upper bound of the key's distinct sessions
+    (two symbols trading the same day count that day once). A key whose bound is below the minimum sample can never
+    be served, so only the others (and every key of the always-served tiers) are counted exactly from the returns
+    (their count is what the manifest reports; the others' sums are dropped)."""
     partials = _read_partials(build_dir, plan, "stats.arrow")
     pooled_keys = [k for k in INT_KEYS if k != "symbol_index"]
     # Lazy: polars' query engine aggregates a million keys several times faster than the eager group-by.
@@ -337,40 +340,31 @@ def _summed(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int, in
         partials.lazy()
         .group_by(pooled_keys)
         .agg(pl.col("n_session_rows").sum(), *[pl.col(c).sum() for c in ADDITIVE_COLUMNS])
-        .collect()
-    )
-    always = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE])
-    candidates = pooled.filter(always | (pl.col("n_session_rows") >= plan.min_sessions)).select(pooled_keys)
-    sessions = (
-        partials.lazy()
-        .select(*pooled_keys, SESSION_SET)
-        .join(candidates.lazy(), on=pooled_keys, how="semi")
-        .explode(SESSION_SET)
-        .group_by(pooled_keys)
-        .agg(pl.col(SESSION_SET).n_unique().cast(pl.Int64).alias("n_sessions"))
-    )
-    # Keys never served keep n_sessions null: they are only counted, and only served keys go on.
-    pooled = (
-        pooled.lazy()
-        .join(sessions, on=pooled_keys, how="left")
         .with_columns(symbol_index=pl.lit(-1, pl.Int32))
         .collect()
     )
     named = [
-        partials.lazy()
-        .filter(pl.col("tier") == grouped_as)
-        .with_columns(tier=pl.lit(tier, pl.Int8), n_sessions=pl.col(SESSION_SET).list.len().cast(pl.Int64))
-        .select(*INT_KEYS, *STAT_COLUMNS)
-        .collect()
+        partials.filter(pl.col("tier") == grouped_as).with_columns(tier=pl.lit(tier, pl.Int8))
         for tier, grouped_as in NAMED_TIERS.items()
     ]
     built: dict[int, int] = {}
     for frame in [pooled, *named]:
         for tier, count in frame.group_by("tier").agg(pl.len()).iter_rows():
             built[tier] = built.get(tier, 0) + count
+    always = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE])
+    candidates = pl.concat(
+        [
+            frame.filter(always | (pl.col("n_session_rows") >= plan.min_sessions)).select(*INT_KEYS, *ADDITIVE_COLUMNS)
+            for frame in [pooled, *named]
+        ]
+    )
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
-    shown = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE]) | (pl.col("n_sessions") >= plan.min_sessions)
-    served = pl.concat([frame.filter(shown).select(*INT_KEYS, *STAT_COLUMNS) for frame in [pooled, *named]])
+    shown = always | (pl.col("n_sessions") >= plan.min_sessions)
+    served = (
+        candidates.join(_sessions_and_medians(build_dir, plan, candidates), on=INT_KEYS, how="left")
+        .filter(shown)
+        .select(*INT_KEYS, *STAT_COLUMNS, "median_r")
+    )
     return served, built
 
 
@@ -386,20 +380,26 @@ def _keyed(frame: pl.DataFrame, plan: BuildPlan) -> pl.DataFrame:
     ).select(*KEY_SCHEMA, *rest)
 
 
-def _medians(build_dir: str, plan: BuildPlan, served: pl.DataFrame) -> pl.DataFrame:
-    """Exact median return of each served key (integer keys), from every symbol's mature returns (medians are not
-    additive)."""
+def _sessions_and_medians(build_dir: str, plan: BuildPlan, candidates: pl.DataFrame) -> pl.DataFrame:
+    """Each candidate key's exact distinct sessions (distinct market dates across all its symbols' mature returns)
+    and exact median return (neither is additive across symbols), on integer keys."""
     returns = _read_partials(build_dir, plan, "returns.arrow").lazy()
     columns = {"asset_class": "class_index", "symbol": "symbol_index"}
     parts = []
     for tier, keys in TIER_KEYS.items():
         group = ["period", "side", "horizon", *[columns.get(k, k) for k in keys]]
-        wanted = served.lazy().filter(pl.col("tier") == tier).select(group)
-        grouped = returns.join(wanted, on=group, how="semi").group_by(group).agg(median_r=pl.col("r").median())
-        fills = {k: pl.lit(v).cast(served.schema[k]) for k, v in
+        wanted = candidates.lazy().filter(pl.col("tier") == tier).select(group)
+        grouped = (
+            returns.join(wanted, on=group, how="semi")
+            .group_by(group)
+            .agg(n_sessions=pl.col("session").n_unique().cast(pl.Int64), median_r=pl.col("r").median())
+        )
+        fills = {k: pl.lit(v).cast(candidates.schema[k]) for k, v in
                  {"symbol_index": -1, "mask": SENTINEL["mask"], "regime": SENTINEL["regime"],
                   "band": SENTINEL["band"]}.items() if k not in group}  # fmt: skip
-        parts.append(grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(*INT_KEYS, "median_r"))
+        parts.append(
+            grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(*INT_KEYS, "n_sessions", "median_r")
+        )
     return pl.concat(parts).collect()  # one plan: the engine shares the scan and runs the tiers in parallel
 
 
@@ -459,7 +459,7 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
         if not store.exists(marker) or json.loads(store.read_bytes(marker)) != expected:
             raise BuildError(f"partial for {ticker} is missing or was built from other inputs")
     served, built = _summed(build_dir, plan)
-    served = _keyed(served.join(_medians(build_dir, plan, served), on=INT_KEYS, how="left"), plan).sort(KEY_COLUMNS)
+    served = _keyed(served, plan).sort(KEY_COLUMNS)
     shown_counts = dict(served.group_by("tier").agg(pl.len()).iter_rows())
     key_counts = {
         str(tier): {"keys_built": int(built.get(tier, 0)), "keys_served": int(shown_counts.get(tier, 0))}
