@@ -16,7 +16,12 @@ and the worker's start-up are untimed. Workers (kombu's filesystem broker polled
 process group, which is killed on any exit. Prints one line: both walls, map and reduce, the 2-vs-1 ratio and the
 per-worker map rate (bar rows per second of one worker process).
 
-    .venv/bin/python bench/build_memory.py [--symbols 20] [--sessions 180] [--profile OUT.txt] [--celery]
+`--min-sessions` is the serving minimum (default: production's 30). Below it a key is counted but never served, so
+no median, reservoir or serving row is built for it; a low minimum (the small universes' 3) serves nearly every key
+and makes the reduce several times heavier.
+
+    .venv/bin/python bench/build_memory.py [--symbols 20] [--sessions 180] [--min-sessions 30] [--profile OUT.txt]
+        [--celery]
 """
 
 import argparse
@@ -32,6 +37,14 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PRODUCTION_MIN_SESSIONS = 30  # leroy.settings' LEROY_MM_MIN_SESSIONS default
+parser = argparse.ArgumentParser()
+parser.add_argument("--symbols", type=int, help="default: the demo universe's")
+parser.add_argument("--sessions", type=int, help="default: the demo universe's")
+parser.add_argument("--min-sessions", type=int, default=PRODUCTION_MIN_SESSIONS)
+parser.add_argument("--profile", help="write a pyinstrument profile of the build to this file")
+parser.add_argument("--celery", action="store_true", help="time the Celery fan-out on 1 worker process, then 2")
+ARGS = parser.parse_args()
 VAR = tempfile.mkdtemp(prefix="leroy-bench-build-")
 atexit.register(shutil.rmtree, VAR, ignore_errors=True)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks (the workers' kill) and atexit
@@ -42,7 +55,7 @@ os.environ.update(
     LEROY_VAR_DIR=VAR,
     DATABASE_URL=f"sqlite:///{VAR}/bench.sqlite3",
     SECRET_KEY="bench-only-secret-key-" + "x" * 40,
-    LEROY_MM_MIN_SESSIONS="3",
+    LEROY_MM_MIN_SESSIONS=str(ARGS.min_sessions),
 )
 sys.path.insert(0, str(ROOT))
 
@@ -159,7 +172,8 @@ def celery_main(args: argparse.Namespace) -> None:
     two, two_map, two_cpu, _, _ = celery_build(2)
     partitions = args.symbols + 1
     print(
-        f"build_memory --celery symbols={partitions} sessions={args.sessions} bar_rows={rows:,} "
+        f"build_memory --celery symbols={partitions} sessions={args.sessions} min_sessions={args.min_sessions} "
+        f"bar_rows={rows:,} "
         f"partitions={partitions} cpus={os.cpu_count()} | 1 worker: {one:.1f} s wall (map {one_map:.1f} s, "
         f"reduce {one - one_map:.1f} s) | 2 workers: {two:.1f} s wall (map {two_map:.1f} s, reduce "
         f"{two - two_map:.1f} s) | speedup 2 vs 1 = {one / two:.2f}x (map {one_map / two_map:.2f}x) | "
@@ -171,12 +185,9 @@ def celery_main(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--symbols", type=int, default=demo.DEFAULT_SYMBOLS)
-    parser.add_argument("--sessions", type=int, default=demo.DEFAULT_SESSIONS)
-    parser.add_argument("--profile", help="write a pyinstrument profile of the build to this file")
-    parser.add_argument("--celery", action="store_true", help="time the Celery fan-out on 1 worker process, then 2")
-    args = parser.parse_args()
+    args = ARGS
+    args.symbols = args.symbols or demo.DEFAULT_SYMBOLS
+    args.sessions = args.sessions or demo.DEFAULT_SESSIONS
     call_command("migrate", verbosity=0)
     call_command("load_demo_data", symbols=args.symbols, sessions=args.sessions, stdout=open(os.devnull, "w"))  # noqa: SIM115
     if args.celery:
@@ -207,7 +218,8 @@ def main() -> None:
         Path(args.profile).write_text(profiler.output_text(unicode=False, color=False, show_all=False))
     stored = sum(entry["bytes"] for entry in artifact.manifest["files"].values())
     print(
-        f"build_memory symbols={args.symbols + 1} sessions={args.sessions} bar_rows={rows:,} (now={replay:%Y-%m-%d}) | "
+        f"build_memory symbols={args.symbols + 1} sessions={args.sessions} min_sessions={args.min_sessions} "
+        f"bar_rows={rows:,} (now={replay:%Y-%m-%d}) | "
         f"build (forced): {wall:.1f} s wall, {cpu:.1f} s CPU, {rows / cpu:,.0f} bar-rows/CPU-s | "
         f"baseline (read + polars features + labels only): {base_wall:.1f} s wall, {base_cpu:.1f} s CPU, "
         f"{rows / base_cpu:,.0f} bar-rows/CPU-s | build CPU / baseline CPU = {cpu / base_cpu:.2f}x | "
