@@ -248,24 +248,22 @@ def _reservoir(ordered: pl.DataFrame, tier: int) -> pl.DataFrame:
     return _with_key(chosen, tier, RESERVOIR_KEY_SCHEMA)
 
 
+# What the partials read of a symbol's frame: keys, states and labels (the features themselves are only stored).
+ROW_COLUMNS = (
+    "ready", "session", "ts", "regime", *[f"{side}_mask" for side in SIDES], *[f"n_{side}" for side in SIDES],
+    *[f"{label}_{h}" for h in HORIZONS for label in ("lbl", "hi", "lo")],
+)  # fmt: skip
+
+
 def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[str, int]:
     """Map step for one symbol: the feature store file, then stats, reservoir candidates, returns (for medians),
-    coverage and execution partials."""
+    coverage and execution partials. Each large frame is dropped once its partials are written, which bounds the
+    step's peak memory by the feature frame plus one stage's frames."""
     frame = symbol_evidence_frame(ticker, plan)
-    stored = frame.with_columns(pl.col(features.FEATURES).cast(pl.Float32), symbol=pl.lit(ticker))
-    store.write_parquet(stored, feature_store_path(ticker, plan))
-    rows = _rows(frame, ticker, plan)
-    long = _long(rows).with_columns(pl.col("session").cast(pl.Int32))  # session ordinals: integer group keys
-    stats = _partial_stats(_fine_stats(long))
-    ordered = _reservoir_candidates(rows).sort("pick", "row_symbol", "ts")
-    # Tier 5's reservoir is tier 4's here (the symbol is constant): the reduce names the symbol, as for its stats.
-    reservoir = [_reservoir(ordered, tier) for tier in TIER_KEYS if tier <= EXACT_TIER and tier not in NAMED_TIERS]
-    coverage = rows.group_by("period").agg(
-        symbol=pl.lit(ticker),
-        ready_rows=pl.len().cast(pl.Int64),
-        first_session=pl.col("session").min(),
-        last_session=pl.col("session").max(),
-        **{f"label_rows_{h}": pl.col(f"lbl_{h}").is_not_null().sum().cast(pl.Int64) for h in HORIZONS},
+    bar_rows = len(frame)
+    store.write_parquet(
+        frame.with_columns(pl.col(features.FEATURES).cast(pl.Float32), symbol=pl.lit(ticker)),
+        feature_store_path(ticker, plan),
     )
     historical = frame.filter(~pl.col("is_fill") & (pl.col("session") <= date.fromisoformat(plan.historical_through)))
     execution = historical.group_by(
@@ -277,19 +275,34 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
         sum_volume=pl.col("volume").round(0).cast(pl.Int64).sum(),
         zero_volume_bars=(pl.col("volume") == 0).sum().cast(pl.Int64),
     )
+    rows = _rows(frame.select(ROW_COLUMNS), ticker, plan)
+    del frame, historical
+    coverage = rows.group_by("period").agg(
+        symbol=pl.lit(ticker),
+        ready_rows=pl.len().cast(pl.Int64),
+        first_session=pl.col("session").min(),
+        last_session=pl.col("session").max(),
+        **{f"label_rows_{h}": pl.col(f"lbl_{h}").is_not_null().sum().cast(pl.Int64) for h in HORIZONS},
+    )
     out = partial_dir(build_dir, ticker)
     # Partials are scratch (the reduce sorts and sums them, then deletes them): Arrow IPC, no pre-sorting.
-    store.write_scratch(stats, f"{out}/stats.arrow")
-    store.write_scratch(pl.concat(reservoir), f"{out}/reservoir.arrow")
+    long = _long(rows).with_columns(pl.col("session").cast(pl.Int32))  # session ordinals: integer group keys
+    store.write_scratch(_partial_stats(_fine_stats(long)), f"{out}/stats.arrow")
     # The symbol (and so its asset class) is the directory: the reduce puts them back.
     store.write_scratch(
         long.select("period", "side", "horizon", "mask", "regime", "band", "session", "r"), f"{out}/returns.arrow"
     )
+    del long
+    ordered = _reservoir_candidates(rows).sort("pick", "row_symbol", "ts")
+    # Tier 5's reservoir is tier 4's here (the symbol is constant): the reduce names the symbol, as for its stats.
+    reservoir = [_reservoir(ordered, tier) for tier in TIER_KEYS if tier <= EXACT_TIER and tier not in NAMED_TIERS]
+    del ordered
+    store.write_scratch(pl.concat(reservoir), f"{out}/reservoir.arrow")
     store.write_scratch(coverage.sort("period"), f"{out}/coverage.arrow")
     store.write_scratch(execution.sort("bucket"), f"{out}/execution.arrow")
     marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
     store.write_bytes(f"{out}/done.json", canonical_json(marker))
-    return {"rows": len(frame), "ready_rows": len(rows)}
+    return {"rows": bar_rows, "ready_rows": len(rows)}
 
 
 EVIDENCE_DIR = Path(__file__).resolve().parent.parent
