@@ -111,6 +111,24 @@ def _accounts(period: Period, unit: str) -> dict[str, LedgerAccount]:
     return {row.kind: row for row in rows}
 
 
+def _transfer(
+    *, debit: LedgerAccount, credit: LedgerAccount, amount: int, code: str, key: str, at: datetime, **extra: Any
+) -> Transfer:
+    """The unsaved row of one transfer between two accounts of a unit and month (`_post` and a charge's bulk
+    insert both build theirs here)."""
+    return Transfer(
+        debit_account=debit,
+        credit_account=credit,
+        amount=amount,
+        unit=debit.unit,
+        code=code,
+        period_start=debit.period_start,
+        idempotency_key=key,
+        occurred_at=at,
+        **extra,
+    )
+
+
 def _post(
     *,
     debit: LedgerAccount,
@@ -123,18 +141,8 @@ def _post(
     **extra: Any,
 ) -> Transfer:
     """Append one transfer and move the cached balances with it (the caller holds the period lock)."""
-    transfer = Transfer.objects.create(
-        debit_account=debit,
-        credit_account=credit,
-        amount=amount,
-        unit=debit.unit,
-        code=code,
-        period_start=debit.period_start,
-        pending=pending,
-        idempotency_key=key,
-        occurred_at=at,
-        **extra,
-    )
+    transfer = _transfer(debit=debit, credit=credit, amount=amount, code=code, key=key, at=at, pending=pending, **extra)
+    transfer.save(force_insert=True)
     if code == Code.RESERVE:
         debit_change = {"debits_pending": F("debits_pending") + amount}
         credit_change = {"credits_pending": F("credits_pending") + amount}
@@ -412,17 +420,7 @@ def _charge_post(event: UsageEvent, accounts: dict[str, LedgerAccount], at: date
     if event.overage_qty:
         legs.append((accounts[Kind.OVERAGE], event.overage_qty, Code.OVERAGE, f"ue:{event.pk}:overage"))
     transfers = Transfer.objects.bulk_create(
-        Transfer(
-            debit_account=debit,
-            credit_account=consumed,
-            amount=amount,
-            unit=debit.unit,
-            code=code,
-            period_start=debit.period_start,
-            idempotency_key=key,
-            occurred_at=at,
-            usage_event=event,
-        )
+        _transfer(debit=debit, credit=consumed, amount=amount, code=code, key=key, at=at, usage_event=event)
         for debit, amount, code, key in legs
     )
     balance = BigIntegerField()
