@@ -101,6 +101,15 @@ class LedgerAccount(models.Model):
     credits_pending = models.BigIntegerField(default=0)
     credits_posted = models.BigIntegerField(default=0)
     debits_must_not_exceed_credits = models.BooleanField(default=False)
+    # The account's month, joined on (user, period_start) and stored in no column of its own: a decision locks the
+    # period and its accounts, and reads their balances, in one statement.
+    period = models.ForeignObject(
+        Period,
+        on_delete=models.DO_NOTHING,
+        from_fields=["user", "period_start"],
+        to_fields=["user", "period_start"],
+        related_name="accounts",
+    )
 
     class Meta:
         ordering = ["-period_start", "user_id", "unit", "kind"]

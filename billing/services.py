@@ -111,6 +111,24 @@ def _accounts(period: Period, unit: str) -> dict[str, LedgerAccount]:
     return {row.kind: row for row in rows}
 
 
+def _transfer(
+    *, debit: LedgerAccount, credit: LedgerAccount, amount: int, code: str, key: str, at: datetime, **extra: Any
+) -> Transfer:
+    """The unsaved row of one transfer between two accounts of a unit and month (`_post` and a charge's bulk
+    insert both build theirs here)."""
+    return Transfer(
+        debit_account=debit,
+        credit_account=credit,
+        amount=amount,
+        unit=debit.unit,
+        code=code,
+        period_start=debit.period_start,
+        idempotency_key=key,
+        occurred_at=at,
+        **extra,
+    )
+
+
 def _post(
     *,
     debit: LedgerAccount,
@@ -123,18 +141,8 @@ def _post(
     **extra: Any,
 ) -> Transfer:
     """Append one transfer and move the cached balances with it (the caller holds the period lock)."""
-    transfer = Transfer.objects.create(
-        debit_account=debit,
-        credit_account=credit,
-        amount=amount,
-        unit=debit.unit,
-        code=code,
-        period_start=debit.period_start,
-        pending=pending,
-        idempotency_key=key,
-        occurred_at=at,
-        **extra,
-    )
+    transfer = _transfer(debit=debit, credit=credit, amount=amount, code=code, key=key, at=at, pending=pending, **extra)
+    transfer.save(force_insert=True)
     if code == Code.RESERVE:
         debit_change = {"debits_pending": F("debits_pending") + amount}
         credit_change = {"credits_pending": F("credits_pending") + amount}
@@ -215,6 +223,45 @@ def _lock_period(user: User, at: datetime) -> Period:
         period = Period.objects.select_for_update().get(user=user, period_start=start)
         _open(user, start, at)
     return period
+
+
+# What a decision reads of its period and of each of the unit's accounts, in the statement that locks them.
+_PERIOD_FIELDS = ("id", "plan_id", "overage_allowed", "overage_micros_per_lookup", "opened_at", "closed_at")
+_ACCOUNT_FIELDS = (
+    "id",
+    "kind",
+    "debits_pending",
+    "debits_posted",
+    "credits_pending",
+    "credits_posted",
+    "debits_must_not_exceed_credits",
+)
+
+
+def _lock_accounts(user: User, at: datetime, unit: str) -> tuple[Period, dict[str, LedgerAccount]]:
+    """Lock (opening it on first use) the account's period for the UTC month of `at` and read its `unit` accounts.
+
+    One statement: FROM the period JOIN its accounts FOR UPDATE locks the period row first (PostgreSQL locks a
+    row's tables in FROM order, and every writer takes the period before touching an account, so there is no lock
+    cycle) and then each account row. Because the accounts are locked themselves, the balances returned after a
+    wait are their latest committed versions; a join locking only the period (FOR UPDATE OF) would return the
+    balances from before the wait and overcharge the allowance (the 208-call race tests)."""
+    start = period_start_of(at)
+    rows = list(
+        Period.objects.select_for_update()
+        .filter(user=user, period_start=start, accounts__unit=unit)
+        .order_by("accounts__kind")
+        .values(*_PERIOD_FIELDS, *(f"accounts__{name}" for name in _ACCOUNT_FIELDS))
+    )
+    if not rows:  # the month's first decision
+        period = _lock_period(user, at)
+        return period, _accounts(period, unit)
+    period = Period(user=user, period_start=start, **{name: rows[0][name] for name in _PERIOD_FIELDS})
+    accounts = {}
+    for row in rows:
+        fields = {name: row[f"accounts__{name}"] for name in _ACCOUNT_FIELDS}
+        accounts[fields["kind"]] = LedgerAccount(user=user, unit=unit, period_start=start, **fields)
+    return period, accounts
 
 
 def _require_atomic() -> None:
@@ -316,11 +363,7 @@ def _lookup_decide(
 
     The balances read under the lock are the ones the decision moves, so the usage is computed from them, not
     read again."""
-    # Two statements on purpose: a join locking only the period row (FOR UPDATE OF) re-reads just that row after
-    # waiting for the lock, so the joined balances would be the ones from before the wait (the 208-call race
-    # test overcharges the allowance with it).
-    period = _lock_period(user, at)
-    accounts = _accounts(period, Unit.LOOKUP)
+    period, accounts = _lock_accounts(user, at, Unit.LOOKUP)
     if not event.cache_hit:
         _charge(event, period, accounts, units)
     usage = selectors.lookup_usage_of_accounts(period, accounts)
@@ -377,17 +420,7 @@ def _charge_post(event: UsageEvent, accounts: dict[str, LedgerAccount], at: date
     if event.overage_qty:
         legs.append((accounts[Kind.OVERAGE], event.overage_qty, Code.OVERAGE, f"ue:{event.pk}:overage"))
     transfers = Transfer.objects.bulk_create(
-        Transfer(
-            debit_account=debit,
-            credit_account=consumed,
-            amount=amount,
-            unit=debit.unit,
-            code=code,
-            period_start=debit.period_start,
-            idempotency_key=key,
-            occurred_at=at,
-            usage_event=event,
-        )
+        _transfer(debit=debit, credit=consumed, amount=amount, code=code, key=key, at=at, usage_event=event)
         for debit, amount, code, key in legs
     )
     balance = BigIntegerField()
@@ -447,7 +480,7 @@ def credits_reserve(*, user: User, amount: int, reference: str) -> CreditHold:
     if not reference or len(reference) > 128:
         raise BillingError("invalid_request", "reference must be 1-128 characters", {"field": "reference"})
     at = now()
-    period = _lock_period(user, at)
+    period, accounts = _lock_accounts(user, at, Unit.CREDIT)
     key = f"reserve:{user.pk}:{reference}"
     existing = Transfer.objects.filter(idempotency_key=key).first()
     if existing is not None:
@@ -458,7 +491,6 @@ def credits_reserve(*, user: User, amount: int, reference: str) -> CreditHold:
                 {"reference": reference, "held": existing.amount},
             )
         return _hold_of(existing)
-    accounts = _accounts(period, Unit.CREDIT)
     allowance = accounts[Kind.ALLOWANCE]
     if allowance.available < amount:
         raise BillingError(
@@ -544,11 +576,10 @@ def free_optimization_consume(*, user: User, reference: str) -> None:
     if not reference or len(reference) > 128:
         raise BillingError("invalid_request", "reference must be 1-128 characters", {"field": "reference"})
     at = now()
-    period = _lock_period(user, at)
+    period, accounts = _lock_accounts(user, at, Unit.FREE_OPTIMIZATION)
     key = f"freeopt:{user.pk}:{reference}"
     if Transfer.objects.filter(idempotency_key=key).exists():
         return
-    accounts = _accounts(period, Unit.FREE_OPTIMIZATION)
     if accounts[Kind.ALLOWANCE].available < 1:
         raise BillingError(
             "no_free_optimizations",

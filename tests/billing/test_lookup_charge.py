@@ -220,15 +220,16 @@ def _after_the_lock(sql: list[str]) -> list[str]:
     return sql[lock + 1 :]
 
 
-def test_an_included_charge_is_five_statements_from_the_period_lock(owner, charge):
+def test_an_included_charge_is_four_statements_from_the_lock_that_reads_the_accounts(owner, charge):
     charge(owner, fingerprint="opens-the-period")
     sql = _charge_sql(charge, owner, fingerprint="included")
 
     assert sql[0].startswith("SELECT") and 'FROM "billing_period"' in sql[0]  # nothing is written before it
+    # the lock's own statement reads the lookup accounts: the period and its accounts are locked together
+    assert 'FROM "billing_period" INNER JOIN "billing_ledgeraccount"' in sql[0]
     held = _after_the_lock(sql)
-    # accounts, the event (with its usage), the transfer, both balances in one UPDATE: no re-read, no Stripe
+    # the event (with its usage), the transfer, both balances in one UPDATE: no re-read, no Stripe
     assert [s.split()[0] + " " + s.split('"')[1] for s in held] == [
-        "SELECT billing_ledgeraccount",
         "INSERT billing_usageevent",
         "INSERT billing_transfer",
         "UPDATE billing_ledgeraccount",
@@ -245,7 +246,6 @@ def test_an_overage_charge_reads_the_stripe_customer_only_to_queue_its_report(ow
     held = _after_the_lock(_charge_sql(charge, owner, fingerprint="overage"))
 
     assert [s.split()[0] + " " + s.split('"')[1] for s in held] == [
-        "SELECT billing_ledgeraccount",
         "INSERT billing_usageevent",
         "INSERT billing_transfer",
         "UPDATE billing_ledgeraccount",

@@ -91,3 +91,81 @@ def test_concurrent_holds_never_overdraw_the_credit_balance(owner):
     assert {r.code for r in results if isinstance(r, BillingError)} == {"insufficient_credits"}
     assert selectors.credit_usage(user=owner)["credits_remaining"] == 0
     assert selectors.ledger_drift() == []
+
+
+def test_208_concurrent_unkeyed_lookups_on_the_free_plan_stop_at_exactly_100(owner, answered):
+    # Without a client_request_id nothing is written before the lock: the lock's own read decides every charge.
+    results, _ = race(THREADS, 13, lambda thread, call: answered(owner, None))
+
+    refused = [r for r in results if isinstance(r, BillingError)]
+    assert len(results) == 208
+    assert len(refused) == 108
+    assert {r.code for r in refused} == {"quota_exhausted"}
+    assert UsageEvent.objects.count() == 100
+    assert selectors.lookup_usage(user=owner)["lookups_remaining"] == 0
+    assert sum(Transfer.objects.filter(code="charge").values_list("amount", flat=True)) == 100
+    assert selectors.ledger_drift() == []
+
+
+def test_reversals_racing_new_charges_neither_deadlock_nor_lose_a_lookup(owner, charge):
+    # A reversal locks the period, then updates the consumed and allowance accounts; a charge locks the period and
+    # its accounts in one statement. Period first in both, so 40 of each at once all complete.
+    for n in range(40):
+        charge(owner, fingerprint=f"before-{n}")
+    charges = list(Transfer.objects.filter(code="charge").order_by("pk").values_list("pk", flat=True))
+    staff = owner  # transfer_reverse records who corrected; the ledger does not check it
+
+    def work(thread: int, call: int) -> Any:
+        if thread % 2:
+            transfer_id = charges[(thread // 2) * 5 + call]
+            return services.transfer_reverse(transfer_id=transfer_id, reason="race", created_by=staff)
+        with transaction.atomic():
+            return services.lookup_charge(
+                user=owner,
+                tool="evaluate_current_setup",
+                units=1,
+                request_fingerprint=f"during-{thread}-{call}",
+                client_request_id=None,
+            )
+
+    results, _ = race(THREADS, 5, work)
+
+    assert len(results) == 80
+    assert not [r for r in results if isinstance(r, BillingError)]
+    assert Transfer.objects.filter(code="charge").count() == 80
+    assert Transfer.objects.filter(code="adjust").count() == 40
+    assert selectors.lookup_usage(user=owner)["lookups_remaining"] == 100 - 80 + 40
+    assert selectors.ledger_drift() == []
+
+
+def test_a_plan_upgrade_racing_charges_grants_once_and_loses_no_charge(owner, charge):
+    # The upgrade locks the period, then posts the lookup grant's delta to the issuance and allowance accounts.
+    charge(owner, fingerprint="opens-the-period")
+    pro = Plan.objects.get(code="pro")
+
+    def work(thread: int, call: int) -> Any:
+        if thread == 0 and call == 2:
+            return services.plan_assign(user=owner, plan=pro)
+        with transaction.atomic():
+            return services.lookup_charge(
+                user=owner,
+                tool="evaluate_current_setup",
+                units=1,
+                request_fingerprint=f"during-{thread}-{call}",
+                client_request_id=None,
+            )
+
+    results, _ = race(THREADS, 6, work)
+
+    assert len(results) == 96
+    assert not [r for r in results if isinstance(r, BillingError)]
+    assert UsageEvent.objects.count() == 96  # 95 during the race and the one that opened the period
+    assert Transfer.objects.filter(code="grant", unit="lookup").count() == 2
+    assert selectors.lookup_usage(user=owner) == {
+        "included_lookups": 2000,
+        "used_lookups": 96,
+        "lookups_remaining": 2000 - 96,
+        "overage_lookups": 0,
+        "overage_amount_usd": 0.0,
+    }
+    assert selectors.ledger_drift() == []
