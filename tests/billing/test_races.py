@@ -119,14 +119,7 @@ def test_reversals_racing_new_charges_neither_deadlock_nor_lose_a_lookup(owner, 
         if thread % 2:
             transfer_id = charges[(thread // 2) * 5 + call]
             return services.transfer_reverse(transfer_id=transfer_id, reason="race", created_by=staff)
-        with transaction.atomic():
-            return services.lookup_charge(
-                user=owner,
-                tool="evaluate_current_setup",
-                units=1,
-                request_fingerprint=f"during-{thread}-{call}",
-                client_request_id=None,
-            )
+        return charge(owner, fingerprint=f"during-{thread}-{call}")
 
     results, _ = race(THREADS, 5, work)
 
@@ -146,14 +139,7 @@ def test_a_plan_upgrade_racing_charges_grants_once_and_loses_no_charge(owner, ch
     def work(thread: int, call: int) -> Any:
         if thread == 0 and call == 2:
             return services.plan_assign(user=owner, plan=pro)
-        with transaction.atomic():
-            return services.lookup_charge(
-                user=owner,
-                tool="evaluate_current_setup",
-                units=1,
-                request_fingerprint=f"during-{thread}-{call}",
-                client_request_id=None,
-            )
+        return charge(owner, fingerprint=f"during-{thread}-{call}")
 
     results, _ = race(THREADS, 6, work)
 
