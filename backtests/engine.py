@@ -154,9 +154,10 @@ def _lookahead_guards() -> None:
     buffer._leroy_guarded = True  # type: ignore[attr-defined]
 
     def getitem(self: Any, ago: int) -> Any:
-        if _outside(self, ago) and (line := agent_line()) is not None:
+        at = self.idx + ago
+        if (ago > 0 or at < 0) and (line := agent_line()) is not None:
             raise lookahead(f"`[{ago}]` with {self.idx + 1} bar(s) seen", line)
-        return self.__dict__["_leroy_array"][self.idx + ago]
+        return self.__dict__["_leroy_array"][at]
 
     original_get = buffer.get
 
@@ -177,6 +178,28 @@ def _lookahead_guards() -> None:
             raise lookahead(f"`.getzero({idx}, {size})` with {self.idx + 1} bar(s) seen", line)
         return original_zero(self, idx, size)
 
+    # The engine's own hot paths keep reaching the raw buffer directly (each `self.array` would now be a guarded
+    # property read): the stock methods' bodies, with `self.array` as the raw buffer.
+    def forward(self: Any, value: Any = bt.linebuffer.NAN, size: int = 1) -> None:
+        self.idx += size
+        self.lencount += size
+        append = self.__dict__["_leroy_array"].append
+        for _ in range(size):
+            append(value)
+
+    def setitem(self: Any, ago: int, value: Any) -> None:
+        self.__dict__["_leroy_array"][self.idx + ago] = value
+        for binding in self.bindings:
+            binding[ago] = value
+
+    def set_value(self: Any, value: Any, ago: int = 0) -> None:
+        self.__dict__["_leroy_array"][self.idx + ago] = value
+        for binding in self.bindings:
+            binding[ago] = value
+
+    buffer.forward = forward  # type: ignore[method-assign]
+    buffer.__setitem__ = setitem  # type: ignore[method-assign]
+    buffer.set = set_value  # type: ignore[method-assign]
     buffer.__getitem__ = getitem  # type: ignore[method-assign]
     buffer.get = get  # type: ignore[method-assign]
     buffer.getzeroval = getzeroval  # type: ignore[method-assign]
