@@ -393,6 +393,11 @@ class Diagnostics(bt.Analyzer):
 
 def plain(value: Any) -> Any:
     """AutoOrderedDicts, tuples and floats as JSON-safe plain data (nan/inf become null)."""
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is str or kind is int or value is None:
+        return value
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -5,15 +5,18 @@ and no fds but its control socket, inside bubblewrap where it is installed (the 
 interpreter, the venv and this package, read-only), with backtrader imported once. Every job is a fork of it
 with only fds 0-2 (pipes of its own), its own pid/net/ipc/uts/mount namespaces under bubblewrap, hardened before
 agent code runs. The parent learns the job's pid from the kernel, enforces the wall clock by killing the job's
-process group and caps what it may print. Plain JSON in, plain JSON out. Every outcome names the layers that
-were in force.
+process group and caps what it may print. JSON in (the bars' columns as raw arrays after it), plain JSON out.
+Every outcome names the layers that were in force.
 """
 
+import array
 import contextlib
 import fcntl
 import functools
 import json
+import math
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -327,13 +330,53 @@ def run_job(
         "layers": sorted(layers),
         "limits": {"cpu_seconds": limits.cpu_seconds, "memory_bytes": limits.memory_bytes, "uid": limits.uid},
     }
-    payload = json.dumps(job, allow_nan=False).encode()
+    payload = pack_job(job)
     began = time.monotonic()
     scratch = _scratch(limits.uid)
     try:
         return _supervise(payload, layers, limits, scratch, on_start, began)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+# Bar columns sent as raw machine arrays after the job's JSON (encoding and parsing 2,516 bars' lists as JSON took
+# ~3.5 ms a job): the timestamps as int64, the prices and volumes as float64. A column is packed only when every
+# value already is exactly that type (and a float finite, as JSON would insist), so the child gets equal lists.
+PACKED_COLUMNS = {"ts_us": ("q", int), "open": ("d", float), "high": ("d", float), "low": ("d", float),
+                  "close": ("d", float), "volume": ("d", float)}  # fmt: skip
+
+
+def _packable(values: Any, kind: type, code: str) -> array.array | None:
+    if not isinstance(values, list) or set(map(type, values)) - {kind}:
+        return None
+    try:
+        packed = array.array(code, values)
+    except OverflowError:
+        return None
+    if code == "d" and not math.isfinite(sum(packed)) and not all(map(math.isfinite, packed)):
+        return None  # left to JSON, which refuses it as before
+    return packed
+
+
+def pack_job(job: dict[str, Any]) -> bytes:
+    """The job for the child's stdin: a 4-byte length, the JSON, then each packed column's bytes in `packed` order."""
+    datas, packed, blobs = [], [], []
+    for index, data in enumerate(job["datas"]):
+        data = dict(data)
+        for key, (code, kind) in PACKED_COLUMNS.items():
+            column = _packable(data.get(key), kind, code)
+            if column is not None:
+                data[key] = None  # keeps the key's place; the child puts the column back
+                packed.append([index, key, code, len(column)])
+                blobs.append(column.tobytes())
+        datas.append(data)
+    head = json.dumps({**job, "datas": datas, "packed": packed}, allow_nan=False).encode()
+    return struct.pack("=I", len(head)) + head + b"".join(blobs)
+
+
+# Text with no backslash and only printable ASCII: every string JSON decodes from it is already as `clean_strings`
+# leaves it (the escapes are how control characters, surrogates and non-ASCII text get in).
+PLAIN_ASCII_JSON = re.compile(rb"[\x20-\x5b\x5d-\x7e]*")
 
 
 def _supervise(
@@ -391,7 +434,8 @@ def _supervise(
     if running.killed_by is None and returncode == 0:
         try:
             # The child's words are untrusted too: every string is escaped and capped again here.
-            outcome = clean_strings(json.loads(stdout))
+            decoded = json.loads(stdout)
+            outcome = decoded if PLAIN_ASCII_JSON.fullmatch(stdout) else clean_strings(decoded)
         except ValueError:
             return Outcome(False, layers_seen, error=_error("sandbox_error", "the sandbox returned no result"))
         prints, cut = clip(str(outcome.get("prints", "")), MAX_PRINT_BYTES)
