@@ -136,8 +136,10 @@ def _monitoring() -> bool:
         return False
     monitoring.use_tool_id(MONITORING_TOOL, "leroy-agent-frames")
     events = monitoring.events
-    callbacks = {events.PY_START: _enter, events.PY_RESUME: _enter, events.PY_THROW: _thrown,
-                 events.PY_RETURN: _leave, events.PY_YIELD: _leave, events.PY_UNWIND: _unwound}  # fmt: skip
+    callbacks: dict[int, Callable[..., object]] = {
+        events.PY_START: _enter, events.PY_RESUME: _enter, events.PY_THROW: _thrown,
+        events.PY_RETURN: _leave, events.PY_YIELD: _leave, events.PY_UNWIND: _unwound,
+    }  # fmt: skip
     for event, callback in callbacks.items():
         monitoring.register_callback(MONITORING_TOOL, event, callback)
     monitoring.set_events(MONITORING_TOOL, events.PY_THROW | events.PY_UNWIND)  # not settable per code object

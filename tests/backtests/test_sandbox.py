@@ -573,3 +573,15 @@ def test_a_bar_that_is_not_finite_is_refused_as_json_refused_it():
 
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
         sandbox.pack_job({"datas": [data]})
+
+
+@pytest.mark.parametrize("ahead", [0, 100], ids=["none written ahead", "part written ahead"])
+def test_a_job_whose_input_does_not_fit_its_pipe_gets_the_rest_from_a_writer(monkeypatch, ahead):
+    datas = [walk("BIG", bars=300)]
+    whole = sandbox.run_job(source=SMA_CROSS, datas=datas, simulation=SIM, parameters={})
+    monkeypatch.setattr(sandbox, "_prefill", lambda pipe, payload: os.write(pipe, payload[:ahead]) if ahead else 0)
+
+    fed = sandbox.run_job(source=SMA_CROSS, datas=datas, simulation=SIM, parameters={})
+
+    assert whole.ok is True, whole.error
+    assert fed.result == whole.result
