@@ -281,9 +281,10 @@ PREFILL_BYTES = 1024 * 1024  # the default pipe-max-size for an unprivileged pro
 
 
 def start(
-    layers: frozenset[str], cpu_seconds: int, scratch: str, deadline: float, payload: bytes = b""
+    layers: frozenset[str], cpu_seconds: int, scratch: str, deadline: float, payload: bytes
 ) -> tuple[Running, bool]:
-    """A fresh job forked from this process's warm template (started on first use, or again when it is gone)."""
+    """A fresh job forked from this process's warm template (started on first use, or again when it is gone), its
+    `payload` (`pack_job`'s) written ahead into its stdin as far as the pipe holds it."""
     wrapped = "bubblewrap" in layers and bubblewrap_usable()
     env = {**CHILD_ENV, "TMPDIR": scratch, "HOME": scratch}
     try:
