@@ -99,8 +99,9 @@ class Refused(Exception):
 # compiler made, set before any runs; a frame counts from its start or resume to its return, yield or unwind). The
 # engine asks "is agent code on the stack?" on every bar (the feed peeks at its next timestamp): with no strategy
 # frame running the answer is known without walking the stack. Only code objects made by a compile of this module
-# count, which is every strategy frame there can be under RestrictedPython (no `__code__`, no `type`); plain mode
-# (no in-process layer) could build new code objects, but it can read the raw buffers anyway.
+# count, which is every strategy frame there can be under RestrictedPython (no `__code__`, no `type`, no threads);
+# plain mode (no in-process layer) could build new code objects or race the count from threads, but it can read
+# the raw buffers anyway. The count only lets a check skip the walk; a refusal's line still comes from the walk.
 MONITORING_TOOL = 3  # sys.monitoring's ids 0-2 and 5 are the debugger, coverage, profilers and optimizer
 _RUNNING = [0]
 _MONITORED = [False]

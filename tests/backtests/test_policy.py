@@ -24,6 +24,9 @@ def caught():
 
 def through(callback):
     return callback()
+
+def deep(n):
+    return deep(n + 1)
 """
 
 
@@ -70,3 +73,13 @@ def test_engine_code_called_by_a_strategy_still_sees_it_on_the_stack():
     module = compiled()
 
     assert module.through(lambda: policy.agent_line()) == 19
+
+
+def test_a_recursion_that_hits_the_limit_leaves_the_count_exact():
+    module = compiled()
+
+    with contextlib.suppress(RecursionError):
+        module.deep(0)
+
+    assert policy._RUNNING == [0]
+    assert module.line_here() == 3
