@@ -13,7 +13,7 @@ import math
 import sys
 import types
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import backtrader as bt
@@ -154,9 +154,10 @@ def _lookahead_guards() -> None:
     buffer._leroy_guarded = True  # type: ignore[attr-defined]
 
     def getitem(self: Any, ago: int) -> Any:
-        if _outside(self, ago) and (line := agent_line()) is not None:
+        at = self.idx + ago
+        if (ago > 0 or at < 0) and (line := agent_line()) is not None:
             raise lookahead(f"`[{ago}]` with {self.idx + 1} bar(s) seen", line)
-        return self.__dict__["_leroy_array"][self.idx + ago]
+        return self.__dict__["_leroy_array"][at]
 
     original_get = buffer.get
 
@@ -177,6 +178,28 @@ def _lookahead_guards() -> None:
             raise lookahead(f"`.getzero({idx}, {size})` with {self.idx + 1} bar(s) seen", line)
         return original_zero(self, idx, size)
 
+    # The engine's own hot paths keep reaching the raw buffer directly (each `self.array` would now be a guarded
+    # property read): the stock methods' bodies, with `self.array` as the raw buffer.
+    def forward(self: Any, value: Any = bt.linebuffer.NAN, size: int = 1) -> None:
+        self.idx += size
+        self.lencount += size
+        append = self.__dict__["_leroy_array"].append
+        for _ in range(size):
+            append(value)
+
+    def setitem(self: Any, ago: int, value: Any) -> None:
+        self.__dict__["_leroy_array"][self.idx + ago] = value
+        for binding in self.bindings:
+            binding[ago] = value
+
+    def set_value(self: Any, value: Any, ago: int = 0) -> None:
+        self.__dict__["_leroy_array"][self.idx + ago] = value
+        for binding in self.bindings:
+            binding[ago] = value
+
+    buffer.forward = forward  # type: ignore[method-assign]
+    buffer.__setitem__ = setitem  # type: ignore[method-assign]
+    buffer.set = set_value  # type: ignore[method-assign]
     buffer.__getitem__ = getitem  # type: ignore[method-assign]
     buffer.get = get  # type: ignore[method-assign]
     buffer.getzeroval = getzeroval  # type: ignore[method-assign]
@@ -306,12 +329,55 @@ def iso(num: float) -> str:
     return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
 
 
-class TradeLog(bt.Analyzer):
-    """Round trips as they close, reconstructed from backtrader's Trade (gross P&L excludes commission)."""
+class Ledger(bt.Analyzer):
+    """Everything a run reports per bar, in one analyzer (each analyzer costs Backtrader three dispatches a bar):
+    the daily returns (Backtrader's TimeReturn on Days), the maximum drawdown (its DrawDown), step for step
+    their arithmetic on the same notified account value; the account value per bar and the order outcomes; the
+    round trips as they close, reconstructed from backtrader's Trade (gross P&L excludes commission). The
+    strategy's own clock line becomes read-only to it."""
 
     def start(self) -> None:
+        broker = self.strategy.broker
+        self.fundmode = broker.fundmode
+        # TimeReturn (no data: the account value), its period key starting from datetime.min's day
+        self.value_start, self.last_value = 0.0, (broker.getvalue() if not self.fundmode else broker.fundvalue)
+        self.day, self.day_key = 10101, date(1, 1, 1)
+        self.returns: dict[date, float] = {}
+        # DrawDown
+        self.peak, self.max_drawdown, self.max_moneydown = float("-inf"), 0.0, 0.0
+        self.equity: list[tuple[float, float]] = []
+        self.orders = {"submitted": 0, "completed": 0, "canceled": 0, "margin": 0, "rejected": 0, "expired": 0}
         self.trades: list[dict[str, Any]] = []
         self.sizes: dict[int, float] = {}
+        clock = self.strategy.lines
+        GUARDS.protected.update({id(clock), *(id(clock[i]) for i in range(clock.fullsize()))})
+
+    def notify_fund(self, cash: float, value: float, fundvalue: float, shares: float) -> None:
+        self.value = value if not self.fundmode else fundvalue
+        self.peak = max(self.peak, self.value)
+
+    def next(self) -> None:  # prenext and nextstart too (an analyzer's default)
+        strategy = self.strategy
+        moment = strategy.datetime.datetime()
+        day = moment.year * 10000 + moment.month * 100 + moment.day
+        if day > self.day:
+            self.day, self.day_key = day, moment.date()
+            self.value_start = self.last_value
+        self.returns[self.day_key] = (self.value / self.value_start) - 1.0
+        self.last_value = self.value
+        moneydown = self.peak - self.value
+        drawdown = 100.0 * moneydown / self.peak
+        self.max_moneydown = max(self.max_moneydown, moneydown)
+        self.max_drawdown = max(self.max_drawdown, drawdown)
+        self.equity.append((strategy.datetime[0], strategy.broker.getvalue()))
+
+    def notify_order(self, order: bt.Order) -> None:
+        key = {
+            bt.Order.Submitted: "submitted", bt.Order.Completed: "completed", bt.Order.Canceled: "canceled",
+            bt.Order.Margin: "margin", bt.Order.Rejected: "rejected", bt.Order.Expired: "expired",
+        }.get(order.status)  # fmt: skip
+        if key:
+            self.orders[key] += 1
 
     def notify_trade(self, trade: bt.Trade) -> None:
         if trade.size and abs(trade.size) > abs(self.sizes.get(trade.ref, 0.0)):
@@ -336,40 +402,21 @@ class TradeLog(bt.Analyzer):
             }
         )
 
-    def get_analysis(self) -> list[dict[str, Any]]:
-        return self.trades
-
-
-class Diagnostics(bt.Analyzer):
-    """Per-bar account value and order outcomes; the strategy's own clock line becomes read-only to it."""
-
-    def start(self) -> None:
-        self.equity: list[tuple[float, float]] = []
-        self.orders = {"submitted": 0, "completed": 0, "canceled": 0, "margin": 0, "rejected": 0, "expired": 0}
-        clock = self.strategy.lines
-        GUARDS.protected.update({id(clock), *(id(clock[i]) for i in range(clock.fullsize()))})
-
-    def next(self) -> None:
-        self.equity.append((self.strategy.datetime[0], self.strategy.broker.getvalue()))
-
-    def notify_order(self, order: bt.Order) -> None:
-        key = {
-            bt.Order.Submitted: "submitted", bt.Order.Completed: "completed", bt.Order.Canceled: "canceled",
-            bt.Order.Margin: "margin", bt.Order.Rejected: "rejected", bt.Order.Expired: "expired",
-        }.get(order.status)  # fmt: skip
-        if key:
-            self.orders[key] += 1
-
-    def get_analysis(self) -> dict[str, Any]:
+    def equity_points(self) -> list[list[Any]]:
         step = max(1, math.ceil(len(self.equity) / MAX_EQUITY_POINTS))
         points = self.equity[::step]
         if self.equity and points[-1] is not self.equity[-1]:
             points.append(self.equity[-1])
-        return {"equity": [[iso(t), v] for t, v in points], "orders": self.orders}
+        return [[iso(t), v] for t, v in points]
 
 
 def plain(value: Any) -> Any:
     """AutoOrderedDicts, tuples and floats as JSON-safe plain data (nan/inf become null)."""
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is str or kind is int or value is None:
+        return value
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -431,26 +478,22 @@ def run(
         )
     cerebro = _cerebro(strategy, datas, simulation, parameters)
     cerebro.addanalyzer(bt.analyzers.TradeAnalyzer, _name="trade_analyzer")
-    cerebro.addanalyzer(bt.analyzers.TimeReturn, _name="daily_returns", timeframe=bt.TimeFrame.Days)
-    cerebro.addanalyzer(bt.analyzers.DrawDown, _name="drawdown")
-    cerebro.addanalyzer(TradeLog, _name="trade_log")
-    cerebro.addanalyzer(Diagnostics, _name="diagnostics")
+    cerebro.addanalyzer(Ledger, _name="ledger")
     result = _execute(cerebro)
     analyzers = result.analyzers
-    diagnostics = analyzers.diagnostics.get_analysis()
-    drawdown = analyzers.drawdown.get_analysis()
+    ledger = analyzers.ledger
     return {
         "initial_cash": float(simulation["initial_cash"]),
         "final_value": cerebro.broker.getvalue(),
         "final_cash": cerebro.broker.getcash(),
         "bars": {data["name"]: len(data["ts_us"]) for data in datas},
         "trade_analyzer": plain(analyzers.trade_analyzer.get_analysis()),
-        "daily_returns": [[day.date().isoformat(), ret] for day, ret in analyzers.daily_returns.get_analysis().items()],
-        # bar by bar, at the data's own frequency (Backtrader's DrawDown analyzer on the broker value)
-        "max_drawdown": {"percentage": drawdown.max.drawdown, "money": drawdown.max.moneydown},
-        "trades": analyzers.trade_log.get_analysis(),
-        "equity": diagnostics["equity"],
-        "orders": diagnostics["orders"],
+        "daily_returns": [[day.isoformat(), ret] for day, ret in ledger.returns.items()],
+        # bar by bar, at the data's own frequency (Backtrader's DrawDown arithmetic on the broker value)
+        "max_drawdown": {"percentage": ledger.max_drawdown, "money": ledger.max_moneydown},
+        "trades": ledger.trades,
+        "equity": ledger.equity_points(),
+        "orders": ledger.orders,
         "decisions": cerebro.broker.decisions,
         "open_positions": [
             {"symbol": data._name, "size": result.getposition(data).size, "price": result.getposition(data).price}

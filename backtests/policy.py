@@ -95,8 +95,81 @@ class Refused(Exception):
         return {"code": self.code, "message": self.message, "line": self.line}
 
 
+# How many strategy frames are running, counted by sys.monitoring on the strategy's own code objects (each one the
+# compiler made, set before any runs; a frame counts from its start or resume to its return, yield or unwind). The
+# engine asks "is agent code on the stack?" on every bar (the feed peeks at its next timestamp): with no strategy
+# frame running the answer is known without walking the stack. Only code objects made by a compile of this module
+# count, which is every strategy frame there can be under RestrictedPython (no `__code__`, no `type`, no threads);
+# plain mode (no in-process layer) could build new code objects or race the count from threads, but it can read
+# the raw buffers anyway. The count only lets a check skip the walk; a refusal's line still comes from the walk.
+MONITORING_TOOL = 3  # sys.monitoring's ids 0-2 and 5 are the debugger, coverage, profilers and optimizer
+_RUNNING = [0]
+_MONITORED = [False]
+
+
+_CODES: dict[int, types.CodeType] = {}  # the counted code objects, by id (kept alive, so ids are never reused)
+
+
+def _enter(*_: object) -> None:
+    _RUNNING[0] += 1
+
+
+def _leave(*_: object) -> None:
+    _RUNNING[0] -= 1
+
+
+def _thrown(code: types.CodeType, *_: object) -> None:
+    if id(code) in _CODES:  # a global event: only a counted frame's resume by throw() counts
+        _RUNNING[0] += 1
+
+
+def _unwound(code: types.CodeType, *_: object) -> None:
+    if id(code) in _CODES:  # a global event: only a counted frame's exit by an exception counts
+        _RUNNING[0] -= 1
+
+
+def _monitoring() -> bool:
+    """Register the frame counter once per process; False when another tool holds the id (then every check walks)."""
+    if _MONITORED[0]:
+        return True
+    monitoring = sys.monitoring
+    if monitoring.get_tool(MONITORING_TOOL) is not None:
+        return False
+    monitoring.use_tool_id(MONITORING_TOOL, "leroy-agent-frames")
+    events = monitoring.events
+    callbacks: dict[int, Callable[..., object]] = {
+        events.PY_START: _enter, events.PY_RESUME: _enter, events.PY_THROW: _thrown,
+        events.PY_RETURN: _leave, events.PY_YIELD: _leave, events.PY_UNWIND: _unwound,
+    }  # fmt: skip
+    for event, callback in callbacks.items():
+        monitoring.register_callback(MONITORING_TOOL, event, callback)
+    monitoring.set_events(MONITORING_TOOL, events.PY_THROW | events.PY_UNWIND)  # not settable per code object
+    _MONITORED[0] = True
+    return True
+
+
+def _count_frames(code: types.CodeType) -> bool:
+    """Count the frames of `code` and of every code object nested in it; False when they cannot be counted."""
+    if not _monitoring():
+        return False
+    events = sys.monitoring.events
+    local = events.PY_START | events.PY_RESUME | events.PY_RETURN | events.PY_YIELD
+    pending = [code]
+    while pending:
+        current = pending.pop()
+        _CODES[id(current)] = current
+        sys.monitoring.set_local_events(MONITORING_TOOL, current, local)
+        pending.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
+    return True
+
+
+_COUNTED = [True]  # every strategy compiled in this process so far has its frames counted
+
+
 def agent_line() -> int | None:
     """The line of the innermost strategy frame on the current stack, or None when no agent code is running."""
+    if _COUNTED[0] and _RUNNING[0] == 0:
+        return None
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename == STRATEGY_FILENAME:
@@ -463,6 +536,7 @@ def compile_strategy(source: str, *, bt_facade: object, guards: Guards, prints: 
         }
     )
     sys.modules[STRATEGY_MODULE] = module
+    _count(code)
     exec(code, module.__dict__)  # noqa: S102 - restricted bytecode, the point of this module
     return module
 
@@ -472,8 +546,17 @@ def compile_plain(source: str, *, bt_module: object) -> types.ModuleType:
     module = types.ModuleType(STRATEGY_MODULE)
     module.__dict__.update({"__name__": STRATEGY_MODULE, "bt": bt_module, "math": math})
     sys.modules[STRATEGY_MODULE] = module
-    exec(compile(source, "<strategy>", "exec"), module.__dict__)  # noqa: S102
+    code = compile(source, STRATEGY_FILENAME, "exec")
+    _count(code)
+    exec(code, module.__dict__)  # noqa: S102
     return module
+
+
+def _count(code: types.CodeType) -> None:
+    """Before a strategy's code first runs: count its frames or, where they cannot be counted, walk the stack on
+    every check in this process from now on."""
+    if not _count_frames(code):
+        _COUNTED[0] = False
 
 
 def strategy_classes(module: types.ModuleType, base: type) -> list[type]:

@@ -36,6 +36,7 @@ if __name__ == "__main__":
     # The template's own CPU budget (its children reset the count and take their job's limit first thing).
     resource.setrlimit(resource.RLIMIT_CPU, (int(sys.argv[2]), resource.getrlimit(resource.RLIMIT_CPU)[1]))
 
+import array  # noqa: E402
 import errno  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
@@ -51,7 +52,6 @@ from backtests.policy import (  # noqa: E402
     PrintBuffer,
     Refused,
     clean_error,
-    clean_strings,
 )
 
 try:  # loaded now: after the uid drop, libseccomp could no longer be located
@@ -215,12 +215,26 @@ def _finished(outcome: dict[str, Any], prints: PrintBuffer) -> dict[str, Any]:
     return outcome
 
 
+def read_job(raw: bytes) -> dict[str, Any]:
+    """The job as `sandbox.pack_job` wrote it: its JSON, with the packed bar columns put back as lists."""
+    (length,) = struct.unpack_from("=I", raw)
+    job = json.loads(raw[4 : 4 + length])
+    offset = 4 + length
+    for index, key, code, count in job.pop("packed"):
+        column = array.array(code)
+        column.frombytes(raw[offset : offset + count * column.itemsize])
+        offset += count * column.itemsize
+        job["datas"][index][key] = column.tolist()
+    return job
+
+
 def main(parent: int) -> None:
-    job = json.loads(sys.stdin.buffer.read())
+    job = read_job(sys.stdin.buffer.read())
     sys.stdin.close()
     active = harden(set(job["layers"]), job["limits"], parent, job.get("hide", []))
     outcome = execute(job, active)
-    sys.stdout.write(json.dumps(clean_strings(engine.plain(outcome)), allow_nan=False, default=str))
+    # Not escaped here: the parent escapes every string it reads from a child (this one included).
+    sys.stdout.write(json.dumps(engine.plain(outcome), allow_nan=False, default=str))
     sys.stdout.flush()
 
 

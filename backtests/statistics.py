@@ -42,6 +42,12 @@ def _ratio(numerator: Any, denominator: Any) -> float | None:
     return _finite(numerator / abs(denominator))
 
 
+def warm() -> None:
+    """Import the return metrics' libraries now (a worker process, before its first result)."""
+    import empyrical  # noqa: F401
+    import pandas  # noqa: F401
+
+
 def return_metrics(
     daily_returns: list[list[Any]], *, drawdown: dict[str, float] | None = None, net_profit: float | None = None
 ) -> dict[str, float | None]:

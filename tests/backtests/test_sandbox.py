@@ -1,3 +1,5 @@
+import hashlib
+import json
 import os
 import shutil
 import socket
@@ -13,7 +15,8 @@ import pytest
 from backtests import sandbox
 from backtests.dryrun import walk
 from backtests.sandbox import ALL_LAYERS, Limits
-from tests.backtests.conftest import expected_layers, require_bubblewrap
+from tests.backtests.conftest import SMA_CROSS, expected_layers, require_bubblewrap
+from tests.backtests.test_engine import PAIR_CODE
 
 DATA = [walk("TEST", bars=60)]
 SIM = {"initial_cash": 10_000, "commission": 0, "leverage": 1, "buy_on_close": False}
@@ -504,3 +507,81 @@ def test_a_template_that_died_is_replaced_for_the_next_job():
 
     assert outcome.ok is True
     assert sandbox._template(sandbox.bubblewrap_usable()) is not template
+
+
+PRINTING = """
+class Talk(bt.Strategy):
+    def next(self):
+        if len(self) in (3, 40):
+            print("bar", len(self), "\\x00 caf\\u00e9\\n\\ud800", self.data.close[0])
+        if len(self) == 5:
+            self.buy(size=3)
+        if len(self) == 50:
+            self.sell(size=2, exectype=bt.Order.Limit, price=self.data.close[0] * 1.01)
+"""
+
+
+def hourly(name: str, bars: int) -> dict:
+    data = walk(name, bars=bars)
+    return {**data, "ts_us": [data["ts_us"][0] + i * 3_600_000_000 for i in range(bars)]}
+
+
+def golden_jobs_digest() -> str:
+    """SHA-256 over four jobs' whole outcomes as JSON (result, error, prints; not the layers or the time): the
+    probe and decisions, two symbols, escaped prints and an order that stays open, hourly bars, and the probe's
+    cut runs alone."""
+    sim = {"initial_cash": 10_000, "commission": 0.001, "leverage": 1, "buy_on_close": False}
+    gold = [walk("GOLD", bars=300)]
+    full = sandbox.run_job(source=SMA_CROSS, datas=gold, simulation=sim, parameters={}, probe=3, decisions=True)
+    jobs = [
+        full,
+        sandbox.run_job(source=PAIR_CODE, datas=[walk("PA", bars=200), walk("PB", bars=180)], simulation=sim,
+                        parameters={"period": 10}),
+        sandbox.run_job(source=PRINTING, datas=[hourly("HOUR", 400)], simulation=sim, parameters={}),
+        sandbox.run_job(source=SMA_CROSS, datas=gold, simulation=sim, parameters={}, probe=3,
+                        expected=full.result["decisions"]),
+    ]  # fmt: skip
+    body = [[job.ok, job.result, job.error, job.prints, job.prints_truncated] for job in jobs]
+    return hashlib.sha256(json.dumps(body, allow_nan=False).encode()).hexdigest()
+
+
+def test_equal_jobs_give_the_same_result_bytes_as_before():
+    # Pinned from the code before the faster transfer and guards (1f5fed6): equal inputs, equal result JSON.
+    assert golden_jobs_digest() == GOLDEN
+
+
+GOLDEN = "33ac22e98fbd5d7c2f5d8e5341b5c67f9b05416275310470d5b96d6846afaa23"
+
+
+def test_packed_bars_reach_the_child_as_the_same_lists():
+    from backtests.sandbox_child import read_job
+
+    data = walk("PACK", bars=50)
+    odd = {**walk("ODD", bars=5), "volume": [1, 2, 3, 4, 5], "extra": ["kept"]}  # ints stay ints, via JSON
+    job = {"source": "x", "datas": [data, odd], "parameters": {"a": 1}}
+
+    received = read_job(sandbox.pack_job(job))
+
+    assert received == job
+    assert list(received["datas"][0]) == list(data)  # the columns keep their places
+    assert [type(v) for v in received["datas"][1]["volume"]] == [int] * 5
+
+
+def test_a_bar_that_is_not_finite_is_refused_as_json_refused_it():
+    data = walk("NAN", bars=5)
+    data["close"][2] = float("nan")
+
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        sandbox.pack_job({"datas": [data]})
+
+
+@pytest.mark.parametrize("ahead", [0, 100], ids=["none written ahead", "part written ahead"])
+def test_a_job_whose_input_does_not_fit_its_pipe_gets_the_rest_from_a_writer(monkeypatch, ahead):
+    datas = [walk("BIG", bars=300)]
+    whole = sandbox.run_job(source=SMA_CROSS, datas=datas, simulation=SIM, parameters={})
+    monkeypatch.setattr(sandbox, "_prefill", lambda pipe, payload: os.write(pipe, payload[:ahead]) if ahead else 0)
+
+    fed = sandbox.run_job(source=SMA_CROSS, datas=datas, simulation=SIM, parameters={})
+
+    assert whole.ok is True, whole.error
+    assert fed.result == whole.result

@@ -1,7 +1,7 @@
 from celery import current_app
 from kombu import Queue
 
-from backtests import sandbox, tasks
+from backtests import sandbox, statistics, tasks
 from backtests.dryrun import walk
 
 SIM = {"initial_cash": 1000, "commission": 0, "leverage": 1, "buy_on_close": False}
@@ -10,12 +10,14 @@ SIM = {"initial_cash": 1000, "commission": 0, "leverage": 1, "buy_on_close": Fal
 def warmed(monkeypatch, queues: list[str]) -> bool:
     started = []
     selected = {name: Queue(name) for name in queues}
-    monkeypatch.setattr(sandbox, "warm", lambda: started.append(True))
+    monkeypatch.setattr(sandbox, "warm", lambda: started.append("template"))
+    monkeypatch.setattr(statistics, "warm", lambda: started.append("statistics"))
     monkeypatch.setattr(current_app.amqp.queues, "_consume_from", selected)
 
     tasks._warm_sandbox()
 
-    return started == [True]
+    assert started in ([], ["template", "statistics"])
+    return started == ["template", "statistics"]
 
 
 def test_a_pool_process_taking_sandbox_queues_starts_its_template_at_once(monkeypatch):
