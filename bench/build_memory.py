@@ -13,8 +13,8 @@ directory is removed on any exit.
 partition on the `builds` queue, the last one queueing the reduce task) on a real worker with `--concurrency 1`,
 then with 2, from queueing until the build row is done; the map ends when the last partial is counted. The load
 and the worker's start-up are untimed. Workers (kombu's filesystem broker polled every 50 ms) run in their own
-process group, which is killed on any exit. Prints one line: both walls, map and reduce, the 2-vs-1 ratio and the
-per-worker map rate (bar rows per second of one worker process).
+process group, which is killed on any exit. Prints one line: both walls, map and reduce, the 2-vs-1 ratio, the
+per-worker map rate (bar rows per second of one worker process) and the largest peak RSS of a worker process.
 
 `--min-sessions` is the serving minimum (default: production's 30). Below it a key is counted but never served, so
 no median, reservoir or serving row is built for it; a low minimum (the small universes' 3) serves nearly every key
@@ -123,8 +123,26 @@ def group_cpu(pgid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def celery_build(workers: int) -> tuple[float, float, float, float, int]:
-    """(wall, map wall, worker CPU, its map part, bar rows built) of one fan-out build on a worker with `workers`
+def group_peak_rss_mb(pgid: int) -> int:
+    """The largest peak resident set (VmHWM) among the live processes of a process group, in MB: the pool process
+    that held the biggest partition (pool processes live for the whole build, so their peak covers every task)."""
+    peak = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+            pgrp = int(Path(status.parent / "stat").read_text().rsplit(")", 1)[1].split()[2])
+        except (OSError, ValueError):  # the process exited meanwhile
+            continue
+        if pgrp == pgid:
+            line = next((row for row in text.splitlines() if row.startswith("VmHWM:")), None)
+            if line is not None:
+                peak = max(peak, int(line.split()[1]) // 1024)
+    return peak
+
+
+def celery_build(workers: int) -> tuple[float, float, float, float, int, int]:
+    """(wall, map wall, worker CPU, its map part, bar rows built, peak RSS of a worker process in MB) of one fan-out
+    build on a worker with `workers`
     pool processes (the pool is never recycled, so the group's CPU before and after covers the build's tasks)."""
     from evidence.memory.services import market_memory_build_start
     from evidence.models import MarketMemoryBuild
@@ -162,14 +180,14 @@ def celery_build(workers: int) -> tuple[float, float, float, float, int]:
             len(bars_read(symbol=Symbol.objects.get(ticker=ticker), frequency="1m"))
             for ticker in build.params["tickers"]
         )
-        return wall, map_wall, cpu, map_cpu, rows
+        return wall, map_wall, cpu, map_cpu, rows, group_peak_rss_mb(worker.pid)
     finally:  # any exit, a timeout or Ctrl-C included: the worker's whole process group goes
         serving.stop_group(worker, grace=30)
 
 
 def celery_main(args: argparse.Namespace) -> None:
-    one, one_map, one_cpu, one_map_cpu, rows = celery_build(1)
-    two, two_map, two_cpu, _, _ = celery_build(2)
+    one, one_map, one_cpu, one_map_cpu, rows, one_peak = celery_build(1)
+    two, two_map, two_cpu, _, _, two_peak = celery_build(2)
     partitions = args.symbols + 1
     print(
         f"build_memory --celery symbols={partitions} sessions={args.sessions} min_sessions={args.min_sessions} "
@@ -180,7 +198,8 @@ def celery_main(args: argparse.Namespace) -> None:
         f"worker CPU {one_cpu:.1f} s (1) vs {two_cpu:.1f} s (2) = {rows / one_cpu:,.0f} bar-rows/CPU-s whole build | "
         f"per-worker map rate {rows / one_map:,.0f} bar-rows/s wall, {rows / one_map_cpu:,.0f} bar-rows/CPU-s "
         f"({one_map_cpu / partitions:.2f} CPU-s per partition of {rows / partitions:,.0f} rows), reduce "
-        f"{one_cpu - one_map_cpu:.1f} CPU-s"
+        f"{one_cpu - one_map_cpu:.1f} CPU-s | peak RSS of a worker process {one_peak:,} MB (1) and "
+        f"{two_peak:,} MB (2), its map tasks and, in one of them, the reduce"
     )
 
 
