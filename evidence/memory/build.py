@@ -346,31 +346,34 @@ def _summed(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int, in
     (two symbols trading the same day count that day once). A key whose bound is below the minimum sample can never
     be served, so only the others (and every key of the always-served tiers) are counted exactly from the returns
     (their count is what the manifest reports; the others' sums are dropped)."""
-    partials = _read_partials(build_dir, plan, "stats.arrow")
+    partials = _read_partials(build_dir, plan, "stats.arrow").lazy()
     pooled_keys = [k for k in INT_KEYS if k != "symbol_index"]
     # Lazy: polars' query engine aggregates a million keys several times faster than the eager group-by.
     pooled = (
-        partials.lazy()
-        .group_by(pooled_keys)
+        partials.group_by(pooled_keys)
         .agg(pl.col("n_session_rows").sum(), *[pl.col(c).sum() for c in ADDITIVE_COLUMNS])
         .with_columns(symbol_index=pl.lit(-1, pl.Int32))
-        .collect()
     )
     named = [
         partials.filter(pl.col("tier") == grouped_as).with_columns(tier=pl.lit(tier, pl.Int8))
         for tier, grouped_as in NAMED_TIERS.items()
     ]
-    built: dict[int, int] = {}
-    for frame in [pooled, *named]:
-        for tier, count in frame.group_by("tier").agg(pl.len()).iter_rows():
-            built[tier] = built.get(tier, 0) + count
     always = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE])
-    candidates = pl.concat(
+    candidate = always | (pl.col("n_session_rows") >= plan.min_sessions)
+    # Of every key only its tier's count is kept, and only the candidates' rows: every key's sums (most of them
+    # below any minimum) are never held in memory beside the partials, and the engine shares the group-by.
+    frames = [pooled, *named]
+    results = pl.collect_all(
         [
-            frame.filter(always | (pl.col("n_session_rows") >= plan.min_sessions)).select(*INT_KEYS, *ADDITIVE_COLUMNS)
-            for frame in [pooled, *named]
+            *[frame.group_by("tier").agg(pl.len()) for frame in frames],
+            *[frame.filter(candidate).select(*INT_KEYS, *ADDITIVE_COLUMNS) for frame in frames],
         ]
     )
+    built: dict[int, int] = {}
+    for counts in results[: len(frames)]:
+        for tier, count in counts.iter_rows():
+            built[tier] = built.get(tier, 0) + count
+    candidates = pl.concat(results[len(frames) :])
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
     shown = always | (pl.col("n_sessions") >= plan.min_sessions)
     served = (
