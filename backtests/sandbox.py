@@ -463,8 +463,8 @@ def _supervise(
             decoded = json.loads(stdout)
             # The child's words are untrusted too: every string is escaped and capped again here.
             parsed = decoded if PLAIN_ASCII_JSON.fullmatch(stdout) else clean_strings(decoded)
-        except Exception as error:  # kept: raised below if the exit was clean, as it was before
-            parsed = error
+        except Exception as raised:  # kept: raised below if the exit was clean, as it was before
+            parsed = raised
     returncode = process.wait(timeout=max(1.0, deadline - time.monotonic()) if running.killed_by is None else 10)
     if writer.is_alive():
         writer.join(timeout=1)

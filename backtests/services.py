@@ -985,10 +985,10 @@ def optimization_verdict(
     best = best or _best_run(optimization)
     if best is None:
         return None
-    pbo, refusal = pbo or optimization_pbo(optimization, _completed_runs(optimization))
+    computed, refusal = pbo or optimization_pbo(optimization, _completed_runs(optimization))
     return verdict_of(
         strategy=optimization.strategy, daily_returns=best.returns, trades=best.trade_count,
-        lookahead=check["status"], pbo=pbo, pbo_refusal=refusal,
+        lookahead=check["status"], pbo=computed, pbo_refusal=refusal,
     )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ recorded timestamps: each chunk task's duration (its first point's start to its 
 between one chunk's end and the next one's start (a task's dispatch), the dispatch before the first point and the
 serial tail after the last (probe and close). The chunks, each with the mean gap, are packed in submission order
 on the least-loaded of 8 workers; the makespan plus the first dispatch and the tail is the simulated time.
-Prints two lines.
+Prints three lines (the third: the 2-worker run's mean task, first dispatch and tail, measured).
 
     .venv/bin/python bench/optimize_scaling.py [--bars 2516] [--points-per-task N]
 """
@@ -177,7 +177,7 @@ def main() -> None:
     user, strategy = setup(args.bars)
     plain, _ = best(direct, walk("BENCHUSD", bars=args.bars), 3)
     one, measured = run_grid(user, strategy, 1)
-    two, _ = run_grid(user, strategy, 2)
+    two, measured_two = run_grid(user, strategy, 2)
     per_task = getattr(settings, "LEROY_OPTIMIZATION_POINTS_PER_TASK", 1)  # 1: before points were chunked
     print(f"optimize_scaling points=20 bars={args.bars} points_per_task={per_task} "
           f"one_worker={one:.2f}s two_workers={two:.2f}s speedup={one / two:.2f}x plain_run={plain:.3f}s "
@@ -190,6 +190,8 @@ def main() -> None:
           f"gap={measured['gap']:.3f}s dispatch={measured['dispatch']:.3f}s tail={measured['tail']:.3f}s "
           f"simulated_one={one_model:.2f}s (measured {one:.2f}s) simulated_eight={eight:.2f}s "
           f"simulated_speedup_8={one_model / eight:.2f}x")  # fmt: skip
+    print(f"two_workers measured: task_mean={sum(measured_two['durations']) / len(measured_two['durations']):.3f}s "
+          f"dispatch={measured_two['dispatch']:.3f}s tail={measured_two['tail']:.3f}s")  # fmt: skip
 
 
 if __name__ == "__main__":
