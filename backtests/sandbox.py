@@ -455,6 +455,16 @@ def _supervise(
                 open_streams = 0
                 break
     selector.close()
+    # Decoded before the exit status arrives (the job closes its streams once it has written, then it, its init
+    # and its supervisor exit): used, or what it raised raised, only where it was before, on a clean exit.
+    parsed: Any = None
+    if running.killed_by is None:
+        try:
+            decoded = json.loads(stdout)
+            # The child's words are untrusted too: every string is escaped and capped again here.
+            parsed = decoded if PLAIN_ASCII_JSON.fullmatch(stdout) else clean_strings(decoded)
+        except Exception as raised:  # kept: raised below if the exit was clean, as it was before
+            parsed = raised
     returncode = process.wait(timeout=max(1.0, deadline - time.monotonic()) if running.killed_by is None else 10)
     if writer.is_alive():
         writer.join(timeout=1)
@@ -463,12 +473,11 @@ def _supervise(
     seconds = time.monotonic() - began
     layers_seen = sorted(process_layers)
     if running.killed_by is None and returncode == 0:
-        try:
-            # The child's words are untrusted too: every string is escaped and capped again here.
-            decoded = json.loads(stdout)
-            outcome = decoded if PLAIN_ASCII_JSON.fullmatch(stdout) else clean_strings(decoded)
-        except ValueError:
+        if isinstance(parsed, ValueError):
             return Outcome(False, layers_seen, error=_error("sandbox_error", "the sandbox returned no result"))
+        if isinstance(parsed, Exception):
+            raise parsed
+        outcome = parsed
         prints, cut = clip(str(outcome.get("prints", "")), MAX_PRINT_BYTES)
         error = outcome.get("error")
         return Outcome(

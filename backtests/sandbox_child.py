@@ -236,6 +236,9 @@ def main(parent: int) -> None:
     # Not escaped here: the parent escapes every string it reads from a child (this one included).
     sys.stdout.write(json.dumps(engine.plain(outcome), allow_nan=False, default=str))
     sys.stdout.flush()
+    # Done: the parent's read ends here, so it decodes the result while this process and its supervisors exit.
+    os.close(1)
+    os.close(2)
 
 
 # --- the template ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ completed points when it ends or is cancelled; the rest of the hold returns to t
 import calendar
 import hashlib
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -734,10 +735,11 @@ def optimization_point_execute(
         return
     run = OptimizationRun.objects.select_related("optimization__strategy").get(pk=run_id)
     optimization = run.optimization
-    Optimization.objects.filter(pk=optimization.pk, status=Status.PENDING).update(
-        status=Status.EXECUTING, started_at=now()
-    )
-    _point_done(run_id, **_run_point(optimization, run, {} if bars is None else bars))
+    if optimization.status == Status.PENDING:  # once executing it never goes back: no update to try
+        Optimization.objects.filter(pk=optimization.pk, status=Status.PENDING).update(
+            status=Status.EXECUTING, started_at=now()
+        )
+    _point_done(run_id, run=run, **_run_point(optimization, run, {} if bars is None else bars))
 
 
 def _run_point(
@@ -776,9 +778,11 @@ def kept_decisions(strategy: Strategy, result: dict[str, Any]) -> dict[str, Any]
     return {"code_sha256": code_sha256(strategy.code), "decisions": decisions}
 
 
-def _point_done(run_id: int, **finish: Any) -> None:
-    if _point_finish(run_id, **finish):
-        optimization_id = OptimizationRun.objects.get(pk=run_id).optimization_id
+def _point_done(run_id: int, run: OptimizationRun | None = None, **finish: Any) -> None:
+    if _point_finish(run_id, run=run, **finish):
+        optimization_id = (
+            run.optimization_id if run is not None else OptimizationRun.objects.get(pk=run_id).optimization_id
+        )
         if Optimization.objects.filter(pk=optimization_id, mode=OptimizationMode.WALK_FORWARD).exists():
             _walk_forward_test(optimization_id)
         else:
@@ -803,48 +807,70 @@ def _best_run(optimization: Optimization, fold: int | None = None) -> Optimizati
 
 
 def _optimization_probe(optimization_id: Any) -> None:
-    """The last point is done: probe the best run by the target metric for look-ahead, then close and settle."""
+    """The last point is done: probe the best run by the target metric for look-ahead, then close and settle.
+    The grid's PBO does not depend on the probe, so it is computed here while the probe's sandbox job runs (a
+    thread that only waits on the child: every query stays on this thread and its connection)."""
     optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
     best = _best_run(optimization)
-    _optimization_close(optimization_id, _probe(optimization, best), best=best)
+    job = _probe_job(optimization, best)
+    if job is None:
+        _optimization_close(optimization_id, _probe_check(optimization, best, None), best=best)
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as pool:
+        probing = pool.submit(sandbox.run_job, **job)
+        pbo = optimization_pbo(optimization, _completed_runs(optimization))
+        outcome = probing.result()  # what the probe raised, raised here as it was before
+    _optimization_close(optimization_id, _probe_check(optimization, best, outcome), best=best, pbo=pbo)
+
+
+def _probe_job(optimization: Optimization, best: OptimizationRun | None) -> dict[str, Any] | None:
+    """The sandbox job of `best`'s truncation probe over the whole period (None: no best run). A grid point's own
+    run is that full run when it kept its decisions from the same code on the same bars (same data version):
+    then only the cut runs are run, compared with those decisions; otherwise the probe reruns it."""
+    if best is None:
+        return None
+    datas, data_version = load_bars(
+        tickers=optimization.tickers,
+        frequency=optimization.frequency,
+        start=optimization.start_date,
+        end=optimization.end_date,
+    )
+    kept = OptimizationRun.objects.filter(pk=best.pk).values_list("decisions", flat=True).first()
+    same = (
+        kept is not None
+        and best.fold is None
+        and best.data_version == data_version
+        and kept["code_sha256"] == code_sha256(optimization.strategy.code)
+    )
+    return {
+        "source": optimization.strategy.code,
+        "datas": datas,
+        "simulation": simulation_of(optimization.simulation_parameters),
+        "parameters": {**optimization.parameters, **best.parameters},
+        "probe": PROBE_CUTS,
+        "expected": kept["decisions"] if same and kept is not None else None,
+    }
+
+
+def _probe_check(
+    optimization: Optimization, best: OptimizationRun | None, outcome: sandbox.Outcome | None
+) -> dict[str, Any]:
+    """The probe's `lookahead_check` from its job's outcome (None: there was no best run to probe)."""
+    if best is None or outcome is None:
+        reason = f"no run has a {optimization.target_metric}"
+        return {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
+    if outcome.ok and outcome.result is not None:
+        check = outcome.result["lookahead_check"]
+    else:
+        reason = f"the probe run failed: {(outcome.error or WORKER_LOST)['message']}"
+        check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
+    return check | {"iteration": best.iteration, "parameters": best.parameters}
 
 
 def _probe(optimization: Optimization, best: OptimizationRun | None) -> dict[str, Any]:
-    """The truncation probe of `best`'s parameters over the whole period. A grid point's own run is that full run
-    when it kept its decisions from the same code on the same bars (same data version): then only the cut runs
-    are run, compared with those decisions; otherwise the probe reruns it."""
-    if best is None:
-        reason = f"no run has a {optimization.target_metric}"
-        check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
-    else:
-        datas, data_version = load_bars(
-            tickers=optimization.tickers,
-            frequency=optimization.frequency,
-            start=optimization.start_date,
-            end=optimization.end_date,
-        )
-        kept = OptimizationRun.objects.filter(pk=best.pk).values_list("decisions", flat=True).first()
-        same = (
-            kept is not None
-            and best.fold is None
-            and best.data_version == data_version
-            and kept["code_sha256"] == code_sha256(optimization.strategy.code)
-        )
-        outcome = sandbox.run_job(
-            source=optimization.strategy.code,
-            datas=datas,
-            simulation=simulation_of(optimization.simulation_parameters),
-            parameters={**optimization.parameters, **best.parameters},
-            probe=PROBE_CUTS,
-            expected=kept["decisions"] if same and kept is not None else None,
-        )
-        if outcome.ok and outcome.result is not None:
-            check = outcome.result["lookahead_check"]
-        else:
-            reason = f"the probe run failed: {(outcome.error or WORKER_LOST)['message']}"
-            check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
-        check |= {"iteration": best.iteration, "parameters": best.parameters}
-    return check
+    """The truncation probe of `best`'s parameters over the whole period, run here (see `_probe_job`)."""
+    job = _probe_job(optimization, best)
+    return _probe_check(optimization, best, None if job is None else sandbox.run_job(**job))
 
 
 def _walk_forward_test(optimization_id: Any) -> None:
@@ -935,8 +961,15 @@ def optimization_pbo(
         return None, str(refused)
 
 
+def _completed_runs(optimization: Optimization) -> list[OptimizationRun]:
+    return list(OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED))
+
+
 def optimization_verdict(
-    optimization: Optimization, check: dict[str, Any], best: OptimizationRun | None = None
+    optimization: Optimization,
+    check: dict[str, Any],
+    best: OptimizationRun | None = None,
+    pbo: tuple[dict[str, Any] | None, str | None] | None = None,
 ) -> dict[str, Any] | None:
     """The best run's deflated Sharpe over every trial of the strategy, the grid's PBO and the probe; walking
     forward, the stitched out-of-sample returns' deflated Sharpe and trades (no PBO: the folds are the test)."""
@@ -952,17 +985,21 @@ def optimization_verdict(
     best = best or _best_run(optimization)
     if best is None:
         return None
-    runs = list(OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED))
-    pbo, refusal = optimization_pbo(optimization, runs)
+    computed, refusal = pbo or optimization_pbo(optimization, _completed_runs(optimization))
     return verdict_of(
         strategy=optimization.strategy, daily_returns=best.returns, trades=best.trade_count,
-        lookahead=check["status"], pbo=pbo, pbo_refusal=refusal,
+        lookahead=check["status"], pbo=computed, pbo_refusal=refusal,
     )  # fmt: skip
 
 
 def _optimization_close(
-    optimization_id: Any, check: dict[str, Any] | None, best: OptimizationRun | None = None
+    optimization_id: Any,
+    check: dict[str, Any] | None,
+    best: OptimizationRun | None = None,
+    pbo: tuple[dict[str, Any] | None, str | None] | None = None,
 ) -> None:
+    """Close and settle; `pbo` is the grid's PBO (or its refusal) when already computed after the last point (the
+    completed runs cannot change once every point is done)."""
     with transaction.atomic():
         optimization = (
             Optimization.objects.select_for_update(of=("self",)).select_related("strategy").get(pk=optimization_id)
@@ -974,7 +1011,7 @@ def _optimization_close(
         if optimization.mode == OptimizationMode.WALK_FORWARD:
             config = {k: v for k, v in walk_forward_plan(optimization).items() if k in WALK_FORWARD_CONFIG}
             optimization.walk_forward = config | walk_forward_result(optimization)
-        optimization.verdict = optimization_verdict(optimization, check, best) if check is not None else None
+        optimization.verdict = optimization_verdict(optimization, check, best, pbo) if check is not None else None
         probed = check is not None and check["status"] != "not_run"
         computed = optimization.verdict is not None and optimization.verdict["pbo"] is not None
         optimization.credits_charged = (
@@ -1008,12 +1045,19 @@ def _points_charged(optimization: Optimization) -> int:
 
 
 def _point_finish(
-    run_id: int, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None, data_version: str = ""
+    run_id: int,
+    *,
+    result: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+    data_version: str = "",
+    run: OptimizationRun | None = None,
 ) -> bool:
-    """Record one point; True when it was the last and some point completed (the best run's probe is due; the
-    optimization closes after it). When every point failed, the optimization closes here, charging nothing."""
+    """Record one point (`run` its row as read when it was claimed, else read here); True when it was the last
+    and some point completed (the best run's probe is due; the optimization closes after it). When every point
+    failed, the optimization closes here, charging nothing."""
+    stats = statistics.compute(result) if result is not None else None  # pure: computed outside the lock
     with transaction.atomic():
-        run = OptimizationRun.objects.get(pk=run_id)
+        run = run or OptimizationRun.objects.get(pk=run_id)
         optimization = (
             Optimization.objects.select_for_update(of=("self",)).select_related("strategy").get(pk=run.optimization_id)
         )
@@ -1026,7 +1070,7 @@ def _point_finish(
         ok = error is None and result is not None
         OptimizationRun.objects.filter(pk=run_id).update(
             status=Status.COMPLETED if ok else Status.FAILED,
-            statistics=statistics.compute(result) if result is not None else None,
+            statistics=stats,
             returns=result["daily_returns"] if result is not None else [],
             trade_count=len(result["trades"]) if result is not None else 0,
             decisions=kept_decisions(optimization.strategy, result) if result is not None else None,
@@ -1044,7 +1088,8 @@ def _point_finish(
             )  # fmt: skip
         counter = "completed_iterations" if ok else "failed_iterations"
         Optimization.objects.filter(pk=optimization.pk).update(**{counter: F(counter) + 1})
-        optimization.refresh_from_db()
+        # Its row is locked since it was read above: its counters are those it had and this point.
+        setattr(optimization, counter, getattr(optimization, counter) + 1)
         if optimization.completed_iterations + optimization.failed_iterations < optimization.total_iterations:
             return False
         if optimization.completed_iterations:

@@ -6,13 +6,20 @@ Builds a throwaway Leroy in a temporary var dir (SQLite, kombu's filesystem brok
 a daily random walk, saves an SMA-cross strategy, then for each worker count starts a Celery worker with
 `--concurrency N`, submits the grid and waits until the optimization is COMPLETED. The 1-worker run is the
 baseline. Each time includes the whole optimization: the points, the best run's look-ahead probe and the close.
-Prints one line.
+
+It also prints a SIMULATED 8-worker run, computed (not run: the machine may have 2 cores) from the 1-worker run's
+recorded timestamps: each chunk task's duration (its first point's start to its last point's finish), the mean gap
+between one chunk's end and the next one's start (a task's dispatch), the dispatch before the first point and the
+serial tail after the last (probe and close). The chunks, each with the mean gap, are packed in submission order
+on the least-loaded of 8 workers; the makespan plus the first dispatch and the tail is the simulated time.
+Prints three lines (the third: the 2-worker run's mean task, first dispatch and tail, measured).
 
     .venv/bin/python bench/optimize_scaling.py [--bars 2516] [--points-per-task N]
 """
 
 import argparse
 import atexit
+import itertools
 import os
 import shutil
 import signal
@@ -88,7 +95,7 @@ def setup(bars: int):
     return user, services.strategy_create(user=user, name="bench", code=SMA_CROSS)
 
 
-def run_grid(user, strategy, workers: int) -> float:
+def run_grid(user, strategy, workers: int) -> tuple[float, dict[str, float]]:
     from django.utils.dateparse import parse_datetime
 
     from backtests import services
@@ -121,9 +128,43 @@ def run_grid(user, strategy, workers: int) -> float:
         elapsed = time.perf_counter() - began
         assert optimization.status == Status.COMPLETED and optimization.completed_iterations == 20, optimization.error
         assert Optimization.objects.filter(pk=optimization.pk, total_iterations=20).exists()
-        return elapsed
+        return elapsed, phases(optimization, began, elapsed)
     finally:  # any exit, a timeout or Ctrl-C included: the worker's whole process group goes
         serving.stop_group(worker, grace=30)
+
+
+def phases(optimization, began: float, elapsed: float) -> dict[str, float]:
+    """From the recorded timestamps (one clock, this machine's): the chunk tasks' durations, the gaps between
+    consecutive chunks, the dispatch before the first point and the serial tail after the last."""
+    from django.conf import settings
+
+    from backtests.models import OptimizationRun
+    from backtests.services import point_chunks
+
+    runs = {run.pk: run for run in OptimizationRun.objects.filter(optimization=optimization)}
+    size = settings.LEROY_OPTIMIZATION_POINTS_PER_TASK
+    chunks = [[runs[pk] for pk in chunk] for chunk in point_chunks(sorted(runs), size)]
+    spans = [(chunk[0].started_at.timestamp(), chunk[-1].finished_at.timestamp()) for chunk in chunks]
+    first = min(start for start, _ in spans)
+    last = max(end for _, end in spans)
+    ordered = sorted(spans)
+    gaps = [b[0] - a[1] for a, b in itertools.pairwise(ordered)]
+    submitted = optimization.created_at.timestamp()
+    return {
+        "durations": [end - start for start, end in spans],
+        "gap": max(0.0, sum(gaps) / len(gaps)) if gaps else 0.0,
+        "dispatch": first - submitted,
+        "tail": optimization.finished_at.timestamp() - last,
+    }
+
+
+def simulated(measured: dict, workers: int) -> float:
+    """The makespan of the measured chunk tasks (each with the mean gap) packed in order on the least-loaded of
+    `workers`, plus the first dispatch and the serial tail: a simulation from measured durations, not a run."""
+    loads = [0.0] * workers
+    for duration in measured["durations"]:
+        loads[loads.index(min(loads))] += duration + measured["gap"]
+    return measured["dispatch"] + max(loads) + measured["tail"]
 
 
 def main() -> None:
@@ -135,13 +176,22 @@ def main() -> None:
 
     user, strategy = setup(args.bars)
     plain, _ = best(direct, walk("BENCHUSD", bars=args.bars), 3)
-    one = run_grid(user, strategy, 1)
-    two = run_grid(user, strategy, 2)
+    one, measured = run_grid(user, strategy, 1)
+    two, measured_two = run_grid(user, strategy, 2)
     per_task = getattr(settings, "LEROY_OPTIMIZATION_POINTS_PER_TASK", 1)  # 1: before points were chunked
     print(f"optimize_scaling points=20 bars={args.bars} points_per_task={per_task} "
           f"one_worker={one:.2f}s two_workers={two:.2f}s speedup={one / two:.2f}x plain_run={plain:.3f}s "
           f"per_point_one_worker={one / 20:.3f}s per_point_ratio={one / 20 / plain:.2f}x "
           f"cpus={os.cpu_count()}")  # fmt: skip
+    one_model, eight = simulated(measured, 1), simulated(measured, 8)
+    task_mean = sum(measured["durations"]) / len(measured["durations"])
+    print(f"SIMULATED from the 1-worker run's measured task durations (not an 8-worker run): "
+          f"chunks={len(measured['durations'])} task_mean={task_mean:.3f}s "
+          f"gap={measured['gap']:.3f}s dispatch={measured['dispatch']:.3f}s tail={measured['tail']:.3f}s "
+          f"simulated_one={one_model:.2f}s (measured {one:.2f}s) simulated_eight={eight:.2f}s "
+          f"simulated_speedup_8={one_model / eight:.2f}x")  # fmt: skip
+    print(f"two_workers measured: task_mean={sum(measured_two['durations']) / len(measured_two['durations']):.3f}s "
+          f"dispatch={measured_two['dispatch']:.3f}s tail={measured_two['tail']:.3f}s")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -617,3 +617,69 @@ def test_the_best_run_is_picked_by_the_target_statistic_alone_lowest_iteration_o
         run.save()
 
     assert services._best_run(result).iteration == best
+
+
+def test_a_failed_probe_run_closes_the_optimization_with_the_probe_not_run_and_the_grids_pbo(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    from backtests import sandbox
+
+    run_job = sandbox.run_job
+    failed = sandbox.Outcome(False, ["process"], error={"code": "killed", "message": "stopped", "line": None})
+    monkeypatch.setattr(sandbox, "run_job", lambda **kwargs: failed if kwargs.get("probe") else run_job(**kwargs))
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+
+    runs = list(OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED))
+    pbo, refusal = services.optimization_pbo(result, runs)
+    best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
+    assert (result.status, result.lookahead_check) == (Status.COMPLETED, {
+        "status": "not_run", "k": 3, "cuts": [], "reason": "the probe run failed: stopped",
+        "iteration": best.iteration, "parameters": best.parameters,
+    })  # fmt: skip
+    assert result.verdict == services.verdict_of(
+        strategy=result.strategy, daily_returns=best.returns, trades=best.trade_count, lookahead="not_run",
+        pbo=pbo, pbo_refusal=refusal,
+    )  # fmt: skip
+    assert result.credits_charged == 6 * result.credits_per_iteration + result.credits_pbo * (pbo is not None)
+
+
+def test_an_optimization_whose_probe_raises_stays_open_uncharged_for_the_reaper(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    from backtests import sandbox
+
+    run_job = sandbox.run_job
+
+    def probe_raises(**kwargs):
+        if kwargs.get("probe"):
+            raise RuntimeError("the probe's worker broke")
+        return run_job(**kwargs)
+
+    monkeypatch.setattr(sandbox, "run_job", probe_raises)
+    optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)  # the last chunk's task fails
+
+    result = Optimization.objects.get()
+    assert (result.status, result.completed_iterations, result.lookahead_check, result.verdict) == (
+        Status.EXECUTING, 6, None, None
+    )  # fmt: skip
+    assert (result.credits_charged, result.finished_at) == (0, None)
+
+
+def test_recording_a_point_takes_six_statements(owner, coin, django_capture_on_commit_callbacks):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
+    run = OptimizationRun.objects.select_related("optimization__strategy").get(optimization=result, iteration=1)
+    OptimizationRun.objects.filter(pk=run.pk).update(status=Status.EXECUTING)
+    finish = services._run_point(result, run, {})
+
+    with CaptureQueriesContext(connection) as queries:
+        assert services._point_finish(run.pk, run=run, **finish) is False
+
+    # Its transaction, the locked optimization, the run, its trial, the counter: the row as claimed is reused and
+    # the locked counters are not read again.
+    assert len(queries.captured_queries) == 6
+    run.refresh_from_db()
+    assert (run.status, run.statistics) == (Status.COMPLETED, services.statistics.compute(finish["result"]))
+    assert Optimization.objects.filter(pk=result.pk, completed_iterations=1, failed_iterations=0).exists()
