@@ -73,11 +73,12 @@ def celery_beat_command() -> list[str]:
 
 def stop_group(process: subprocess.Popen[bytes], *, grace: float) -> None:
     """SIGTERM the process group `process` leads (started with `start_new_session`), so its pool and children go
-    too; SIGKILL it if it has not exited within `grace` seconds."""
+    too; SIGKILL what is left of the group once its leader has exited or `grace` seconds have passed (a warm
+    shutdown waiting on a task that never ends, a child the leader left behind)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    process.wait()

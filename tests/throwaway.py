@@ -2,9 +2,7 @@
 worker_lost.py, tests/billing/beat_restart.py): production settings over SQLite in a fresh var dir, real Celery
 processes started from source, and their cleanup. Import it before Django is set up."""
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -12,6 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from leroy import serving  # no Django setup: its settings are read lazily
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,12 +50,11 @@ def start(code: str) -> subprocess.Popen[bytes]:
 
 
 def stop(*processes: subprocess.Popen[bytes] | None) -> None:
-    """SIGTERM each process group still running and wait for it (a warm shutdown)."""
+    """Stop each process group (a warm shutdown, then SIGKILL for what is left after a minute: a worker whose
+    redelivered task never ends must not outlive the script)."""
     for process in processes:
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=60)
+        if process is not None:
+            serving.stop_group(process, grace=60)
 
 
 def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
