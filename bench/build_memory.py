@@ -6,8 +6,8 @@ then times, in this one process:
   (`features.symbol_frame`: dense grid, features, daily context, regime, labels; no states, partials or writes);
 - the whole build, forced: features, states, labels, partials, feature-store files, reduce, artifact.
 Both are timed warm (an untimed one-symbol pass first). Prints wall, CPU (all threads of this process) and bar
-rows for both, bar-rows per CPU-second, and the build's CPU cost as a multiple of the baseline's. The temporary
-directory is removed on any exit.
+rows for both, bar-rows per CPU-second, the build's CPU cost as a multiple of the baseline's and the process's peak
+RSS. The temporary directory is removed on any exit.
 
 `--celery` instead times the production fan-out (`market_memory_build_start`: one Celery task per symbol
 partition on the `builds` queue, the last one queueing the reduce task) on a real worker with `--concurrency 1`,
@@ -27,6 +27,7 @@ and makes the reduce several times heavier.
 import argparse
 import atexit
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -244,7 +245,8 @@ def main() -> None:
         f"{rows / base_cpu:,.0f} bar-rows/CPU-s | build CPU / baseline CPU = {cpu / base_cpu:.2f}x | "
         f"map (per-symbol partials) {map_cpu:.1f} s CPU = {rows / map_cpu:,.0f} bar-rows/CPU-s, "
         f"reduce {cpu - map_cpu:.1f} s CPU | "
-        f"artifact {stored / 1e6:.1f} MB sha256 {artifact.sha256[:16]}"
+        f"artifact {stored / 1e6:.1f} MB sha256 {artifact.sha256[:16]} | peak RSS of this process "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024:,} MB (the load, the baseline and the build)"
     )
 
 
