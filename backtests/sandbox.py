@@ -382,6 +382,8 @@ def _packable(values: Any, kind: type, code: str) -> array.array | None:
         packed = array.array(code, values)
     except OverflowError:
         return None
+    # A finite sum (one C loop) means every value is finite; only a non-finite sum (a nan or inf, or finite values
+    # overflowing) needs the value-by-value check.
     if code == "d" and not math.isfinite(sum(packed)) and not all(map(math.isfinite, packed)):
         return None  # left to JSON, which refuses it as before
     return packed
