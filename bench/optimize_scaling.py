@@ -107,7 +107,7 @@ def run_grid(user, strategy, workers: int) -> tuple[float, dict[str, float]]:
         cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
-        time.sleep(4)  # let the pool start before the clock does
+        wait_idle(worker.pid)  # the pool, its templates and their imports are up before the clock starts
         began = time.perf_counter()
         optimization = services.optimization_submit(
             user=user, strategy_id=str(strategy.pk), name=f"{workers} workers",
@@ -131,6 +131,43 @@ def run_grid(user, strategy, workers: int) -> tuple[float, dict[str, float]]:
         return elapsed, phases(optimization, began, elapsed)
     finally:  # any exit, a timeout or Ctrl-C included: the worker's whole process group goes
         serving.stop_group(worker, grace=30)
+
+
+def _tree_cpu_seconds(root: int) -> float:
+    """CPU seconds used so far by a process and its descendants (the templates run in sessions of their own, so
+    the tree is followed by parent pid, not by session)."""
+    stats: dict[int, tuple[int, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _) in stats.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(stats[pid][1] for pid in tree if pid in stats)
+
+
+def wait_idle(root: int, *, window: float = 1.0, timeout: float = 120.0) -> None:
+    """Wait until the worker's whole process tree used under 5 % of a core over `window` seconds, at least 2 s
+    after it started: a fixed sleep started the clock while a cold pool was still importing (on a cold file cache
+    the 1-worker run, always first, then timed ~0.9 s of start-up as the first point's dispatch)."""
+    time.sleep(2.0)
+    deadline = time.monotonic() + timeout
+    used = _tree_cpu_seconds(root)
+    while time.monotonic() < deadline:
+        time.sleep(window)
+        now = _tree_cpu_seconds(root)
+        if now - used < 0.05 * window:
+            return
+        used = now
+    raise SystemExit(f"the worker was still busy {timeout:.0f} s after it started")
 
 
 def phases(optimization, began: float, elapsed: float) -> dict[str, float]:
