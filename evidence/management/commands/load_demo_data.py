@@ -12,6 +12,8 @@ from evidence.marketdata.importers import ImportRejected, demo_data_load
 
 class Command(BaseCommand):
     help = "Load deterministic synthetic minute and daily bars (source: synthetic) and the demo corpus."
+    # The system checks import the URLconf and mount every MCP tool (about 1.1 s) for a command that uses neither.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--symbols", type=int, default=demo.DEFAULT_SYMBOLS)
