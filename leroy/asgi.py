@@ -1,5 +1,6 @@
 """ASGI entry point: lifespan, /api/mcp to the MCP bridge, everything else to Django."""
 
+import asyncio
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
@@ -15,6 +16,7 @@ from django.core import signals  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from starlette.types import Receive, Scope, Send  # noqa: E402
 
+from evidence.marketdata import calendar  # noqa: E402
 from leroy.admission import Admission  # noqa: E402
 from leroy.mcp.server import build_mcp_asgi  # noqa: E402
 
@@ -67,6 +69,8 @@ class LeroyASGI:
         await receive()  # lifespan.startup
         started = False
         try:
+            # Built before the first request rather than by it: the minute lookups' index takes about 1 s.
+            await asyncio.to_thread(calendar.warm)
             async with self.session_manager.run():
                 await send({"type": "lifespan.startup.complete"})
                 started = True

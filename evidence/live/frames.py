@@ -42,7 +42,7 @@ class SessionWindow:
 
 def open_session(at: datetime) -> SessionWindow | None:
     """The XNYS regular session open at `at`, or None when the market is closed (early closes included)."""
-    cal = calendar.xnys()
+    cal = calendar.xnys_minutes()
     minute = at.replace(second=0, microsecond=0)
     if not cal.is_open_on_minute(minute):
         return None

@@ -1,7 +1,8 @@
 """The XNYS calendar (exchange_calendars), loaded once per process; its lib and version go into lineage."""
 
+import threading
 from datetime import date, datetime
-from functools import cache, lru_cache
+from functools import lru_cache
 
 import exchange_calendars
 import pandas as pd
@@ -14,9 +15,35 @@ CALENDAR_START = "1885-01-01"
 CALENDAR_END = "2030-12-31"
 
 
-@cache
+_LOCK = threading.Lock()
+_CALENDAR: list[exchange_calendars.ExchangeCalendar] = []
+
+
 def xnys() -> exchange_calendars.ExchangeCalendar:
-    return exchange_calendars.get_calendar(CALENDAR_NAME, start=CALENDAR_START, end=CALENDAR_END)
+    """The process's one XNYS calendar, built by the first caller while concurrent first callers wait for it."""
+    if not _CALENDAR:
+        with _LOCK:
+            if not _CALENDAR:
+                _CALENDAR.append(exchange_calendars.get_calendar(CALENDAR_NAME, start=CALENDAR_START, end=CALENDAR_END))
+    return _CALENDAR[0]
+
+
+def xnys_minutes() -> exchange_calendars.ExchangeCalendar:
+    """The calendar with its index of every trading minute built, for minute lookups (is the market open at t,
+    which session holds t). exchange_calendars builds that index (14 M minutes for 1885-2030, about 1 s) on first
+    use in an unlocked cached_property, so concurrent first lookups, one thread per MCP request, each built it and
+    stalled together for seconds; here one thread builds it and the others wait for that one."""
+    cal = xnys()
+    if "minutes_nanos" not in cal.__dict__:
+        with _LOCK:
+            if "minutes_nanos" not in cal.__dict__:
+                cal.minutes_nanos  # noqa: B018  (the cached property's side effect is the point)
+    return cal
+
+
+def warm() -> None:
+    """Build the calendar and its minute index now (a web process's start-up, before it takes requests)."""
+    xnys_minutes()
 
 
 def calendar_lineage() -> dict[str, str]:
@@ -55,7 +82,7 @@ def session_bounds(session: date) -> tuple[datetime, datetime]:
 def session_of_minute(ts: datetime) -> date | None:
     """The session whose regular hours contain the minute starting at ts, or None."""
     stamp = pd.Timestamp(ts)
-    cal = xnys()
+    cal = xnys_minutes()
     if not cal.is_trading_minute(stamp):
         return None
     return cal.minute_to_session(stamp).date()  # side="left": the open minute counts, the close minute does not

@@ -89,7 +89,7 @@ def build_plan(*, through: date | None = None) -> BuildPlan:
 
 def _last_completed_session() -> date:
     """The latest session that closed before leroy.clock.now() (the open session is never built)."""
-    return calendar.xnys().minute_to_past_session(now().replace(second=0, microsecond=0), count=1).date()
+    return calendar.xnys_minutes().minute_to_past_session(now().replace(second=0, microsecond=0), count=1).date()
 
 
 def symbol_evidence_frame(ticker: str, plan: BuildPlan) -> pl.DataFrame:

@@ -361,7 +361,7 @@ class MemoryReader:
         if overlay.get("status") != "available":
             return {"status": "unavailable", "last_verified_session": None, "lag_sessions": None}
         last = date.fromisoformat(overlay["last_session"])
-        latest = calendar.xnys().minute_to_past_session(at.replace(second=0, microsecond=0), count=1).date()
+        latest = calendar.xnys_minutes().minute_to_past_session(at.replace(second=0, microsecond=0), count=1).date()
         if last > latest:
             # The artifact claims a session the clock says has not closed: the clock or the data is wrong.
             return {"status": "unknown", "last_verified_session": last.isoformat(), "lag_sessions": None}

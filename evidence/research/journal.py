@@ -90,7 +90,7 @@ def _outcome(hypothesis: ResearchHypothesis) -> dict[str, Any]:
     if start is None:
         reason = "Recorded while the regular session was closed: there is no decision minute to review."
         return {**base, "outcome_status": "not_available", "reason": reason}
-    session = calendar.xnys().minute_to_session(start).date()
+    session = calendar.xnys_minutes().minute_to_session(start).date()
     if verified is None or session > verified:
         reason = f"The {session} session is not verified yet; provisional bars are never used."
         return {**base, "outcome_status": "not_mature", "reason": reason}

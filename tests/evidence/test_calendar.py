@@ -28,3 +28,36 @@ def test_early_closes_end_at_13_00_new_york_time() -> None:
     assert calendar.session_of_minute(utc(2025, 11, 28, 17, 59)) == date(2025, 11, 28)
     assert calendar.session_of_minute(utc(2025, 11, 28, 18, 0)) is None
     assert cal.session_minutes(pd.Timestamp("2025-11-28")).size == 210
+
+
+def test_concurrent_first_minute_lookups_build_one_calendar_and_one_minute_index(monkeypatch) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from exchange_calendars import exchange_calendar
+
+    built, created = [], []
+    real = exchange_calendar.compute_minutes
+    kind = type(calendar.xnys())
+
+    def counted(*args, **kwargs):
+        built.append(1)
+        return real(*args, **kwargs)
+
+    def fresh(name, *, start, end):  # exchange_calendars hands out its cached instance: build a new one
+        created.append(name)
+        return kind(start=start, end=end)
+
+    monkeypatch.setattr(exchange_calendar, "compute_minutes", counted)
+    monkeypatch.setattr(calendar.exchange_calendars, "get_calendar", fresh)
+    monkeypatch.setattr(calendar, "_CALENDAR", [])  # this process's calendar, as before its first use
+    minute = utc(2026, 2, 23, 15, 30)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        calendars = list(pool.map(lambda _: calendar.xnys_minutes(), range(8)))
+        sessions = list(pool.map(lambda _: calendar.session_of_minute(minute), range(8)))
+
+    assert len({id(cal) for cal in calendars}) == 1
+    assert calendars[0] is calendar.xnys()
+    assert created == ["XNYS"]
+    assert built == [1]
+    assert sessions == [date(2026, 2, 23)] * 8
