@@ -305,9 +305,17 @@ def test_the_child_dies_with_a_killed_worker(tmp_path, layers, after):
     worker.kill()
     worker.wait()
 
-    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
+    while _alive(child):
         assert time.monotonic() < deadline + 10, "the sandbox child outlived its worker"
         time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie; a process reaped between two reads of /proc is gone, not an error."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def test_the_cpu_limit_holds_with_no_layer_at_all():
