@@ -2,8 +2,6 @@ from billing import selectors
 from billing.models import AccountPlan, Plan
 from leroy.clock import now
 
-BOUNDARY = {"broker_write_authority": "none", "paper_trading": False, "live_order": False}
-
 
 def test_usage_report_reads_an_opened_month_in_two_queries(owner, charge, django_assert_num_queries) -> None:
     charge(owner, units=3)
@@ -11,17 +9,9 @@ def test_usage_report_reads_an_opened_month_in_two_queries(owner, charge, django
     with django_assert_num_queries(2):  # the period, its lookup accounts
         report = selectors.usage_report(user=owner)
 
-    assert report == {
-        "period_start": now().date().replace(day=1).isoformat(),
-        "included_lookups": 100,
-        "used_lookups": 3,
-        "lookups_remaining": 97,
-        "overage_lookups": 0,
-        "overage_amount_usd": 0.0,
-        "overage_rate_usd": 0.01,
-        "billing_status": "ledgered",
-        "research_boundary": BOUNDARY,
-    }
+    assert report["period_start"] == now().date().replace(day=1).isoformat()
+    figures = ("included_lookups", "used_lookups", "lookups_remaining", "overage_lookups", "overage_rate_usd")
+    assert [report[name] for name in figures] == [100, 3, 97, 0, 0.01]
 
 
 def test_usage_report_of_an_unopened_month_reads_the_plan_once(owner, django_assert_num_queries) -> None:
