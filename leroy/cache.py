@@ -4,21 +4,29 @@ A cache is an optimisation, so `get`/`get_many`/`has_key` answer a miss and `set
 Redis fails: the caller recomputes, the request is served. Failures are counted in
 `leroy_dependency_errors_total{dependency="cache"}` and logged at most once per 5 s, without a traceback. `add` and
 `incr` still raise: their callers (the rate limiter) must know that a count was not kept, and decide.
+
+Django builds a cache object per thread and per async context, so each MCP request (its own context, its own
+threads) built a client and a connection pool of its own and opened new Redis connections. Every cache object of
+a process shares one client per server list and options: redis-py's pools are thread-safe and reopen after a fork.
 """
 
 import logging
 import math
+import threading
 import time
+from functools import cached_property
 from typing import Any
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
-from django.core.cache.backends.redis import RedisCache
+from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from redis.exceptions import RedisError
 
 from leroy import metrics
 
 logger = logging.getLogger(__name__)
 _warned_at = -math.inf
+_clients: dict[str, RedisCacheClient] = {}
+_clients_lock = threading.Lock()
 
 
 def _failed(operation: str, error: Exception) -> None:
@@ -30,6 +38,20 @@ def _failed(operation: str, error: Exception) -> None:
 
 
 class FailSoftRedisCache(RedisCache):
+    def __init__(self, server: str, params: dict[str, Any]) -> None:
+        super().__init__(server, params)
+        self._client_args = (server.replace(";", ",").split(","), dict(params.get("OPTIONS", {})))
+
+    @cached_property
+    def _cache(self) -> RedisCacheClient:
+        servers, options = self._client_args
+        key = repr((servers, sorted(options.items())))
+        with _clients_lock:
+            client = _clients.get(key)
+            if client is None:
+                client = _clients[key] = RedisCacheClient(servers, **options)
+        return client
+
     def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:
         try:
             return super().get(key, default, version)

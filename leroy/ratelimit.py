@@ -11,6 +11,7 @@ import math
 import threading
 import time
 
+from asgiref.sync import sync_to_async
 from django.core.cache import cache
 
 from leroy import metrics
@@ -67,6 +68,12 @@ def degraded_reset() -> None:
     _degraded_until, _warned_at = 0.0, -math.inf
 
 
+def _shared_count(key: str, timeout: int) -> int:
+    """Count one call in the window's key; one hop to a thread for both commands (aadd and aincr took two)."""
+    cache.add(key, 0, timeout=timeout)
+    return cache.incr(key)
+
+
 async def rate_limit_retry_after(identity: str, limit: int, window_seconds: int = 60) -> int | None:
     """Fixed windows (one minute unless told) in the shared cache; seconds to wait when over `limit`, else None."""
     instant = now().timestamp()
@@ -76,8 +83,7 @@ async def rate_limit_retry_after(identity: str, limit: int, window_seconds: int 
     if not degraded():
         key = f"leroy:rl:{identity}:{window}"
         try:
-            await cache.aadd(key, 0, timeout=2 * window_seconds)
-            count = await cache.aincr(key)
+            count = await sync_to_async(_shared_count)(key, 2 * window_seconds)
         except Exception as error:  # any cache failure must degrade the limiter, never fail the request
             _mark_degraded(error)
     if count is None:

@@ -1,0 +1,49 @@
+"""The Redis cache backend shares one client, and so one connection pool, per process."""
+
+import threading
+import uuid
+
+import pytest
+import redis
+from django.conf import settings
+
+from leroy import cache as leroy_cache
+from leroy.cache import FailSoftRedisCache
+
+pytestmark = pytest.mark.skipif(not settings.LEROY_TEST_REDIS_URL, reason="Redis does not answer on 127.0.0.1:6379")
+
+
+def connections_received() -> int:
+    return redis.Redis.from_url(settings.LEROY_TEST_REDIS_URL).info("stats")["total_connections_received"]
+
+
+def test_cache_objects_built_per_thread_reuse_one_redis_connection(monkeypatch):
+    monkeypatch.setattr(leroy_cache, "_clients", {})
+    params = {"KEY_PREFIX": f"test-{uuid.uuid4().hex}", "OPTIONS": {"socket_timeout": 1.0}}
+    seen = []
+
+    def request() -> None:  # Django builds a cache object per thread and per async context: per request
+        backend = FailSoftRedisCache(settings.LEROY_TEST_REDIS_URL, params)
+        backend.set("k", 1)
+        seen.append(backend.get("k"))
+
+    before = connections_received()
+    for _ in range(5):
+        thread = threading.Thread(target=request)
+        thread.start()
+        thread.join()
+
+    assert seen == [1, 1, 1, 1, 1]
+    assert connections_received() - before == 2  # the cache's one connection, and this test's own INFO client
+
+
+def test_different_servers_or_options_get_their_own_client(monkeypatch):
+    monkeypatch.setattr(leroy_cache, "_clients", {})
+    url = settings.LEROY_TEST_REDIS_URL
+    first = FailSoftRedisCache(url, {"OPTIONS": {"socket_timeout": 1.0}})
+    second = FailSoftRedisCache(url, {"OPTIONS": {"socket_timeout": 1.0}})
+    other_options = FailSoftRedisCache(url, {"OPTIONS": {"socket_timeout": 2.0}})
+    other_server = FailSoftRedisCache("redis://127.0.0.1:1/0", {"OPTIONS": {"socket_timeout": 1.0}})
+
+    assert first._cache is second._cache
+    assert len({id(c._cache) for c in (first, other_options, other_server)}) == 3
