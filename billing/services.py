@@ -238,18 +238,23 @@ _ACCOUNT_FIELDS = (
 )
 
 
-def _lock_accounts(user: User, at: datetime, unit: str) -> tuple[Period, dict[str, LedgerAccount]]:
+def _lock_accounts(
+    user: User, at: datetime, unit: str, *, lock: bool = True
+) -> tuple[Period, dict[str, LedgerAccount]]:
     """Lock (opening it on first use) the account's period for the UTC month of `at` and read its `unit` accounts.
 
     One statement: FROM the period JOIN its accounts FOR UPDATE locks the period row first (PostgreSQL locks a
     row's tables in FROM order, and every writer takes the period before touching an account, so there is no lock
     cycle) and then each account row. Because the accounts are locked themselves, the balances returned after a
     wait are their latest committed versions; a join locking only the period (FOR UPDATE OF) would return the
-    balances from before the wait and overcharge the allowance (the 208-call race tests)."""
+    balances from before the wait and overcharge the allowance (the 208-call race tests).
+
+    `lock=False` (a decision that moves no balance) reads the same rows as last committed, without waiting for
+    the charges in flight; a month not opened yet is still opened, under the lock."""
     start = period_start_of(at)
+    periods = Period.objects.select_for_update() if lock else Period.objects.all()
     rows = list(
-        Period.objects.select_for_update()
-        .filter(user=user, period_start=start, accounts__unit=unit)
+        periods.filter(user=user, period_start=start, accounts__unit=unit)
         .order_by("accounts__kind")
         .values(*_PERIOD_FIELDS, *(f"accounts__{name}" for name in _ACCOUNT_FIELDS))
     )
@@ -362,8 +367,9 @@ def _lookup_decide(
     """Lock the period, split the charge into included and overage, post it and record the event's usage.
 
     The balances read under the lock are the ones the decision moves, so the usage is computed from them, not
-    read again."""
-    period, accounts = _lock_accounts(user, at, Unit.LOOKUP)
+    read again. A cache hit moves none: it reads them as last committed and does not queue behind the charges in
+    flight for the lock."""
+    period, accounts = _lock_accounts(user, at, Unit.LOOKUP, lock=not event.cache_hit)
     if not event.cache_hit:
         _charge(event, period, accounts, units)
     usage = selectors.lookup_usage_of_accounts(period, accounts)

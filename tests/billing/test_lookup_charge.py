@@ -253,3 +253,12 @@ def test_an_overage_charge_reads_the_stripe_customer_only_to_queue_its_report(ow
         "INSERT billing_meterreport",
     ]
     assert MeterReport.objects.filter(customer_id="cus_1", value=1).count() == 2
+
+
+def test_a_cache_hit_reads_the_accounts_without_locking_them_and_writes_only_its_event(owner, charge):
+    charge(owner, fingerprint="opens-the-period")
+    sql = _charge_sql(charge, owner, fingerprint="opens-the-period", cache_hit=True)
+
+    assert sql[0].startswith("SELECT") and 'FROM "billing_period" INNER JOIN "billing_ledgeraccount"' in sql[0]
+    assert "FOR UPDATE" not in sql[0]
+    assert [s.split()[0] + " " + s.split('"')[1] for s in sql[1:]] == ["INSERT billing_usageevent"]

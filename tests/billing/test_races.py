@@ -1,5 +1,6 @@
 """Concurrent charges on PostgreSQL: threads with their own connections race around the allowance boundary."""
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -155,3 +156,39 @@ def test_a_plan_upgrade_racing_charges_grants_once_and_loses_no_charge(owner, ch
         "overage_amount_usd": 0.0,
     }
     assert selectors.ledger_drift() == []
+
+
+def test_a_cache_hit_does_not_wait_for_a_charge_holding_the_period_lock(owner, charge):
+    from django.db import connection
+
+    charge(owner, fingerprint="opens-the-period")
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # a charge in flight: the period and its accounts locked until its commit
+        try:
+            with transaction.atomic():
+                services.lookup_charge(
+                    user=owner, tool="evaluate_current_setup", units=1, request_fingerprint="in-flight",
+                    client_request_id=None, respond=lambda usage: (locked.set(), release.wait(10), usage)[2],
+                )  # fmt: skip
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '1s'")  # the old lock-taking read failed here
+            hit = services.lookup_charge(
+                user=owner, tool="evaluate_current_setup", units=1, request_fingerprint="opens-the-period",
+                client_request_id=None, cache_hit=True,
+            )  # fmt: skip
+    finally:
+        release.set()
+        holder.join()
+
+    assert (hit.units_charged, hit.usage["used_lookups"], hit.usage["cache"]) == (0, 1, "hit")
+    assert selectors.lookup_usage(user=owner)["used_lookups"] == 2
+    assert UsageEvent.objects.filter(cache_hit=True).count() == 1
