@@ -38,18 +38,16 @@ def _failed(operation: str, error: Exception) -> None:
 
 
 class FailSoftRedisCache(RedisCache):
-    def __init__(self, server: str, params: dict[str, Any]) -> None:
-        super().__init__(server, params)
-        self._client_args = (server.replace(";", ",").split(","), dict(params.get("OPTIONS", {})))
+    _servers: list[str]  # parsed by RedisCache.__init__ (django-stubs does not declare them)
+    _options: dict[str, Any]
 
     @cached_property
     def _cache(self) -> RedisCacheClient:
-        servers, options = self._client_args
-        key = repr((servers, sorted(options.items())))
+        key = repr((list(self._servers), sorted(self._options.items())))
         with _clients_lock:
             client = _clients.get(key)
             if client is None:
-                client = _clients[key] = RedisCacheClient(servers, **options)
+                client = _clients[key] = super()._cache  # built the way RedisCache builds it
         return client
 
     def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:

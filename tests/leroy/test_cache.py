@@ -47,3 +47,13 @@ def test_different_servers_or_options_get_their_own_client(monkeypatch):
 
     assert first._cache is second._cache
     assert len({id(c._cache) for c in (first, other_options, other_server)}) == 3
+
+
+def test_a_server_list_and_the_same_servers_as_a_string_share_a_client(monkeypatch):
+    monkeypatch.setattr(leroy_cache, "_clients", {})
+    url, other = settings.LEROY_TEST_REDIS_URL, "redis://127.0.0.1:1/0"
+    as_string = FailSoftRedisCache(f"{url};{other}", {})
+    as_list = FailSoftRedisCache([url, other], {})
+
+    assert as_string._cache is as_list._cache
+    assert as_list._cache._servers == [url, other]
