@@ -238,10 +238,11 @@ _ACCOUNT_FIELDS = (
 )
 
 
-def _lock_accounts(
-    user: User, at: datetime, unit: str, *, lock: bool = True
+def _period_accounts(
+    user: User, at: datetime, unit: str, *, for_update: bool = True
 ) -> tuple[Period, dict[str, LedgerAccount]]:
-    """Lock (opening it on first use) the account's period for the UTC month of `at` and read its `unit` accounts.
+    """Read (opening it on first use) the account's period for the UTC month of `at` and its `unit` accounts,
+    locked for update unless `for_update=False`.
 
     One statement: FROM the period JOIN its accounts FOR UPDATE locks the period row first (PostgreSQL locks a
     row's tables in FROM order, and every writer takes the period before touching an account, so there is no lock
@@ -249,10 +250,10 @@ def _lock_accounts(
     wait are their latest committed versions; a join locking only the period (FOR UPDATE OF) would return the
     balances from before the wait and overcharge the allowance (the 208-call race tests).
 
-    `lock=False` (a decision that moves no balance) reads the same rows as last committed, without waiting for
-    the charges in flight; a month not opened yet is still opened, under the lock."""
+    `for_update=False` (a decision that moves no balance) reads the same rows as last committed, without waiting
+    for the charges in flight; a month not opened yet is still opened, under the lock."""
     start = period_start_of(at)
-    periods = Period.objects.select_for_update() if lock else Period.objects.all()
+    periods = Period.objects.select_for_update() if for_update else Period.objects.all()
     rows = list(
         periods.filter(user=user, period_start=start, accounts__unit=unit)
         .order_by("accounts__kind")
@@ -369,7 +370,7 @@ def _lookup_decide(
     The balances read under the lock are the ones the decision moves, so the usage is computed from them, not
     read again. A cache hit moves none: it reads them as last committed and does not queue behind the charges in
     flight for the lock."""
-    period, accounts = _lock_accounts(user, at, Unit.LOOKUP, lock=not event.cache_hit)
+    period, accounts = _period_accounts(user, at, Unit.LOOKUP, for_update=not event.cache_hit)
     if not event.cache_hit:
         _charge(event, period, accounts, units)
     usage = selectors.lookup_usage_of_accounts(period, accounts)
@@ -486,7 +487,7 @@ def credits_reserve(*, user: User, amount: int, reference: str) -> CreditHold:
     if not reference or len(reference) > 128:
         raise BillingError("invalid_request", "reference must be 1-128 characters", {"field": "reference"})
     at = now()
-    period, accounts = _lock_accounts(user, at, Unit.CREDIT)
+    period, accounts = _period_accounts(user, at, Unit.CREDIT)
     key = f"reserve:{user.pk}:{reference}"
     existing = Transfer.objects.filter(idempotency_key=key).first()
     if existing is not None:
@@ -582,7 +583,7 @@ def free_optimization_consume(*, user: User, reference: str) -> None:
     if not reference or len(reference) > 128:
         raise BillingError("invalid_request", "reference must be 1-128 characters", {"field": "reference"})
     at = now()
-    period, accounts = _lock_accounts(user, at, Unit.FREE_OPTIMIZATION)
+    period, accounts = _period_accounts(user, at, Unit.FREE_OPTIMIZATION)
     key = f"freeopt:{user.pk}:{reference}"
     if Transfer.objects.filter(idempotency_key=key).exists():
         return

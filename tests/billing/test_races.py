@@ -164,12 +164,17 @@ def test_a_cache_hit_does_not_wait_for_a_charge_holding_the_period_lock(owner, c
     charge(owner, fingerprint="opens-the-period")
     locked, release = threading.Event(), threading.Event()
 
+    def respond_once_released(usage: dict) -> dict:  # runs under the lock, inside the charge's transaction
+        locked.set()
+        release.wait(10)
+        return usage
+
     def hold() -> None:  # a charge in flight: the period and its accounts locked until its commit
         try:
             with transaction.atomic():
                 services.lookup_charge(
                     user=owner, tool="evaluate_current_setup", units=1, request_fingerprint="in-flight",
-                    client_request_id=None, respond=lambda usage: (locked.set(), release.wait(10), usage)[2],
+                    client_request_id=None, respond=respond_once_released,
                 )  # fmt: skip
         finally:
             connection.close()
