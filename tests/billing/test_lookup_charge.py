@@ -75,6 +75,25 @@ def test_a_failing_tool_rolls_its_charge_back(owner, charge):
 
 
 @pytest.mark.usefixtures("mid_august")
+def test_a_cache_hit_whose_answer_fails_leaves_no_event(owner, charge):
+    charge(owner, fingerprint="opens-the-period")
+
+    def respond(usage: dict) -> dict:
+        raise ZeroDivisionError  # presenting the cached answer fails after the unlocked read
+
+    with pytest.raises(ZeroDivisionError), transaction.atomic():
+        services.lookup_charge(
+            user=owner, tool="t", units=1, request_fingerprint="opens-the-period", client_request_id="req-1",
+            cache_hit=True, respond=respond,
+        )  # fmt: skip
+
+    assert UsageEvent.objects.count() == 1
+    assert not UsageEvent.objects.filter(cache_hit=True).exists()
+    assert selectors.lookup_usage(user=owner)["used_lookups"] == 1
+    assert charge(owner, key="req-1", cache_hit=True).replayed is False  # the key is free again
+
+
+@pytest.mark.usefixtures("mid_august")
 def test_retry_with_same_key_replays_the_stored_answer_without_charging(owner, charge):
     first = charge(owner, key="req-1")
     services.lookup_store_response(charge=first, response={"evaluation_id": "eval_1"})
