@@ -13,7 +13,7 @@ import pytest
 from accounts import services
 from accounts.models import User
 from leroy.mcp.registry import load_tools
-from tests.evidence.world import World, world, world_files  # noqa: F401  (fixtures)
+from tests.evidence.world import World
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / ".ci" / "node"
@@ -42,7 +42,7 @@ def run_node(script: Path, **env: str) -> dict:
 def test_the_javascript_sdk_lists_tools_and_calls_two_tools_twenty_times_without_error(
     origin: str,
     alice: User,
-    world: World,  # noqa: F811  (the fixture)
+    world: World,
 ):
     key = services.api_key_create(user=alice, name="js sdk").plaintext
 
@@ -82,7 +82,7 @@ def inspector(origin: str, key: str, era: str, *args: str) -> dict:
 def test_the_inspector_cli_lists_tools_and_calls_two_tools_twenty_times_without_error(
     origin: str,
     alice: User,
-    world: World,  # noqa: F811  (the fixture)
+    world: World,
     era: str,
 ):
     key = services.api_key_create(user=alice, name="inspector").plaintext

@@ -8,7 +8,6 @@ from django.test import Client
 
 from billing import services as billing
 from leroy.celery import app as celery_app
-from tests.evidence.world import fed_world, world, world_files  # noqa: F401  # fixtures
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +28,7 @@ def test_healthz_is_liveness_and_touches_nothing(client: Client, django_assert_n
     assert response.content == b"ok"
 
 
-def test_readyz_is_ready_with_a_verified_artifact_a_fresh_feed_and_redis(client: Client, fed_world, broker_on):  # noqa: F811
+def test_readyz_is_ready_with_a_verified_artifact_a_fresh_feed_and_redis(client: Client, fed_world, broker_on):
     from django.conf import settings
 
     broker_on(settings.LEROY_TEST_REDIS_URL)
@@ -74,7 +73,7 @@ def test_readyz_is_503_without_an_artifact_and_with_the_broker_down(client: Clie
     assert checks["broker"]["ms"] < 5000  # bounded, not the broker's default retry loop
 
 
-def test_readyz_reports_a_down_cache_as_degraded_and_stays_ready(client: Client, fed_world, redis_down):  # noqa: F811
+def test_readyz_reports_a_down_cache_as_degraded_and_stays_ready(client: Client, fed_world, redis_down):
     response = client.get("/readyz")
 
     assert response.status_code == 200
@@ -82,7 +81,7 @@ def test_readyz_reports_a_down_cache_as_degraded_and_stays_ready(client: Client,
     assert response.json()["checks"]["cache"]["detail"].startswith("ConnectionError")
 
 
-def test_readyz_is_503_when_the_feed_is_stale_during_the_session(client: Client, fed_world):  # noqa: F811
+def test_readyz_is_503_when_the_feed_is_stale_during_the_session(client: Client, fed_world):
     with time_machine.travel(fed_world.replay + timedelta(minutes=10), tick=False):
         response = client.get("/readyz")
 
