@@ -65,37 +65,60 @@ def stats(subset: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def cascade(rows: pd.DataFrame, symbol: str, mask: int, regime: int, minimum: int) -> tuple[int, dict[str, Any]]:
-    """The strongest tier >= 2 with the minimum distinct sessions, and its lift over its baseline, by hand."""
-    band = min(mask.bit_count(), 4)
-    tiers = {
-        5: rows[(rows["symbol"] == symbol) & (rows["mask"] == mask) & (rows["regime"] == regime)],
-        4: rows[(rows["mask"] == mask) & (rows["regime"] == regime)],
-        3: rows[rows["mask"] == mask],
-        2: rows[(rows["regime"] == regime) & (rows["band"] == band)],
+TIER_COLUMNS = {5: ["symbol", "mask", "regime"], 4: ["mask", "regime"], 3: ["mask"], 2: ["regime", "band"]}
+
+
+def distinct_sessions(rows: pd.DataFrame) -> dict[int, dict[Any, int]]:
+    """Per tier, each key's distinct sessions (keys as tuples of the tier's columns)."""
+    return {
+        tier: {
+            (key if isinstance(key, tuple) else (key,)): n
+            for key, n in rows.groupby(columns)["session"].nunique().items()
+        }
+        for tier, columns in TIER_COLUMNS.items()
     }
-    for tier, subset in tiers.items():
-        if subset["session"].nunique() >= minimum:
-            baseline = rows[rows["symbol"] == symbol] if tier == 5 else rows
-            lift = None
-            if baseline["session"].nunique() >= minimum:
-                lift = round((int(subset["r"].sum()) / len(subset) - int(baseline["r"].sum()) / len(baseline)) / 1e4, 4)
-            return tier, {**stats(subset), "lift_vs_baseline_bps": lift}
-    return 0, {}
+
+
+def tier_of(sessions: dict[int, dict[Any, int]], setup: dict[str, Any], minimum: int) -> int:
+    """The strongest tier >= 2 whose key has the minimum distinct sessions (0: none)."""
+    for tier, columns in TIER_COLUMNS.items():
+        if sessions[tier].get(tuple(setup[c] for c in columns), 0) >= minimum:
+            return tier
+    return 0
+
+
+def cascade(
+    rows: pd.DataFrame, sessions: dict[int, dict[Any, int]], symbol: str, mask: int, regime: int, minimum: int
+) -> tuple[int, dict[str, Any]]:
+    """The strongest tier >= 2 with the minimum distinct sessions, and its lift over its baseline, by hand."""
+    setup = {"symbol": symbol, "mask": mask, "regime": regime, "band": min(mask.bit_count(), 4)}
+    tier = tier_of(sessions, setup, minimum)
+    if tier == 0:
+        return 0, {}
+    columns = TIER_COLUMNS[tier]
+    subset = rows[(rows[columns] == pd.Series({c: setup[c] for c in columns})).all(axis=1)]
+    baseline = rows[rows["symbol"] == symbol] if tier == 5 else rows
+    lift = None
+    if baseline["session"].nunique() >= minimum:
+        lift = round((int(subset["r"].sum()) / len(subset) - int(baseline["r"].sum()) / len(baseline)) / 1e4, 4)
+    return tier, {**stats(subset), "lift_vs_baseline_bps": lift}
 
 
 def test_every_tier_served_for_a_setup_is_its_pandas_recomputation(world):
     reader = memory_reader()
     rows = pooled_rows(reader)
+    sessions = distinct_sessions(rows)
     minimum = reader.min_sessions
     setups = sorted(set(zip(rows["symbol"], rows["mask"], rows["regime"], strict=True)))
     unseen = max(rows["mask"]) + 1  # a signal set history never saw: only the contextual tier can answer
     setups += [(symbol, unseen | 0b1111, regime) for symbol, _, regime in setups[:50]]
     checked: dict[int, int] = {}
     for symbol, mask, regime in setups:
-        tier, expected = cascade(rows, symbol, int(mask), int(regime), minimum)
-        if tier == 0 or checked.get(tier, 0) >= 3:
+        setup = {"symbol": symbol, "mask": int(mask), "regime": int(regime), "band": min(int(mask).bit_count(), 4)}
+        found = tier_of(sessions, setup, minimum)
+        if found == 0 or checked.get(found, 0) >= 3:
             continue
+        tier, expected = cascade(rows, sessions, symbol, int(mask), int(regime), minimum)
         served = reader.resolve(symbol=symbol, side="buy", mask=int(mask), regime=int(regime), horizons=(HORIZON,))
         match = served[HORIZON].match
         assert match is not None and match.tier == tier, (symbol, mask, regime)
@@ -136,7 +159,7 @@ def test_pooled_tiers_pool_only_the_asset_class_the_request_names(world):
     # The index's setup resolves inside its own pool: no equity row is ever evidence for it, nor it for an equity.
     index = pooled_rows(reader, "index")
     symbol, mask, regime = index.iloc[0][["symbol", "mask", "regime"]]
-    tier, expected = cascade(index, symbol, int(mask), int(regime), reader.min_sessions)
+    tier, expected = cascade(index, distinct_sessions(index), symbol, int(mask), int(regime), reader.min_sessions)
     match = reader.resolve(symbol="SYNX", side="buy", mask=int(mask), regime=int(regime), horizons=(HORIZON,))
     found = match[HORIZON].match
     assert found is not None
