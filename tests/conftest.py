@@ -1,5 +1,9 @@
+import os
+import shutil
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -13,10 +17,23 @@ from accounts import services
 from accounts.models import User
 from leroy import ratelimit
 from leroy.settings import redis_cache
+from tests import migrated
 
 MCP_URL = "http://127.0.0.1/api/mcp"
 # The session-scoped synthetic evidence world (fixtures `world_files`, `world`, `fed_world`).
 pytest_plugins = ["tests.evidence.world"]
+
+
+_migrated_dir = tempfile.mkdtemp(prefix="leroy-test-migrated-")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The fault scripts' and the evidence world's SQLite databases copy one migrated template (tests/migrated.py).
+    os.environ[migrated.TEMPLATE_ENV] = str(Path(_migrated_dir) / "template.sqlite3")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_migrated_dir, ignore_errors=True)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from leroy import serving  # no Django setup: its settings are read lazily
+from tests.migrated import copy_migrated
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,10 +67,18 @@ def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
     return False
 
 
+def migrate() -> None:
+    """This process's SQLite database migrated: a copy of the test run's migrated template, when there is one."""
+    from django.conf import settings
+    from django.core.management import call_command
+
+    copy_migrated(Path(settings.DATABASES["default"]["NAME"]))
+    call_command("migrate", verbosity=0)
+
+
 def backtest_world(email: str, ticker: str, strategies: dict[str, str]) -> tuple[Any, dict[str, Any]]:
     """Migrate, then one user, 60 daily bars of `ticker` and a dry-run-passed strategy per (name, code)."""
     import polars as pl
-    from django.core.management import call_command
 
     from accounts.services import user_create
     from backtests import services
@@ -78,7 +87,7 @@ def backtest_world(email: str, ticker: str, strategies: dict[str, str]) -> tuple
     from evidence.marketdata.importers import bars_import
     from leroy.clock import now
 
-    call_command("migrate", verbosity=0)
+    migrate()
     user = user_create(email=email, password="throwaway leroy password 1")
     bars = walk(ticker, bars=60)
     frame = pl.DataFrame(

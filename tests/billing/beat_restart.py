@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.throwaway import celery, environment, start, stop, wait_for
+from tests.throwaway import celery, environment, migrate, start, stop, wait_for
 
 REDIS = os.environ["LEROY_TEST_REDIS_URL"]
 PREFIX = f"leroy-beat-{uuid.uuid4().hex}:"
@@ -70,7 +70,6 @@ def main() -> None:
     django.setup()
     import redis
     import time_machine
-    from django.core.management import call_command
     from django.db import transaction
 
     from accounts.services import user_create
@@ -81,7 +80,7 @@ def main() -> None:
     from leroy.clock import now
 
     app.conf.task_always_eager = True  # the charges' own enqueue runs here (no Stripe key: a no-op)
-    call_command("migrate", verbosity=0)
+    migrate()
     user = user_create(email="beat@example.com", password="beat restart password 1")
     Plan.objects.filter(code="pro").update(included_lookups=0)
     services.plan_assign(user=user, plan=Plan.objects.get(code="pro"))

@@ -20,6 +20,7 @@ from django.test import override_settings
 from evidence.live import frames
 from evidence.memory import selectors
 from evidence.memory.selectors import memory_reader
+from tests.migrated import copy_migrated
 
 ROOT = Path(__file__).resolve().parents[2]
 MIN_SESSIONS = 3
@@ -53,6 +54,7 @@ def world_files(tmp_path_factory: pytest.TempPathFactory) -> World:
         )  # fmt: skip
         return done.stdout.strip().splitlines()
 
+    copy_migrated(root / "world.sqlite3")
     manage("migrate", "-v0")
     clock = manage("load_demo_data", "--symbols", "2", "--sessions", "75", "--overlay-sessions", "2", "--seed", "11")[
         -1
