@@ -348,32 +348,39 @@ def _summed(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int, in
     (their count is what the manifest reports; the others' sums are dropped)."""
     partials = _read_partials(build_dir, plan, "stats.arrow").lazy()
     pooled_keys = [k for k in INT_KEYS if k != "symbol_index"]
-    # Lazy: polars' query engine aggregates a million keys several times faster than the eager group-by.
-    pooled = (
-        partials.group_by(pooled_keys)
-        .agg(pl.col("n_session_rows").sum(), *[pl.col(c).sum() for c in ADDITIVE_COLUMNS])
-        .with_columns(symbol_index=pl.lit(-1, pl.Int32))
-    )
+    # Two passes: every pooled key's session bound alone (a million keys or more, nearly all of them below any
+    # minimum), then the additive sums of the candidates only; summing all 18 columns for every key took the reduce
+    # 1.8 s of CPU at 11 x 240 sessions against 0.7 s for the bound. Lazy: polars' engine aggregates a million keys
+    # several times faster than the eager group-by, and shares the partials' scan between the plans.
+    bounds = partials.group_by(pooled_keys).agg(pl.col("n_session_rows").sum())
     named = [
         partials.filter(pl.col("tier") == grouped_as).with_columns(tier=pl.lit(tier, pl.Int8))
         for tier, grouped_as in NAMED_TIERS.items()
     ]
     always = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE])
     candidate = always | (pl.col("n_session_rows") >= plan.min_sessions)
-    # Of every key only its tier's count is kept, and only the candidates' rows: every key's sums (most of them
-    # below any minimum) are never held in memory beside the partials, and the engine shares the group-by.
-    frames = [pooled, *named]
+    # Of every key only its tier's count is kept; a named tier's per-symbol bound is its key's own count.
+    frames = [bounds, *named]
     results = pl.collect_all(
         [
             *[frame.group_by("tier").agg(pl.len()) for frame in frames],
-            *[frame.filter(candidate).select(*INT_KEYS, *ADDITIVE_COLUMNS) for frame in frames],
+            bounds.filter(candidate).select(pooled_keys),
+            *[frame.filter(candidate).select(*INT_KEYS, *ADDITIVE_COLUMNS) for frame in named],
         ]
     )
     built: dict[int, int] = {}
     for counts in results[: len(frames)]:
         for tier, count in counts.iter_rows():
             built[tier] = built.get(tier, 0) + count
-    candidates = pl.concat(results[len(frames) :])
+    pooled = (
+        partials.join(results[len(frames)].lazy(), on=pooled_keys, how="semi")
+        .group_by(pooled_keys)
+        .agg(*[pl.col(c).sum() for c in ADDITIVE_COLUMNS])
+        .with_columns(symbol_index=pl.lit(-1, pl.Int32))
+        .select(*INT_KEYS, *ADDITIVE_COLUMNS)
+        .collect()
+    )
+    candidates = pl.concat([pooled, *results[len(frames) + 1 :]])
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
     shown = always | (pl.col("n_sessions") >= plan.min_sessions)
     served = (
