@@ -241,13 +241,6 @@ def _reservoir_candidates(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _reservoir(ordered: pl.DataFrame, tier: int) -> pl.DataFrame:
-    """The first RESERVOIR_SIZE candidates per key of `tier`, from candidates already sorted by (pick, symbol, ts)."""
-    keys = ["period", "side", *TIER_KEYS[tier]]
-    chosen = ordered.group_by(keys, maintain_order=True).head(RESERVOIR_SIZE)
-    return _with_key(chosen, tier, RESERVOIR_KEY_SCHEMA)
-
-
 # What the partials read of a symbol's frame: keys, states and labels (the features themselves are only stored).
 ROW_COLUMNS = (
     "ready", "session", "ts", "regime", *[f"{side}_mask" for side in SIDES], *[f"n_{side}" for side in SIDES],
@@ -256,9 +249,9 @@ ROW_COLUMNS = (
 
 
 def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[str, int]:
-    """Map step for one symbol: the feature store file, then stats, reservoir candidates, returns (for medians),
-    coverage and execution partials. Each large frame is dropped once its partials are written, which bounds the
-    step's peak memory by the feature frame plus one stage's frames."""
+    """Map step for one symbol: the feature store file (the reduce picks the reservoirs from it), then stats,
+    returns (for distinct sessions and medians), coverage and execution partials. Each large frame is dropped once
+    its partials are written, which bounds the step's peak memory by the feature frame plus one stage's frames."""
     frame = symbol_evidence_frame(ticker, plan)
     bar_rows = len(frame)
     store.write_parquet(
@@ -293,11 +286,6 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
         long.select("period", "side", "horizon", "mask", "regime", "band", "session", "r"), f"{out}/returns.arrow"
     )
     del long
-    ordered = _reservoir_candidates(rows).sort("pick", "row_symbol", "ts")
-    # Tier 5's reservoir is tier 4's here (the symbol is constant): the reduce names the symbol, as for its stats.
-    reservoir = [_reservoir(ordered, tier) for tier in TIER_KEYS if tier <= EXACT_TIER and tier not in NAMED_TIERS]
-    del ordered
-    store.write_scratch(pl.concat(reservoir), f"{out}/reservoir.arrow")
     store.write_scratch(coverage.sort("period"), f"{out}/coverage.arrow")
     store.write_scratch(execution.sort("bucket"), f"{out}/execution.arrow")
     marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
@@ -389,6 +377,35 @@ def _summed(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int, in
         .select(*INT_KEYS, *STAT_COLUMNS, "median_r")
     )
     return served, built
+
+
+def _reservoir_candidates_of(plan: BuildPlan, ticker: str, wanted: pl.DataFrame) -> pl.DataFrame:
+    """One symbol's reservoir candidates for the served keys `wanted`, from its feature-store rows (the map wrote
+    them with the states and labels): a key's reservoir is chosen in the reduce, over every symbol's rows at once,
+    so the map keeps no candidates for the keys never served (nearly all of the mask-keyed ones)."""
+    frame = store.scan_parquet([feature_store_path(ticker, plan)]).select(ROW_COLUMNS).collect()
+    candidates = _reservoir_candidates(_rows(frame, ticker, plan))
+    parts = []
+    for tier, keys in TIER_KEYS.items():
+        if tier > EXACT_TIER:
+            continue
+        # Narrowed to the tier's served keys, then to each key's first RESERVOIR_SIZE in the reservoir's order:
+        # a key's reservoir across symbols is among its symbols' own first ones.
+        group = ["period", "side", *keys]
+        keyed = wanted.filter(pl.col("tier") == tier).select(group)
+        chosen = (
+            candidates.join(keyed, on=group, how="semi")
+            .sort("pick", "row_symbol", "ts")
+            .group_by(group, maintain_order=True)
+            .head(RESERVOIR_SIZE)
+        )
+        if tier in NAMED_TIERS:  # a tier-5 key's candidates are its symbol's tier-4 ones (see NAMED_TIERS)
+            parts.append(_with_key(chosen, NAMED_TIERS[tier], RESERVOIR_KEY_SCHEMA).with_columns(
+                tier=pl.lit(tier, pl.Int8), symbol=pl.col("row_symbol")
+            ))  # fmt: skip
+        else:
+            parts.append(_with_key(chosen, tier, RESERVOIR_KEY_SCHEMA))
+    return pl.concat(parts)
 
 
 def _keyed(frame: pl.DataFrame, plan: BuildPlan) -> pl.DataFrame:
@@ -494,19 +511,10 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
     }
     stats = served
     reservoir_keys = [*RESERVOIR_KEY_SCHEMA]
-    candidates = _read_partials(build_dir, plan, "reservoir.arrow").drop("class_index", "symbol_index")
-    # A tier-5 key's candidates are its symbol's tier-4 candidates (see NAMED_TIERS).
-    named = [
-        candidates.filter(pl.col("tier") == grouped_as).with_columns(
-            tier=pl.lit(tier, pl.Int8), symbol=pl.col("row_symbol")
-        )
-        for tier, grouped_as in NAMED_TIERS.items()
-        if tier <= EXACT_TIER
-    ]
+    wanted = served.select(reservoir_keys).unique()
     reservoir = (
-        pl.concat([candidates, *named])
+        pl.concat([_reservoir_candidates_of(plan, ticker, wanted) for ticker in tickers])
         .lazy()
-        .join(served.lazy().select(reservoir_keys).unique(), on=reservoir_keys, how="semi")
         .sort([*reservoir_keys, "pick", "row_symbol", "ts"])
         .group_by(reservoir_keys, maintain_order=True)
         .head(RESERVOIR_SIZE)
