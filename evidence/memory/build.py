@@ -339,7 +339,7 @@ def _summed(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int, in
     # Two passes: every pooled key's session bound alone (a million keys or more, nearly all of them below any
     # minimum), then the additive sums of the candidates only; summing all 18 columns for every key took the reduce
     # 1.8 s of CPU at 11 x 240 sessions against 0.7 s for the bound. Lazy: polars' engine aggregates a million keys
-    # several times faster than the eager group-by, and shares the partials' scan between the plans.
+    # several times faster than the eager group-by, and the first pass's plans share one scan of the partials.
     bounds = partials.group_by(pooled_keys).agg(pl.col("n_session_rows").sum())
     named = [
         partials.filter(pl.col("tier") == grouped_as).with_columns(tier=pl.lit(tier, pl.Int8))
@@ -399,12 +399,7 @@ def _reservoir_candidates_of(plan: BuildPlan, ticker: str, wanted: pl.DataFrame)
             .group_by(group, maintain_order=True)
             .head(RESERVOIR_SIZE)
         )
-        if tier in NAMED_TIERS:  # a tier-5 key's candidates are its symbol's tier-4 ones (see NAMED_TIERS)
-            parts.append(_with_key(chosen, NAMED_TIERS[tier], RESERVOIR_KEY_SCHEMA).with_columns(
-                tier=pl.lit(tier, pl.Int8), symbol=pl.col("row_symbol")
-            ))  # fmt: skip
-        else:
-            parts.append(_with_key(chosen, tier, RESERVOIR_KEY_SCHEMA))
+        parts.append(_with_key(chosen, tier, RESERVOIR_KEY_SCHEMA))
     return pl.concat(parts)
 
 
