@@ -24,16 +24,14 @@ MCP_URL = "http://127.0.0.1/api/mcp"
 pytest_plugins = ["tests.evidence.world"]
 
 
-_migrated_dir = tempfile.mkdtemp(prefix="leroy-test-migrated-")
-
-
 def pytest_configure(config: pytest.Config) -> None:
     # The fault scripts' and the evidence world's SQLite databases copy one migrated template (tests/migrated.py).
-    os.environ[migrated.TEMPLATE_ENV] = str(Path(_migrated_dir) / "template.sqlite3")
+    directory = tempfile.mkdtemp(prefix="leroy-test-migrated-")
+    os.environ[migrated.TEMPLATE_ENV] = str(Path(directory) / "template.sqlite3")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(_migrated_dir, ignore_errors=True)
+    shutil.rmtree(Path(os.environ.pop(migrated.TEMPLATE_ENV)).parent, ignore_errors=True)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -37,12 +37,12 @@ def _template() -> Path | None:
     return template
 
 
-def copy_migrated(database: Path) -> bool:
-    """Fill the not yet opened SQLite file `database` with this run's migrated template; False when there is none
-    (the caller's `migrate` then applies every migration; after a copy it only runs the post-migrate hooks)."""
+def copy_migrated(database: Path) -> None:
+    """Fill the not yet opened SQLite file `database` with this run's migrated template, when there is one (the
+    caller's `migrate` then only runs the post-migrate hooks; without one it applies every migration)."""
     template = _template()
     if template is None:
-        return False
+        return
     database.parent.mkdir(parents=True, exist_ok=True)
     source, target = sqlite3.connect(template), sqlite3.connect(database)
     try:
@@ -50,4 +50,3 @@ def copy_migrated(database: Path) -> bool:
     finally:
         source.close()
         target.close()
-    return True
