@@ -497,6 +497,8 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
         expected = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
         if not store.exists(marker) or json.loads(store.read_bytes(marker)) != expected:
             raise BuildError(f"partial for {ticker} is missing or was built from other inputs")
+        if not store.exists(feature_store_path(ticker, plan)):  # the reservoirs are picked from it
+            raise BuildError(f"feature store file for {ticker} is missing")
     served, built = _summed(build_dir, plan)
     served = _keyed(served, plan).sort(KEY_COLUMNS)
     shown_counts = dict(served.group_by("tier").agg(pl.len()).iter_rows())

@@ -268,6 +268,25 @@ def test_celery_map_and_reduce_builds_the_same_artifact(
     assert (queued.artifact.sha256, queued.artifact.is_active) == (in_process.sha256, True)
 
 
+def test_a_reduce_missing_a_feature_store_file_is_refused_and_writes_no_artifact(
+    universe: list[tuple], data_dir: Path
+) -> None:
+    from evidence.marketdata import store
+    from evidence.memory.artifact import feature_store_path
+
+    with override_settings(LEROY_MM_MIN_SESSIONS=2):
+        plan = memory.build_plan()
+        for ticker in plan.tickers:
+            memory.build_symbol_partial(plan, ticker, "builds/missing-feature")
+        store.remove([feature_store_path("BBB", plan)])
+
+        with pytest.raises(memory.BuildError, match="feature store file for BBB is missing"):
+            memory.reduce_partials(plan, "builds/missing-feature")
+
+    assert not (data_dir / "market_memory").exists()
+    assert MarketMemoryArtifact.objects.exists() is False
+
+
 def test_reservoir_regime_and_execution_tables_and_lineage(universe: list[tuple]) -> None:
     artifact = build()
     reader = memory_reader()
