@@ -87,3 +87,4 @@ def uvicorn_server(
     finally:
         if process.poll() is None:
             serving.stop_group(process, grace=15)
+        log.unlink(missing_ok=True)  # read it with `output()` inside the block
