@@ -19,6 +19,8 @@ import time
 import types
 from pathlib import Path
 
+from cleanup import exit_on_signals  # bench/ is the script's directory
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
 os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
@@ -82,6 +84,7 @@ def best(func, data: dict, repeats: int) -> tuple[float, object]:
 
 
 def main() -> None:
+    exit_on_signals()
     parser = argparse.ArgumentParser()
     parser.add_argument("--bars", type=int, default=2516)
     parser.add_argument("--repeats", type=int, default=3)

@@ -25,17 +25,15 @@ and makes the reduce several times heavier.
 """
 
 import argparse
-import atexit
 import os
 import resource
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import date
 from pathlib import Path
+
+from cleanup import exit_on_signals, scratch_directory  # bench/ is the script's directory
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION_MIN_SESSIONS = 30  # leroy.settings' LEROY_MM_MIN_SESSIONS default
@@ -46,9 +44,8 @@ parser.add_argument("--min-sessions", type=int, default=PRODUCTION_MIN_SESSIONS)
 parser.add_argument("--profile", help="write a pyinstrument profile of the build to this file")
 parser.add_argument("--celery", action="store_true", help="time the Celery fan-out on 1 worker process, then 2")
 ARGS = parser.parse_args()
-VAR = tempfile.mkdtemp(prefix="leroy-bench-build-")
-atexit.register(shutil.rmtree, VAR, ignore_errors=True)
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks (the workers' kill) and atexit
+exit_on_signals()
+VAR = scratch_directory("leroy-bench-build-")
 for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
     del os.environ[name]
 os.environ.update(

@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from datetime import time as clock_time
 from pathlib import Path
 
+from cleanup import exit_on_signals  # bench/ is the script's directory
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
 os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
@@ -51,6 +53,7 @@ def read_all(tickers: tuple[str, ...], end: datetime) -> int:
 
 
 def main() -> int:
+    exit_on_signals()
     parser = argparse.ArgumentParser()
     parser.add_argument("--symbols", type=int, default=20)
     options = parser.parse_args()

@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from cleanup import exit_on_signals  # bench/ is the script's directory
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
 os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
@@ -42,6 +44,7 @@ def charge(user: User, key: str, fingerprint: str = "fp") -> services.LookupChar
 
 
 def main() -> int:
+    exit_on_signals()
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--calls", type=int, default=13, help="charges per client")

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cleanup import exit_on_signals  # bench/ is the script's directory
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
 os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
@@ -45,6 +47,7 @@ def entry(n: int) -> dict[str, Any]:
 
 
 def main() -> int:
+    exit_on_signals()
     parser = argparse.ArgumentParser()
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--appends", type=int, default=300, help="single-entry appends timed at the full size")

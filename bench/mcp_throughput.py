@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 import httpx2
+from cleanup import exit_on_signals  # bench/ is the script's directory
 
 from leroy import serving
 
@@ -174,7 +174,7 @@ def main() -> None:
     parser.add_argument("--symbols", type=int, default=5)
     parser.add_argument("--subscriber-tool", default="get_usage")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks and atexit hooks
+    exit_on_signals()
 
     with tempfile.TemporaryDirectory() as var_dir:
         env = prepare_env(var_dir)

@@ -18,21 +18,18 @@ Prints three lines (the third: the 2-worker run's mean task, first dispatch and 
 """
 
 import argparse
-import atexit
 import itertools
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from cleanup import exit_on_signals, scratch_directory  # bench/ is the script's directory
+
 ROOT = Path(__file__).resolve().parents[1]
-VAR = tempfile.mkdtemp(prefix="leroy-bench-opt-")
-atexit.register(shutil.rmtree, VAR, ignore_errors=True)
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks (the worker's kill) and atexit
+exit_on_signals()
+VAR = scratch_directory("leroy-bench-opt-")
 PARSER = argparse.ArgumentParser()
 PARSER.add_argument("--bars", type=int, default=2516)
 PARSER.add_argument("--points-per-task", type=int, default=None, help="default: the setting's default")

@@ -4,7 +4,8 @@ account makes sequential calls; the baseline, measured in the same run, is the b
 Prints one line: the 5xx count (must be 0), the 503 count (admission refusals), the hot account's charged calls
 against its ledger, and the background account's p99 latency under load against its p99 alone. The tool is the
 test suite's `probe_metered` (a real lookup charge on the ledger, no evidence work), so the figure is the admission
-and billing path, not Market Memory. Exits 1 when a 5xx appears or the ledger drifts.
+and billing path, not Market Memory. Exits 1 when a 5xx appears or the ledger drifts. Runs on PostgreSQL in a
+throwaway database (`test_<name>` of DATABASE_URL), created here and dropped, with the server stopped, on any exit.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/leroy_bench .venv/bin/python bench/overload.py
 """
@@ -134,14 +135,28 @@ def main() -> int:
     import django
 
     django.setup()
-    from django.core.management import call_command
+    from cleanup import exit_on_signals  # bench/ is the script's directory (the tests import this module)
+    from django.db import connection, connections
 
+    if connection.vendor != "postgresql":
+        print("overload: needs PostgreSQL (set DATABASE_URL)")
+        return 1
+    exit_on_signals()
+    creation = connection.creation
+    creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        return measure()
+    finally:
+        connections.close_all()
+        creation.destroy_test_db(connection.settings_dict["NAME"].removeprefix("test_"), verbosity=0)
+
+
+def measure() -> int:
     from accounts import services as accounts
     from billing import selectors, services
     from billing.models import Plan, UsageEvent
     from tests.processes import uvicorn_server
 
-    call_command("migrate", verbosity=0)
     services.plans_ensure()
     keys = {}
     for name in ("hot", "background"):

@@ -12,12 +12,14 @@ less that work), the verdict's time and their ratio (target <= 0.25).
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from cleanup import exit_on_signals, scratch_directory  # bench/ is the script's directory
+
 ROOT = Path(__file__).resolve().parents[1]
-VAR = tempfile.mkdtemp(prefix="leroy-bench-verdicts-")
+exit_on_signals()
+VAR = scratch_directory("leroy-bench-verdicts-")
 for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
     del os.environ[name]
 os.environ.update(
