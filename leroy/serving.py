@@ -71,6 +71,24 @@ def celery_beat_command() -> list[str]:
     ]
 
 
+# Run by `tied_to_parent`: PR_SET_PDEATHSIG (1) survives the exec; a parent already gone (this process reparented
+# before the setting took) means no start at all.
+_TIE = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def tied_to_parent(command: list[str]) -> list[str]:
+    """`command` (an absolute path first) so that it gets SIGTERM when this process dies, however it dies: a
+    SIGKILL or a closed terminal included, which no handler here can turn into a stop. Uvicorn and Celery stop
+    their own workers on SIGTERM. Start it from the thread that lives as long as this process (the kernel sends
+    the signal when the starting thread exits)."""
+    return [sys.executable, "-c", _TIE, str(os.getpid()), *command]
+
+
 def stop_group(process: subprocess.Popen[bytes], *, grace: float) -> None:
     """SIGTERM the process group `process` leads (started with `start_new_session`), so its pool and children go
     too; SIGKILL what is left of the group once its leader has exited or `grace` seconds have passed (a warm

@@ -1,15 +1,18 @@
 """Real Leroy processes for fault and load tests: uvicorn (and Celery) against the test database."""
 
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx2
 from django.db import connection
@@ -75,7 +78,9 @@ def uvicorn_server(
 ) -> Iterator[Server]:
     port = port or free_port()
     log = Path(tempfile.mkstemp(prefix="leroy-uvicorn-", suffix=".log")[1])
-    command = serving.uvicorn_command(port=port, workers=workers, forwarded_allow_ips=forwarded_allow_ips)
+    command = serving.tied_to_parent(
+        serving.uvicorn_command(port=port, workers=workers, forwarded_allow_ips=forwarded_allow_ips)
+    )
     with log.open("wb") as out:
         process = subprocess.Popen(
             command, cwd=ROOT, env=process_env(**env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -88,3 +93,14 @@ def uvicorn_server(
         if process.poll() is None:
             serving.stop_group(process, grace=15)
         log.unlink(missing_ok=True)  # read it with `output()` inside the block
+
+
+def killed(mark: str, count: int, command: list[str], *, signal_name: str = "TERM", **env: str) -> dict[str, Any]:
+    """Run `command` under tests/reaper.py, which sends it SIG`signal_name` once `count` of its descendants'
+    command lines contain `mark`; the reaper's report (`seen`, `code`, `left`). The command gets this environment
+    without its Leroy settings, `env` on top."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LEROY_", "DATABASE_URL", "REDIS_URL"))}
+    reaper = [sys.executable, "tests/reaper.py", "--signal", signal_name, mark, str(count), "240", *command]
+    done = subprocess.run(reaper, cwd=ROOT, env=base | env, capture_output=True, text=True, timeout=420)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

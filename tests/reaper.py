@@ -1,22 +1,22 @@
 """Run a command as a timeout would kill it, and report what of its process tree outlives it.
 
-    python tests/reaper.py MARK COUNT SECONDS COMMAND...
+    python tests/reaper.py [--signal NAME] MARK COUNT SECONDS COMMAND...
 
 This process becomes a child subreaper, so whatever the command starts stays below it even when orphaned (a
 server in its own session whose parent died). Once COUNT descendants' command lines contain MARK (the part of
-the command that must be cleaned up is running), or after SECONDS, the command alone gets SIGTERM; then this waits
-for it, gives what it stopped a few seconds to exit, and prints one JSON line: `seen` (MARK was running),
-`code` (the command's exit status) and `left` (the command lines of the descendants still alive, which are then
-killed, so the caller leaks nothing either).
+the command that must be cleaned up is running), or after SECONDS, the command alone gets SIGTERM (or `--signal`:
+KILL, an exit no handler sees; HUP, a closed terminal); then this waits for it, gives what it stopped a few
+seconds to exit, and prints one JSON line: `seen` (MARK was running), `code` (the command's exit status) and
+`left` (the command lines of the descendants still alive, which are then killed, so the caller leaks nothing).
 """
 
+import argparse
 import contextlib
 import ctypes
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -59,18 +59,25 @@ def reap() -> None:
 
 
 def main() -> None:
-    mark, count, seconds, command = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--signal", default="TERM")
+    parser.add_argument("mark")
+    parser.add_argument("count", type=int)
+    parser.add_argument("seconds", type=float)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    mark, count, command = args.mark, args.count, args.command
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
     me = os.getpid()
     command_process = subprocess.Popen(command)
-    deadline, seen = time.monotonic() + seconds, False
+    deadline, seen = time.monotonic() + args.seconds, False
     while time.monotonic() < deadline and command_process.poll() is None:
         if sum(mark in line for line in descendants(me).values()) >= count:
             seen = True
             break
         time.sleep(0.1)
-    command_process.send_signal(signal.SIGTERM)
+    command_process.send_signal(signal.Signals[f"SIG{args.signal}"])
     code = command_process.wait(timeout=180)
     settle = time.monotonic() + SETTLE_SECONDS
     while True:

@@ -49,7 +49,8 @@ def serve(
     concurrency: int = 2,
     forwarded_allow_ips: str | None = None,
 ) -> int:
-    """Run the processes side by side; stop all when one stops or on Ctrl-C/SIGTERM. Returns the exit code."""
+    """Run the processes side by side; stop all when one stops, on Ctrl-C, SIGTERM or SIGHUP. Returns the exit
+    code."""
     Path(settings.LEROY_VAR_DIR, "celery").mkdir(parents=True, exist_ok=True)
     if workers > 1:
         # Each worker writes its metrics here and /metrics sums them (leroy/metrics.py); emptied at every start.
@@ -62,15 +63,19 @@ def serve(
         serving.celery_worker_command(queues=settings.LEROY_CELERY_QUEUES, concurrency=concurrency),
         serving.celery_beat_command(),
     ]
-    children = [subprocess.Popen(command, env=env, start_new_session=True) for command in commands]
+    # Each in its own session (a Ctrl-C reaches only this process, which stops them in order), and tied to this
+    # process, so that they stop too when it is killed outright.
+    children = [
+        subprocess.Popen(serving.tied_to_parent(command), env=env, start_new_session=True) for command in commands
+    ]
     stopping = False
 
     def stop(*_: Any) -> None:
         nonlocal stopping
         stopping = True
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    for each in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal closed
+        signal.signal(each, stop)
     while not stopping and all(child.poll() is None for child in children):
         time.sleep(0.2)
     for child in children:
