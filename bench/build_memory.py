@@ -147,7 +147,7 @@ def celery_build(workers: int) -> tuple[float, float, float, float, int, int]:
 
     ready = Path(VAR) / f"worker-{workers}.ready"
     worker = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(workers), str(ready)],
+        serving.tied_to_parent([sys.executable, "-c", WORKER, str(workers), str(ready)]),
         cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:

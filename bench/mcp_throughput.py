@@ -186,8 +186,8 @@ def main() -> None:
         tickers = prepare_evidence(env, args.symbols)
         port = free_port()
         server = subprocess.Popen(
-            [str(Path(PY).parent / "uvicorn"), "leroy.asgi:application", "--port", str(port), "--workers", "2",
-             "--lifespan", "on", "--log-level", "warning", "--no-access-log"],
+            serving.tied_to_parent([str(Path(PY).parent / "uvicorn"), "leroy.asgi:application", "--port", str(port),
+                                    "--workers", "2", "--lifespan", "on", "--log-level", "warning", "--no-access-log"]),
             cwd=ROOT, env=env, start_new_session=True,
         )  # fmt: skip
         try:

@@ -100,7 +100,7 @@ def run_grid(user, strategy, workers: int) -> tuple[float, dict[str, float]]:
     from evidence.models import Symbol
 
     worker = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(workers)],
+        serving.tied_to_parent([sys.executable, "-c", WORKER, str(workers)]),
         cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:

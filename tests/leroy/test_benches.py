@@ -1,9 +1,8 @@
-"""Every bench cleans up on any exit: killed mid-run as a timeout kills it (SIGTERM to the bench alone, once the
-part that needs cleaning up is running), it leaves no process, no temporary file and no database behind."""
+"""Every bench cleans up on any exit. Killed mid-run as a timeout kills it (SIGTERM to the bench alone, once the
+part that needs cleaning up is running), it leaves no process, no temporary file and no database behind; killed
+outright (SIGKILL, which runs none of its cleanup), it still leaves no process."""
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +10,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import killed
+
 SIGTERM_EXIT = 143
 
 pytestmark = [
@@ -28,23 +28,19 @@ def databases() -> set[str]:
         return {name for (name,) in cursor.fetchall()}
 
 
-def killed_mid_run(tmp_path: Path, mark: str, count: int, *bench: str) -> dict:
-    """Run `bench` under tests/reaper.py with its own TMPDIR; SIGTERM it once `count` of its processes show
-    `mark`; return the reaper's report."""
+def killed_mid_run(tmp_path: Path, mark: str, count: int, *bench: str, signal_name: str = "TERM") -> dict:
+    """Run `bench` with its own TMPDIR and kill it (tests/reaper.py) once `count` of its processes show `mark`;
+    the reaper's report and what is left in that TMPDIR."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEROY_", "DATABASE_URL", "REDIS_URL"))}
     db = connection.settings_dict
-    env.update(
-        TMPDIR=str(scratch),
+    env = {
+        "TMPDIR": str(scratch),
         # A name of its own: a bench's throwaway `test_<name>` must never be this suite's database.
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/leroy_bench_cleanup_{os.getpid()}",
-        LEROY_TEST_REDIS_URL="redis://127.0.0.1:6379/13",  # what mcp_throughput empties, not this suite's
-    )
-    command = [sys.executable, "tests/reaper.py", mark, str(count), "240", sys.executable, *bench]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/leroy_bench_cleanup_{os.getpid()}",
+        "LEROY_TEST_REDIS_URL": "redis://127.0.0.1:6379/13",  # what mcp_throughput empties, not this suite's
+    }
+    report = killed(mark, count, [sys.executable, *bench], signal_name=signal_name, **env)
     report["tmp"] = sorted(p.name for p in scratch.iterdir())
     return report
 
@@ -68,15 +64,14 @@ def test_optimization_bench_killed_while_its_worker_runs_stops_the_worker_and_re
     assert databases() == before
 
 
-def test_build_bench_killed_while_its_celery_workers_run_stops_them_and_removes_its_directory(tmp_path):
-    before = databases()
-
+def test_build_bench_killed_outright_while_its_celery_workers_run_takes_them_with_it(tmp_path):
+    # SIGKILL runs no cleanup of the bench's own: its directory stays, but the workers are tied to it.
     report = killed_mid_run(
-        tmp_path, "worker_main", 2, "bench/build_memory.py", "--celery", "--symbols", "2", "--sessions", "90"
-    )
+        tmp_path, "worker_main", 2, "bench/build_memory.py", "--celery", "--symbols", "2", "--sessions", "90",
+        signal_name="KILL",
+    )  # fmt: skip
 
-    assert report == {"seen": True, "code": SIGTERM_EXIT, "left": [], "tmp": []}
-    assert databases() == before
+    assert {key: report[key] for key in ("seen", "code", "left")} == {"seen": True, "code": -9, "left": []}
 
 
 def test_mcp_throughput_bench_killed_while_serving_stops_its_server_and_drops_its_database(tmp_path):
