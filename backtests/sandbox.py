@@ -21,6 +21,7 @@ import selectors
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -215,8 +216,10 @@ def _template(wrapped: bool, *, fresh: bool = False) -> Template:
 
 
 def warm() -> None:
-    """Start this process's template for the full layer set ahead of its first job (it imports in the background)."""
+    """Start this process's template for the full layer set ahead of its first job (it imports in the background),
+    and remove what processes that died mid-job left behind."""
     _template(bubblewrap_usable())
+    scratch_sweep()
 
 
 def _prefill(pipe: int, payload: bytes) -> int:
@@ -313,12 +316,46 @@ def runtime_paths() -> list[str]:
     return keep
 
 
+SCRATCH_PREFIX = "leroy-sandbox-"
+
+
 def _scratch(uid: int) -> str:
-    """The child's private temp space outside its own mount namespace: 0700, owned by the sandbox uid."""
-    path = tempfile.mkdtemp(prefix="leroy-sandbox-")
+    """The child's private temp space outside its own mount namespace: 0700, owned by the sandbox uid, and named
+    for this process, so that `scratch_sweep` can remove it if this process is killed before it does."""
+    path = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     if os.geteuid() == 0 and uid:
         os.chown(path, uid, uid)
     return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def scratch_sweep() -> int:
+    """Remove the scratch directories whose process is gone: a worker killed mid-job (SIGKILL, out of memory)
+    runs no `finally`, and its job's directory would stay in the temp directory for good. Only real directories
+    owned by this user or the sandbox uid are touched, and a directory whose pid is alive again (reused) stays.
+    Returns how many were removed."""
+    owners = {os.geteuid(), settings.LEROY_SANDBOX_UID}
+    removed = 0
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
+        try:
+            status = path.lstat()
+        except FileNotFoundError:  # another process swept it meanwhile
+            continue
+        if not pid.isdigit() or _alive(int(pid)) or not stat.S_ISDIR(status.st_mode) or status.st_uid not in owners:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += not path.exists()
+    return removed
 
 
 def _signal_of(returncode: int) -> int | None:

@@ -308,6 +308,43 @@ def test_the_child_dies_with_a_killed_worker(tmp_path, layers, after):
     while _alive(child):
         assert time.monotonic() < deadline + 10, "the sandbox child outlived its worker"
         time.sleep(0.05)
+    # The killed worker ran no cleanup: its job's scratch directory is left until a sweep removes it.
+    left = list(Path(tempfile.gettempdir()).glob(f"{sandbox.SCRATCH_PREFIX}{worker.pid}-*"))
+    assert len(left) == 1
+    assert sandbox.scratch_sweep() >= 1
+    assert not left[0].exists()
+
+
+def test_the_sweep_removes_only_real_scratch_directories_of_dead_processes(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = _dead_pid()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    names = {
+        "dead": f"leroy-sandbox-{dead}-a", "live": f"leroy-sandbox-{os.getpid()}-b", "file": f"leroy-sandbox-{dead}-c",
+        "link": f"leroy-sandbox-{dead}-d", "foreign": f"leroy-sandbox-{dead}-e", "unnamed": "leroy-sandbox-f0x1",
+    }  # fmt: skip
+    for key in ("dead", "live", "foreign", "unnamed"):
+        (tmp_path / names[key]).mkdir()
+        (tmp_path / names[key] / "job.txt").write_text("x")
+    (tmp_path / names["file"]).write_text("x")
+    (tmp_path / names["link"]).symlink_to(target)
+    os.chown(tmp_path / names["foreign"], 12345, 12345)
+
+    removed = sandbox.scratch_sweep()
+
+    assert removed == 1
+    kept = sorted(["elsewhere", *(name for key, name in names.items() if key != "dead")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == kept
+    assert (target / "keep").read_text() == "x"
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
 
 
 def _alive(pid: int) -> bool:
