@@ -2,7 +2,9 @@
 worker_lost.py, tests/billing/beat_restart.py): production settings over SQLite in a fresh var dir, real Celery
 processes started from source, and their cleanup. Import it before Django is set up."""
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,8 +30,10 @@ app.conf.broker_transport_options = {{**settings.CELERY_BROKER_TRANSPORT_OPTIONS
 
 
 def environment(name: str, **extra: str) -> Path:
-    """Point this process (and what it starts) at a fresh var dir under production settings; return the dir."""
+    """Point this process (and what it starts) at a fresh var dir under production settings, removed when this
+    process exits (after the scripts' `finally` has stopped their workers); return the dir."""
     var = Path(tempfile.mkdtemp(prefix=f"leroy-{name}-"))
+    atexit.register(shutil.rmtree, var, ignore_errors=True)
     for key in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
         del os.environ[key]
     os.environ.update(DJANGO_SETTINGS_MODULE="leroy.settings", LEROY_VAR_DIR=str(var), SECRET_KEY=f"{name}-" + "x" * 40)
