@@ -11,6 +11,8 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 
@@ -30,3 +32,17 @@ def scratch_directory(prefix: str) -> str:
     path = tempfile.mkdtemp(prefix=prefix)
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
+
+
+@contextmanager
+def throwaway_database() -> Iterator[None]:
+    """Run on a new, migrated `test_<name>` database of the configured one, dropped on leaving (Django set up)."""
+    from django.db import connection, connections
+
+    creation = connection.creation
+    creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        yield
+    finally:
+        connections.close_all()
+        creation.destroy_test_db(connection.settings_dict["NAME"].removeprefix("test_"), verbosity=0)

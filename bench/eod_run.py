@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from datetime import time as clock_time
 from pathlib import Path
 
-from cleanup import exit_on_signals  # bench/ is the script's directory
+from cleanup import exit_on_signals, throwaway_database  # bench/ is the script's directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
@@ -33,7 +33,6 @@ import django
 
 django.setup()
 
-from django.db import connection  # noqa: E402
 from django.test import override_settings  # noqa: E402
 
 from evidence.eod.services import eod_run  # noqa: E402
@@ -58,36 +57,31 @@ def main() -> int:
     parser.add_argument("--symbols", type=int, default=20)
     options = parser.parse_args()
     calendar.xnys()  # loaded once per process, before anything is timed
-    creation = connection.creation
-    creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    try:
-        with tempfile.TemporaryDirectory() as data, override_settings(LEROY_DATA_DIR=data):
-            frames = demo.daily_history(
-                symbols=options.symbols, seed=demo.DEFAULT_SEED, first=demo.DEFAULT_DAILY_HISTORY_FROM,
-                start=demo.DEFAULT_START,
-            )  # fmt: skip
-            for ticker, frame in frames.items():
-                bars_import(ticker=ticker, frequency="1d", frame=frame, source="synthetic")
-            universe = universe_load()
-            tickers = tuple(t for t in universe.tickers if t in frames)
-            session = frames[tickers[0]].get_column("ts").max().date()
-            end = datetime.combine(session, clock_time(23, 59, 59), tzinfo=UTC)
+    with throwaway_database(), tempfile.TemporaryDirectory() as data, override_settings(LEROY_DATA_DIR=data):
+        frames = demo.daily_history(
+            symbols=options.symbols, seed=demo.DEFAULT_SEED, first=demo.DEFAULT_DAILY_HISTORY_FROM,
+            start=demo.DEFAULT_START,
+        )  # fmt: skip
+        for ticker, frame in frames.items():
+            bars_import(ticker=ticker, frequency="1d", frame=frame, source="synthetic")
+        universe = universe_load()
+        tickers = tuple(t for t in universe.tickers if t in frames)
+        session = frames[tickers[0]].get_column("ts").max().date()
+        end = datetime.combine(session, clock_time(23, 59, 59), tzinfo=UTC)
 
-            timings = []
-            for _ in range(3):
-                started = time.perf_counter()
-                rows = read_all(tickers, end)
-                timings.append(time.perf_counter() - started)
-            read_seconds = min(timings)
-
+        timings = []
+        for _ in range(3):
             started = time.perf_counter()
-            snapshot = eod_run(session=session, universe=universe)
-            run_seconds = time.perf_counter() - started
-            assert snapshot.row_count == len(universe.tickers)
-            available = snapshot.rows.filter(available=True).count()
-            assert available == len(tickers)
-    finally:
-        creation.destroy_test_db(connection.settings_dict["NAME"].removeprefix("test_"), verbosity=0)
+            rows = read_all(tickers, end)
+            timings.append(time.perf_counter() - started)
+        read_seconds = min(timings)
+
+        started = time.perf_counter()
+        snapshot = eod_run(session=session, universe=universe)
+        run_seconds = time.perf_counter() - started
+        assert snapshot.row_count == len(universe.tickers)
+        available = snapshot.rows.filter(available=True).count()
+        assert available == len(tickers)
     print(
         f"eod_run: {len(tickers)} symbols x {rows // len(tickers)} days = {rows} symbol-days in {run_seconds:.2f} s "
         f"= {rows / run_seconds:,.0f} symbol-days/s; reading the same bars: {read_seconds:.3f} s = "

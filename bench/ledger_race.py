@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from cleanup import exit_on_signals  # bench/ is the script's directory
+from cleanup import exit_on_signals, throwaway_database  # bench/ is the script's directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
@@ -24,7 +24,7 @@ import django
 
 django.setup()
 
-from django.db import connection, connections, transaction  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 
 from accounts.models import User  # noqa: E402
 from billing import selectors, services  # noqa: E402
@@ -54,9 +54,7 @@ def main() -> int:
         return 1
     total = options.clients * options.calls
 
-    creation = connection.creation
-    creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    try:
+    with throwaway_database():
         plan = Plan.objects.create(code="bench", name="Bench", included_lookups=ALLOWANCE, overage_allowed=True)
         solo, racer = (User.objects.create_user(email=f"{name}@bench.example") for name in ("solo", "racer"))
         for user in (solo, racer):
@@ -97,9 +95,6 @@ def main() -> int:
             f"drift {drift}; {'OK' if ok else 'FAILED'}"
         )
         return 0 if ok else 1
-    finally:
-        connections.close_all()
-        creation.destroy_test_db(connection.settings_dict["NAME"].removeprefix("test_"), verbosity=0)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cleanup import exit_on_signals  # bench/ is the script's directory
+from cleanup import exit_on_signals, throwaway_database  # bench/ is the script's directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
@@ -33,7 +33,7 @@ import django
 
 django.setup()
 
-from django.db import connection, connections  # noqa: E402
+from django.db import connection  # noqa: E402
 
 from evidence.models import LogEntry  # noqa: E402
 from evidence.publication import selectors, services  # noqa: E402
@@ -53,9 +53,7 @@ def main() -> int:
     parser.add_argument("--appends", type=int, default=300, help="single-entry appends timed at the full size")
     parser.add_argument("--proofs", type=int, default=5, help="proofs of each kind timed at the full size")
     options = parser.parse_args()
-    creation = connection.creation
-    creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    try:
+    with throwaway_database():
         started = time.perf_counter()
         for start in range(0, options.entries, BATCH):
             services.entries_append([entry(n) for n in range(start, min(start + BATCH, options.entries))])
@@ -109,9 +107,6 @@ def main() -> int:
             f"{'OK' if ok else 'FAILED'}"
         )
         return 0 if ok else 1
-    finally:
-        connections.close_all()
-        creation.destroy_test_db(connection.settings_dict["NAME"].removeprefix("test_"), verbosity=0)
 
 
 if __name__ == "__main__":

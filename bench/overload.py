@@ -135,20 +135,18 @@ def main() -> int:
     import django
 
     django.setup()
-    from cleanup import exit_on_signals  # bench/ is the script's directory (the tests import this module)
-    from django.db import connection, connections
+    from cleanup import (  # bench/ is the script's directory (the tests import this module)
+        exit_on_signals,
+        throwaway_database,
+    )
+    from django.db import connection
 
     if connection.vendor != "postgresql":
         print("overload: needs PostgreSQL (set DATABASE_URL)")
         return 1
     exit_on_signals()
-    creation = connection.creation
-    creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    try:
+    with throwaway_database():
         return measure()
-    finally:
-        connections.close_all()
-        creation.destroy_test_db(connection.settings_dict["NAME"].removeprefix("test_"), verbosity=0)
 
 
 def measure() -> int:

@@ -51,11 +51,9 @@ def descendants(root: int) -> dict[int, str]:
 
 
 def reap() -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):  # no child left
         while os.waitpid(-1, os.WNOHANG)[0]:
             pass
-    except ChildProcessError:
-        pass
 
 
 def main() -> None:
@@ -66,14 +64,13 @@ def main() -> None:
     parser.add_argument("seconds", type=float)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    mark, count, command = args.mark, args.count, args.command
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
     me = os.getpid()
-    command_process = subprocess.Popen(command)
+    command_process = subprocess.Popen(args.command)
     deadline, seen = time.monotonic() + args.seconds, False
     while time.monotonic() < deadline and command_process.poll() is None:
-        if sum(mark in line for line in descendants(me).values()) >= count:
+        if sum(args.mark in line for line in descendants(me).values()) >= args.count:
             seen = True
             break
         time.sleep(0.1)
