@@ -89,7 +89,8 @@ def main() -> int:
         print(
             f"ledger_race: {options.clients} clients x {options.calls} = {total} charges at {race_rate:.0f} charges/s "
             f"(baseline 1 client: {baseline_rate:.0f} charges/s, x{race_rate / baseline_rate:.2f}); "
-            f"included {usage['included_lookups'] - usage['lookups_remaining']} overage {usage['overage_lookups']}; "
+            f"raced account (its {total} charges and the retried key's 1): included "
+            f"{usage['included_lookups'] - usage['lookups_remaining']} overage {usage['overage_lookups']}; "
             f"{options.clients} retries of one key -> {originals} charge; "
             f"{options.clients} accounts in parallel: {total / spread_seconds:.0f} charges/s; "
             f"drift {drift}; {'OK' if ok else 'FAILED'}"
