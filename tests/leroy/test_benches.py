@@ -3,6 +3,7 @@ part that needs cleaning up is running), it leaves no process, no temporary file
 outright (SIGKILL, which runs none of its cleanup), it still leaves no process."""
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,16 +11,14 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from tests.processes import killed
+from tests.processes import ROOT, killed
 
 SIGTERM_EXIT = 143
 
-pytestmark = [
-    pytest.mark.django_db,
-    pytest.mark.skipif(
-        settings.LEROY_TEST_DATABASE != "PostgreSQL", reason="the benches that hold databases need PostgreSQL"
-    ),
-]
+pytestmark = pytest.mark.django_db
+postgres_only = pytest.mark.skipif(
+    settings.LEROY_TEST_DATABASE != "PostgreSQL", reason="the benches that hold databases need PostgreSQL"
+)
 
 
 def databases() -> set[str]:
@@ -45,6 +44,7 @@ def killed_mid_run(tmp_path: Path, mark: str, count: int, *bench: str, signal_na
     return report
 
 
+@postgres_only
 def test_overload_bench_killed_while_serving_stops_its_server_and_drops_its_database(tmp_path):
     before = databases()
 
@@ -54,6 +54,7 @@ def test_overload_bench_killed_while_serving_stops_its_server_and_drops_its_data
     assert databases() == before
 
 
+@postgres_only
 def test_optimization_bench_killed_while_its_worker_runs_stops_the_worker_and_removes_its_directory(tmp_path):
     before = databases()
 
@@ -64,6 +65,7 @@ def test_optimization_bench_killed_while_its_worker_runs_stops_the_worker_and_re
     assert databases() == before
 
 
+@postgres_only
 def test_build_bench_killed_outright_while_its_celery_workers_run_takes_them_with_it(tmp_path):
     # SIGKILL runs no cleanup of the bench's own: its directory stays, but the workers are tied to it.
     report = killed_mid_run(
@@ -74,6 +76,7 @@ def test_build_bench_killed_outright_while_its_celery_workers_run_takes_them_wit
     assert {key: report[key] for key in ("seen", "code", "left")} == {"seen": True, "code": -9, "left": []}
 
 
+@postgres_only
 def test_mcp_throughput_bench_killed_while_serving_stops_its_server_and_drops_its_database(tmp_path):
     before = databases()
 
@@ -83,3 +86,16 @@ def test_mcp_throughput_bench_killed_while_serving_stops_its_server_and_drops_it
 
     assert report == {"seen": True, "code": SIGTERM_EXIT, "left": [], "tmp": []}
     assert databases() == before
+
+
+def test_overload_bench_refuses_sqlite_and_writes_nothing(tmp_path):
+    database = tmp_path / "overload.sqlite3"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEROY_", "DATABASE_URL", "REDIS_URL"))}
+
+    done = subprocess.run(
+        [sys.executable, "bench/overload.py"], cwd=ROOT, env=env | {"DATABASE_URL": f"sqlite:///{database}"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    assert (done.returncode, done.stdout) == (1, "overload: needs PostgreSQL (set DATABASE_URL)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
