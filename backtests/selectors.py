@@ -71,7 +71,10 @@ def optimization_latest(*, user: User, strategy_id: str) -> Optimization | None:
 
 
 def optimization_completed_runs(*, optimization: Optimization) -> list[OptimizationRun]:
-    return list(OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED))
+    """The completed points in iteration order, read as far as the chart and the report hash need them (iteration,
+    parameters, statistics): a point's returns and decisions are the bulk of its row and are left unread."""
+    completed = OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED)
+    return list(completed.only("iteration", "parameters", "statistics").order_by("iteration"))
 
 
 def optimization_results_order(

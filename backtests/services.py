@@ -962,7 +962,8 @@ def optimization_pbo(
 
 
 def _completed_runs(optimization: Optimization) -> list[OptimizationRun]:
-    return list(OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED))
+    """The completed points with their returns (what CSCV splits); their decisions are left unread."""
+    return list(OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED).defer("decisions"))
 
 
 def optimization_verdict(
@@ -1020,10 +1021,10 @@ def _optimization_close(
             + (optimization.credits_pbo if computed else 0)
         )
         if optimization.verdict is not None and check is not None:
-            points = OptimizationRun.objects.filter(optimization=optimization, status=Status.COMPLETED)
+            points = selectors.optimization_completed_runs(optimization=optimization)
             optimization.report_hash = statistics.optimization_hash(
                 points=[{"iteration": r.iteration, "parameters": r.parameters, "statistics": r.statistics}
-                        for r in points.order_by("iteration")],
+                        for r in points],
                 lookahead_check=check, verdict=optimization.verdict, walk_forward=optimization.walk_forward,
             )  # fmt: skip
         optimization.finished_at = now()

@@ -665,6 +665,40 @@ def test_an_optimization_whose_probe_raises_stays_open_uncharged_for_the_reaper(
     assert (result.credits_charged, result.finished_at) == (0, None)
 
 
+def test_closing_an_optimization_reads_no_points_returns_or_decisions_and_hashes_every_point(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    close, selects = services._optimization_close, []
+
+    def watched(*args, **kwargs):
+        with CaptureQueriesContext(connection) as queries:
+            close(*args, **kwargs)
+        selects.extend(q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT"))
+
+    monkeypatch.setattr(services, "_optimization_close", watched)
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+
+    best = result.lookahead_check["iteration"]
+    best_pk = OptimizationRun.objects.get(optimization=result, iteration=best).pk
+    runs = [sql for sql in selects if "backtests_optimizationrun" in sql]
+    # The best run's returns (its verdict), the points charged, the points hashed: no other row's returns.
+    assert (result.status, len(runs)) == (Status.COMPLETED, 3)
+    assert [sql for sql in runs if '"returns"' in sql] == [
+        sql for sql in runs if sql.endswith(f'"backtests_optimizationrun"."id" = {best_pk} LIMIT 21')
+    ]
+    assert len([sql for sql in runs if '"returns"' in sql]) == 1
+    assert [sql for sql in runs if '"decisions"' in sql] == []
+    points = OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED).order_by("iteration")
+    assert result.report_hash == services.statistics.optimization_hash(
+        points=[{"iteration": r.iteration, "parameters": r.parameters, "statistics": r.statistics} for r in points],
+        lookahead_check=result.lookahead_check, verdict=result.verdict,
+    )  # fmt: skip
+    assert len(points) == 6
+
+
 def test_recording_a_point_takes_six_statements(owner, coin, django_capture_on_commit_callbacks):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
