@@ -12,6 +12,8 @@ recorded timestamps: each chunk task's duration (its first point's start to its 
 between one chunk's end and the next one's start (a task's dispatch), the dispatch before the first point and the
 serial tail after the last (probe and close). The chunks, each with the mean gap, are packed in submission order
 on the least-loaded of 8 workers; the makespan plus the first dispatch and the tail is the simulated time.
+The machine's own ceiling is measured in the same run and printed beside the 2-worker speedup: plain Backtrader
+runs in one process, then in two processes at once (`plain_two_process_speedup`).
 Prints three lines (the third: the 2-worker run's mean task, first dispatch and tail, measured).
 
     .venv/bin/python bench/optimize_scaling.py [--bars 2516] [--points-per-task N]
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from cleanup import exit_on_signals, scratch_directory  # bench/ is the script's directory
 
@@ -201,6 +204,44 @@ def simulated(measured: dict, workers: int) -> float:
     return measured["dispatch"] + max(loads) + measured["tail"]
 
 
+def _plain_runs(data: dict, runs: int, ready: Any, go: Any) -> None:
+    from backtest_overhead import direct
+
+    direct(data)  # warm, before the clock
+    ready.set()
+    go.wait()
+    for _ in range(runs):
+        direct(data)
+
+
+def plain_parallel_speedup(data: dict, runs: int = 10) -> float:
+    """What this machine gives two processes of plain Backtrader, in this run: `runs` plain runs in one process,
+    then `runs` in each of two at once; the speedup is twice the first time over the second. Leroy's two-worker
+    speedup cannot exceed it (shared caches, the host's other guests), so it is printed beside it."""
+    import multiprocessing
+
+    from django.db import connections
+
+    connections.close_all()  # the forks must not share this process's database connection
+    context = multiprocessing.get_context("fork")
+    times = []
+    for processes in (1, 2):
+        go = context.Event()
+        ready = [context.Event() for _ in range(processes)]
+        started = [context.Process(target=_plain_runs, args=(data, runs, r, go)) for r in ready]
+        for process in started:
+            process.start()
+        for event in ready:
+            event.wait()
+        began = time.perf_counter()
+        go.set()
+        for process in started:
+            process.join()
+            assert process.exitcode == 0, process.exitcode
+        times.append(time.perf_counter() - began)
+    return 2 * times[0] / times[1]
+
+
 def main() -> None:
     args = ARGS
     from backtest_overhead import best, direct
@@ -209,12 +250,15 @@ def main() -> None:
     from backtests.dryrun import walk
 
     user, strategy = setup(args.bars)
-    plain, _ = best(direct, walk("BENCHUSD", bars=args.bars), 3)
+    data = walk("BENCHUSD", bars=args.bars)
+    plain, _ = best(direct, data, 3)
     one, measured = run_grid(user, strategy, 1)
     two, measured_two = run_grid(user, strategy, 2)
+    ceiling = plain_parallel_speedup(data)
     per_task = getattr(settings, "LEROY_OPTIMIZATION_POINTS_PER_TASK", 1)  # 1: before points were chunked
     print(f"optimize_scaling points=20 bars={args.bars} points_per_task={per_task} "
-          f"one_worker={one:.2f}s two_workers={two:.2f}s speedup={one / two:.2f}x plain_run={plain:.3f}s "
+          f"one_worker={one:.2f}s two_workers={two:.2f}s speedup={one / two:.2f}x "
+          f"plain_two_process_speedup={ceiling:.2f}x plain_run={plain:.3f}s "
           f"per_point_one_worker={one / 20:.3f}s per_point_ratio={one / 20 / plain:.2f}x "
           f"cpus={os.cpu_count()}")  # fmt: skip
     one_model, eight = simulated(measured, 1), simulated(measured, 8)
