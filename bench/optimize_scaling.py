@@ -1,29 +1,36 @@
 """Optimization scaling: one 20-point grid (LEROY_OPTIMIZATION_POINTS_PER_TASK points per Celery task) with 1
-worker process, then with 2; and the one-worker time per grid point against one plain in-process Backtrader run
-of the same strategy on the same bars (bench/backtest_overhead.py's baseline, timed in this run): like against
-like, the mean of 20 plain runs timed just before the 1-worker grid's 20 points (the best of them is printed too:
-a best-of-N against a mean of 20 overstated the ratio by the machine's run-to-run spread, 1.2-1.7x here).
+worker process and with 2, and the one-worker time per grid point against one plain in-process Backtrader run of
+the same strategy on the same bars (bench/backtest_overhead.py's baseline, timed in this run).
 
-Builds a throwaway Leroy in a temporary var dir (SQLite, kombu's filesystem broker polled every 50 ms), imports
-a daily random walk, saves an SMA-cross strategy, then for each worker count starts a Celery worker with
-`--concurrency N`, submits the grid and waits until the optimization is COMPLETED. The 1-worker run is the
-baseline. Each time includes the whole optimization: the points, the best run's look-ahead probe and the close.
+Builds a throwaway Leroy in a temporary var dir (SQLite; production's broker, Redis, when 127.0.0.1:6379 answers,
+its keys under a prefix of this run's own, deleted on exit; else kombu's filesystem broker polled every 50 ms;
+`--broker` chooses), imports a daily random walk, saves an SMA-cross strategy, then for each worker count starts a
+Celery worker with `--concurrency N`, submits the grid and waits until the optimization is COMPLETED. Each time
+includes the whole optimization: the points, the best run's look-ahead probe and the close.
 
-It also prints a SIMULATED 8-worker run, computed (not run: the machine may have 2 cores) from the 1-worker run's
-recorded timestamps: each chunk task's duration (its first point's start to its last point's finish), the mean gap
-between one chunk's end and the next one's start (a task's dispatch), the dispatch before the first point and the
-serial tail after the last (probe and close). The chunks, each with the mean gap, are packed in submission order
-on the least-loaded of 8 workers; the makespan plus the first dispatch and the tail is the simulated time.
-The machine's own ceiling is measured in the same run and printed beside the 2-worker speedup: plain Backtrader
-runs in one process, then in two processes at once (`plain_two_process_speedup`).
-Prints three lines (the third: the 2-worker run's mean task, first dispatch and tail, measured).
+Like against like, and in an order that a drift of the machine's speed (1.5x within a minute here) meets on both
+sides of each ratio: 10 plain runs, the grid on 1 worker, on 2, on 2, on 1, 10 plain runs. The speedup is the
+mean 1-worker time over the mean 2-worker time; the per-point ratio is the mean 1-worker time per point over the
+mean of the 20 plain runs (the best plain run's ratio is printed too: a best-of-N against a mean overstates it by
+the run-to-run spread). The machine's own ceiling, `plain_two_process_speedup`, is plain Backtrader in one process
+and in two at once (short blocks in the order 1, 2, 2, 1, three times): Leroy's 2-worker speedup cannot exceed
+it.
 
-    .venv/bin/python bench/optimize_scaling.py [--bars 2516] [--points-per-task N]
+It also prints a SIMULATED 8-worker run, computed (not run: the machine may have 2 cores) from the first 1-worker
+run's recorded timestamps: each chunk task's duration (its first point's start to its last point's finish), the
+mean gap between one chunk's end and the next one's start (a task's dispatch), the dispatch before the first point
+and the serial tail after the last (probe and close). The chunks, each with the mean gap, are packed in submission
+order on the least-loaded of 8 workers; the makespan plus the first dispatch and the tail is the simulated time.
+Prints three lines (the third: the first 2-worker run's mean task, first dispatch and tail, measured).
+
+    .venv/bin/python bench/optimize_scaling.py [--bars 2516] [--points-per-task N] [--broker redis|filesystem]
 """
 
 import argparse
+import atexit
 import itertools
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -38,7 +45,22 @@ VAR = scratch_directory("leroy-bench-opt-")
 PARSER = argparse.ArgumentParser()
 PARSER.add_argument("--bars", type=int, default=2516)
 PARSER.add_argument("--points-per-task", type=int, default=None, help="default: the setting's default")
+PARSER.add_argument("--broker", choices=("auto", "redis", "filesystem"), default="auto",
+                    help="auto: Redis when 127.0.0.1:6379 answers, else the filesystem broker")  # fmt: skip
 ARGS = PARSER.parse_args()
+REDIS = "redis://127.0.0.1:6379/0"
+KEY_PREFIX = f"leroy-bench-opt-{os.getpid()}:"  # every broker key of this run, so none meets another's
+
+
+def _redis_answers() -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+BROKER = "redis" if ARGS.broker == "redis" or (ARGS.broker == "auto" and _redis_answers()) else "filesystem"
 for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
     del os.environ[name]
 if ARGS.points_per_task is not None:
@@ -49,6 +71,8 @@ os.environ.update(
     SECRET_KEY="bench-only-secret-key-" + "x" * 40,
     LEROY_OPTIMIZATION_POINT_CREDITS="1",
 )
+if BROKER == "redis":
+    os.environ.update(LEROY_BENCH_BROKER=REDIS, LEROY_BENCH_KEY_PREFIX=KEY_PREFIX)
 sys.path.insert(0, str(ROOT))
 
 import django  # noqa: E402
@@ -60,18 +84,47 @@ from sma_cross import SMA_CROSS  # noqa: E402  (bench/ is the script's directory
 
 from leroy import serving  # noqa: E402
 
-# The worker, with kombu's filesystem broker polled every 50 ms (its 1 s default would dominate 20 short tasks).
-WORKER = """
+# The broker, in this process (which submits) and in the worker: Redis under this run's key prefix, or kombu's
+# filesystem broker polled every 50 ms (its 1 s default would dominate 20 short tasks).
+BROKER_SETUP = """
+import os
+from django.conf import settings
+from leroy.celery import app
+if os.environ.get("LEROY_BENCH_BROKER"):
+    app.conf.broker_url = os.environ["LEROY_BENCH_BROKER"]
+    app.conf.broker_transport_options = {"global_keyprefix": os.environ["LEROY_BENCH_KEY_PREFIX"],
+                                         "visibility_timeout": 900}
+else:
+    app.conf.broker_transport_options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "polling_interval": 0.05}
+"""
+exec(BROKER_SETUP)  # noqa: S102 - the bench's own source
+
+
+def _broker_keys_delete() -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS)
+    keys = list(client.scan_iter(match=f"{KEY_PREFIX}*"))
+    if keys:
+        client.delete(*keys)
+
+
+if BROKER == "redis":
+    atexit.register(_broker_keys_delete)
+
+WORKER = (
+    """
 import sys
 import django
 django.setup()
-from django.conf import settings
-from leroy.celery import app
-app.conf.broker_transport_options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "polling_interval": 0.05}
+"""
+    + BROKER_SETUP
+    + """
 app.worker_main(["worker", "--concurrency", sys.argv[1], "--pool", "prefork", "-Q", "celery,backtests,optimizations",
                  "--loglevel", "WARNING",
                  "--without-heartbeat", "--without-gossip", "--without-mingle"])
 """
+)
 GRIDS = [{"name": "fast", "min": 5, "max": 25, "step": 5}, {"name": "slow", "min": 30, "max": 60, "step": 10}]
 
 
@@ -216,18 +269,20 @@ def _plain_runs(data: dict, runs: int, ready: Any, go: Any) -> None:
         direct(data)
 
 
-def plain_parallel_speedup(data: dict, runs: int = 10) -> float:
+def plain_parallel_speedup(data: dict, runs: int = 2, rounds: int = 3) -> float:
     """What this machine gives two processes of plain Backtrader, in this run: `runs` plain runs in one process,
-    then `runs` in each of two at once; the speedup is twice the first time over the second. Leroy's two-worker
-    speedup cannot exceed it (shared caches, the host's other guests), so it is printed beside it."""
+    and `runs` in each of two at once, in the order 1, 2, 2, 1, `rounds` times (short blocks, so that a drift of
+    the machine's speed, which here moves one block's time by 1.5x from one second to the next, meets both alike);
+    the speedup is twice the one-process time over the two-process time. Leroy's two-worker speedup cannot exceed
+    it (shared caches, the host's other guests), so it is printed beside it."""
     import multiprocessing
 
     from django.db import connections
 
     connections.close_all()  # the forks must not share this process's database connection
     context = multiprocessing.get_context("fork")
-    times = []
-    for processes in (1, 2):
+    times = {1: 0.0, 2: 0.0}
+    for processes in (1, 2, 2, 1) * rounds:
         go = context.Event()
         ready = [context.Event() for _ in range(processes)]
         started = [context.Process(target=_plain_runs, args=(data, runs, r, go)) for r in ready]
@@ -240,8 +295,8 @@ def plain_parallel_speedup(data: dict, runs: int = 10) -> float:
         for process in started:
             process.join()
             assert process.exitcode == 0, process.exitcode
-        times.append(time.perf_counter() - began)
-    return 2 * times[0] / times[1]
+        times[processes] += time.perf_counter() - began
+    return 2 * times[1] / times[2]
 
 
 def main() -> None:
@@ -254,13 +309,18 @@ def main() -> None:
     user, strategy = setup(args.bars)
     data = walk("BENCHUSD", bars=args.bars)
     direct(data)  # warm
-    plain_runs = [timed(direct, data)[0] for _ in range(20)]
-    plain, plain_best = sum(plain_runs) / len(plain_runs), min(plain_runs)
+    # The order 1, 2, 2, 1 worker(s), with 10 plain runs before and 10 after: a drift of the machine's speed (it
+    # moves by 1.5x within a minute here) meets both sides of each ratio alike.
+    plain_runs = [timed(direct, data)[0] for _ in range(10)]
     one, measured = run_grid(user, strategy, 1)
-    two, measured_two = run_grid(user, strategy, 2)
+    two_first, measured_two = run_grid(user, strategy, 2)
+    two = (two_first + run_grid(user, strategy, 2)[0]) / 2
+    one = (one + run_grid(user, strategy, 1)[0]) / 2
+    plain_runs += [timed(direct, data)[0] for _ in range(10)]
+    plain, plain_best = sum(plain_runs) / len(plain_runs), min(plain_runs)
     ceiling = plain_parallel_speedup(data)
     per_task = getattr(settings, "LEROY_OPTIMIZATION_POINTS_PER_TASK", 1)  # 1: before points were chunked
-    print(f"optimize_scaling points=20 bars={args.bars} points_per_task={per_task} "
+    print(f"optimize_scaling points=20 bars={args.bars} points_per_task={per_task} broker={BROKER} "
           f"one_worker={one:.2f}s two_workers={two:.2f}s speedup={one / two:.2f}x "
           f"plain_two_process_speedup={ceiling:.2f}x plain_run_mean={plain:.3f}s plain_run_best={plain_best:.3f}s "
           f"per_point_one_worker={one / 20:.3f}s per_point_ratio={one / 20 / plain:.2f}x "

@@ -63,6 +63,18 @@ def test_optimization_bench_killed_while_its_worker_runs_stops_the_worker_and_re
 
     assert report == {"seen": True, "code": SIGTERM_EXIT, "left": [], "tmp": []}
     assert databases() == before
+    assert broker_keys("leroy-bench-opt-*") == []  # its Redis broker's queues and bindings, under its prefix
+
+
+def broker_keys(pattern: str) -> list[bytes]:
+    """The keys matching `pattern` in Redis's database 0, where the optimization bench puts its broker (none when
+    Redis does not answer: the bench then used the filesystem broker, under its removed directory)."""
+    import redis
+
+    try:
+        return list(redis.Redis.from_url("redis://127.0.0.1:6379/0").scan_iter(match=pattern))
+    except redis.ConnectionError:
+        return []
 
 
 @postgres_only
