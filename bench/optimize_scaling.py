@@ -312,10 +312,10 @@ def main() -> None:
     # The order 1, 2, 2, 1 worker(s), with 10 plain runs before and 10 after: a drift of the machine's speed (it
     # moves by 1.5x within a minute here) meets both sides of each ratio alike.
     plain_runs = [timed(direct, data)[0] for _ in range(10)]
-    one, measured = run_grid(user, strategy, 1)
+    one_first, measured = run_grid(user, strategy, 1)
     two_first, measured_two = run_grid(user, strategy, 2)
     two = (two_first + run_grid(user, strategy, 2)[0]) / 2
-    one = (one + run_grid(user, strategy, 1)[0]) / 2
+    one = (one_first + run_grid(user, strategy, 1)[0]) / 2
     plain_runs += [timed(direct, data)[0] for _ in range(10)]
     plain, plain_best = sum(plain_runs) / len(plain_runs), min(plain_runs)
     ceiling = plain_parallel_speedup(data)
@@ -331,9 +331,9 @@ def main() -> None:
     print(f"SIMULATED from the 1-worker run's measured task durations (not an 8-worker run): "
           f"chunks={len(measured['durations'])} task_mean={task_mean:.3f}s "
           f"gap={measured['gap']:.3f}s dispatch={measured['dispatch']:.3f}s tail={measured['tail']:.3f}s "
-          f"simulated_one={one_model:.2f}s (measured {one:.2f}s) simulated_eight={eight:.2f}s "
+          f"simulated_one={one_model:.2f}s (that run measured {one_first:.2f}s) simulated_eight={eight:.2f}s "
           f"simulated_speedup_8={one_model / eight:.2f}x")  # fmt: skip
-    print(f"two_workers measured: task_mean={sum(measured_two['durations']) / len(measured_two['durations']):.3f}s "
+    print(f"the first 2-worker run measured: task_mean={sum(measured_two['durations']) / len(measured_two['durations']):.3f}s "
           f"dispatch={measured_two['dispatch']:.3f}s tail={measured_two['tail']:.3f}s")  # fmt: skip
 
 
