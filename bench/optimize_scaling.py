@@ -333,7 +333,8 @@ def main() -> None:
           f"gap={measured['gap']:.3f}s dispatch={measured['dispatch']:.3f}s tail={measured['tail']:.3f}s "
           f"simulated_one={one_model:.2f}s (that run measured {one_first:.2f}s) simulated_eight={eight:.2f}s "
           f"simulated_speedup_8={one_model / eight:.2f}x")  # fmt: skip
-    print(f"the first 2-worker run measured: task_mean={sum(measured_two['durations']) / len(measured_two['durations']):.3f}s "
+    two_task_mean = sum(measured_two["durations"]) / len(measured_two["durations"])
+    print(f"the first 2-worker run measured: task_mean={two_task_mean:.3f}s "
           f"dispatch={measured_two['dispatch']:.3f}s tail={measured_two['tail']:.3f}s")  # fmt: skip
 
 
