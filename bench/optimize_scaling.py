@@ -30,7 +30,6 @@ import argparse
 import atexit
 import itertools
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from cleanup import exit_on_signals, scratch_directory  # bench/ is the script's directory
+from mcp_throughput import answers  # whether a local service answers on a port: that bench's probe
 
 ROOT = Path(__file__).resolve().parents[1]
 exit_on_signals()
@@ -52,15 +52,7 @@ REDIS = "redis://127.0.0.1:6379/0"
 KEY_PREFIX = f"leroy-bench-opt-{os.getpid()}:"  # every broker key of this run, so none meets another's
 
 
-def _redis_answers() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=0.5).close()
-    except OSError:
-        return False
-    return True
-
-
-BROKER = "redis" if ARGS.broker == "redis" or (ARGS.broker == "auto" and _redis_answers()) else "filesystem"
+BROKER = "redis" if ARGS.broker == "redis" or (ARGS.broker == "auto" and answers(6379)) else "filesystem"
 for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
     del os.environ[name]
 if ARGS.points_per_task is not None:
