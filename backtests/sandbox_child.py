@@ -4,13 +4,14 @@ template (a zygote) that forks one fresh child per job.
 Order matters. First, before any import: die with the parent (PR_SET_PDEATHSIG, then check the parent is still
 the one that started us, since it may have died already) and take a CPU limit, so no template outlives its worker
 or spins without a limit. Then import everything once, while still privileged (backtrader's import is most of a
-cold job's cost). For each job the parent sends its stdin/stdout/stderr pipes and a status socket over
-CONTROL_FD; the template forks a supervisor that takes the job's CPU limit and, inside bubblewrap (WRAPPED 1),
-enters fresh pid/net/ipc/uts/mount namespaces with an empty /tmp and /dev/shm, so every job gets what one
-bubblewrap per job gave it. The supervisor forks the job, which mounts its own /proc, reads the job, hardens
-itself (network namespace, rlimits, uid drop, no_new_privs, seccomp), and only then compiles and runs the agent's
-code. A job's writes to memory (module globals, a monkeypatched backtrader) die with its process; the template
-never runs agent code. No Django.
+cold job's cost). Ahead of each job the template forks a supervisor that, inside bubblewrap (WRAPPED 1), enters
+fresh pid/net/ipc/uts/mount namespaces with an empty /tmp and /dev/shm (so every job gets what one bubblewrap per
+job gave it) and forks the job's init, which mounts the namespace's own /proc and forks the job; the job waits.
+When the parent sends a job's stdin/stdout/stderr pipes and status socket over CONTROL_FD, the template hands them
+to that waiting job (which takes the job's CPU limit and environment) and makes the next job's processes. The job
+reads the job, hardens itself (network namespace, rlimits, uid drop, no_new_privs, seccomp), and only then
+compiles and runs the agent's code. A job's writes to memory (module globals, a monkeypatched backtrader) die
+with its process; the template never runs agent code. No Django.
 """
 
 import contextlib
@@ -281,16 +282,40 @@ def _own_proc() -> bool:
     return True
 
 
-def _start_job(fds: list[int], status: socket.socket, parent: int) -> None:
-    """The job itself: its own process group, tied to its parent, told to the parent, then the old child's life."""
+def _start_job(handoff: socket.socket, parent: int, *, own_cwd: bool) -> None:
+    """The job itself, forked ahead of its request: its own process group, tied to its parent; then, once the
+    template hands it the request and its pipes, the job's CPU limit and environment, told to the parent, and the
+    old child's life."""
     os.setsid()  # its own process group: the parent's kill takes whatever it started
     _tie_to_parent(parent)
+    message, fds = _handed(handoff, 4)
+    handoff.close()
+    request = json.loads(message)
+    cpu = int(request["cpu_seconds"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    os.environ.clear()
+    os.environ.update(request["env"])
+    if not own_cwd:  # inside bubblewrap the job's cwd is its private /tmp, from _fresh_namespaces
+        os.chdir(request["cwd"])
+    status = socket.socket(fileno=fds[3])
     status.sendmsg([STARTED])  # the parent learns this process's pid from the kernel (SO_PASSCRED)
     status.close()
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
     os.closerange(3, 1 << 16)
     main(parent)
+
+
+def _handed(handoff: socket.socket, count: int) -> tuple[bytes, list[int]]:
+    """What the template hands this process of its job: the request and `count` fds (exits if there is none: the
+    template retired or died first)."""
+    try:
+        message, fds, _, _ = socket.recv_fds(handoff, 65536, count)
+    except OSError:
+        message, fds = b"", []
+    if not message or len(fds) != count:
+        os._exit(SETUP_FAILED)
+    return message, fds
 
 
 def _forked(run: Any) -> int:
@@ -307,54 +332,91 @@ def _forked(run: Any) -> int:
     return child
 
 
-def _init(fds: list[int], status: socket.socket) -> None:
+def _init(handoff: socket.socket) -> None:
     """Pid 1 of the job's pid namespace, as bubblewrap's own init was (the kernel drops the signals pid 1 has no
-    handler for, SIGXCPU included, so the job is pid 2): mount the namespace's /proc, run the job, exit as it did
+    handler for, SIGXCPU included, so the job is pid 2): mount the namespace's /proc, fork the job, exit as it did
     (128 + the signal that killed it, bubblewrap's convention)."""
     _tie_to_parent(0)
     if not _own_proc():
         os._exit(SETUP_FAILED)
-    job = _forked(lambda: _start_job(fds, status, 1))
-    for fd in fds[:3]:
-        os.close(fd)
-    status.close()
+    job = _forked(lambda: _start_job(handoff, 1, own_cwd=True))
+    handoff.close()
     _, wait_status = os.waitpid(job, 0)
     os._exit(128 + os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else os.WEXITSTATUS(wait_status))
 
 
-def _job(request: dict[str, Any], fds: list[int], template: int, wrapped: bool) -> None:
-    """The supervisor (forked from the template): isolate, fork the job, report its exit status, exit."""
+def _supervisor(status_handoff: socket.socket, job_handoff: socket.socket, template: int, wrapped: bool) -> None:
+    """The supervisor (forked from the template ahead of its job's request): isolate, fork the job, take the
+    job's status socket when the request comes, report the job's exit status on it, exit."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _tie_to_parent(template)
-    cpu = int(request["cpu_seconds"])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    status = socket.socket(fileno=fds[3])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    if wrapped:
-        if not _fresh_namespaces():
-            os._exit(SETUP_FAILED)
-        child = _forked(lambda: _init(fds, status))
-    else:
-        os.chdir(request["cwd"])
-        supervisor = os.getpid()
-        child = _forked(lambda: _start_job(fds, status, supervisor))
-    for fd in fds[:3]:
-        os.close(fd)
+    if wrapped and not _fresh_namespaces():
+        os._exit(SETUP_FAILED)
+    supervisor = os.getpid()
+
+    def below() -> None:
+        status_handoff.close()  # the supervisor's alone
+        if wrapped:
+            _init(job_handoff)
+        else:
+            _start_job(job_handoff, supervisor, own_cwd=False)
+
+    child = _forked(below)
+    job_handoff.close()
+    _, fds = _handed(status_handoff, 1)
+    status_handoff.close()
+    status = socket.socket(fileno=fds[0])
     _, wait_status = os.waitpid(child, 0)
     status.sendmsg([struct.pack("i", wait_status)])
     os._exit(0)
 
 
+class Ready:
+    """The next job's processes, forked and isolated before its request arrives (so a job's start costs its
+    request only, not three forks and its namespaces): a supervisor, inside bubblewrap a fresh set of namespaces
+    with its init and /proc, and the job waiting for its request. They are made for one job and never reused; the
+    agent's code runs only after the request, once the job has hardened itself."""
+
+    def __init__(self, control: socket.socket, template: int, wrapped: bool) -> None:
+        self.status_handoff, status_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.job_handoff, job_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if os.fork() == 0:
+            try:
+                for ours in (control, self.status_handoff, self.job_handoff):
+                    ours.close()
+                _supervisor(status_theirs, job_theirs, template, wrapped)
+            finally:
+                os._exit(SETUP_FAILED)
+        status_theirs.close()
+        job_theirs.close()
+
+    def hand(self, message: bytes, fds: list[int]) -> bool:
+        """Give the job its request and pipes, then the supervisor the status socket; False if the job is gone (then
+        nothing was handed). Should the supervisor be gone instead, the job dies with it and the parent is told so
+        by its status socket closing."""
+        try:
+            socket.send_fds(self.job_handoff, [message], fds)
+        except OSError:
+            return False
+        else:
+            with contextlib.suppress(OSError):
+                socket.send_fds(self.status_handoff, [b"status"], fds[3:])
+            return True
+        finally:
+            self.status_handoff.close()
+            self.job_handoff.close()
+
+
 def serve(control_fd: int, wrapped: bool) -> None:
-    """Fork a supervisor per job request until the parent closes the socket or the CPU budget is half spent
-    (the parent then starts a new template)."""
+    """Hand each job request to the processes made ready for it, then make the next job's, until the parent
+    closes the socket or the CPU budget is half spent (the parent then starts a new template)."""
     control = socket.socket(fileno=control_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
     budget = resource.getrlimit(resource.RLIMIT_CPU)[0] / 2
     engine.prepare()
     gc.freeze()  # the imported objects stay shared with every fork (no copy-on-write from the collector)
     template = os.getpid()
+    ready = Ready(control, template, wrapped)
     while sum(resource.getrusage(resource.RUSAGE_SELF)[:2]) < budget:
         try:
             message, fds, _, _ = socket.recv_fds(control, 65536, 4)
@@ -362,18 +424,11 @@ def serve(control_fd: int, wrapped: bool) -> None:
             return
         if not message:
             return
-        if len(fds) != 4:
-            for fd in fds:
-                os.close(fd)
-            continue
-        if os.fork() == 0:
-            try:
-                control.close()
-                _job(json.loads(message), fds, template, wrapped)
-            finally:
-                os._exit(SETUP_FAILED)
+        if len(fds) == 4 and not ready.hand(message, fds):  # they died waiting: a new set, once
+            Ready(control, template, wrapped).hand(message, fds)
         for fd in fds:
             os.close(fd)
+        ready = Ready(control, template, wrapped)
 
 
 if __name__ == "__main__":

@@ -554,6 +554,58 @@ def test_a_template_that_died_is_replaced_for_the_next_job():
     assert sandbox._template(sandbox.bubblewrap_usable()) is not template
 
 
+def _processes() -> dict[int, tuple[int, list[str]]]:
+    """Every live (not zombie) process's parent pid and arguments."""
+    table = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            state, parent = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, ValueError):
+            continue
+        if state != "Z":
+            table[int(entry)] = (int(parent), argv)
+    return table
+
+
+def _ready_set(template: sandbox.Template) -> list[int]:
+    """The processes the template made ready for its next job: every descendant of the template's own Python."""
+    table = _processes()
+
+    def below(pid: int) -> list[int]:
+        children = [child for child, (parent, _) in table.items() if parent == pid]
+        return children + [grandchild for child in children for grandchild in below(child)]
+
+    python = [sys.executable, "-I", "-m", "backtests.sandbox_child"]  # the template and its forks, not bubblewrap
+    forks = [pid for pid in [template.process.pid, *below(template.process.pid)] if table[pid][1][:4] == python]
+    zygote = next(pid for pid in forks if table[pid][0] not in forks)
+    return below(zygote)
+
+
+@pytest.mark.parametrize("wrapped", [True, False], ids=["bubblewrap", "no_bubblewrap"])
+def test_the_next_jobs_processes_are_made_ahead_and_replaced_when_they_died_waiting(wrapped):
+    if wrapped:
+        require_bubblewrap()
+    layers = ALL_LAYERS if wrapped else ALL_LAYERS - {"bubblewrap"}
+    assert run(GOOD, layers=layers).ok is True
+    template = sandbox._template(wrapped)
+    waiting = _ready_set(template)
+    # a supervisor and its job, and inside bubblewrap the job's init between them
+    assert len(waiting) == (3 if wrapped else 2)
+    for pid in waiting:
+        os.kill(pid, 9)
+    deadline = time.monotonic() + 10
+    while set(waiting) & set(_processes()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    outcome = run(GOOD, layers=layers)
+
+    assert outcome.ok is True
+    assert sandbox._template(wrapped) is template and template.usable()  # the template made a new set, once
+    replaced = _ready_set(template)
+    assert len(replaced) == len(waiting) and not set(replaced) & set(waiting)
+
+
 PRINTING = """
 class Talk(bt.Strategy):
     def next(self):
