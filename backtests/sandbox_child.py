@@ -128,13 +128,14 @@ def _drop_uid(uid: int) -> bool:
 
 
 def _no_new_privs() -> bool:
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+    return _LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
 
 
-def _seccomp() -> bool:
+def _syscall_filter() -> Any:
+    """The job's seccomp filter, not loaded: built once when the template imports this module, so libseccomp's
+    functions are looked up there (1 ms a job when each job built its own); every job loads its own copy."""
     if seccomp is None:
-        return False
+        return None
     refused = seccomp.ERRNO(errno.EPERM)
     rules = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     for name in ("socket", "socketpair", "fork", "vfork", "execve", "execveat", "ptrace", "unshare", "setns", "mount",
@@ -144,7 +145,16 @@ def _seccomp() -> bool:
     # so it answers ENOSYS and libc falls back to clone.
     rules.add_rule(refused, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0))
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
-    rules.load()
+    return rules
+
+
+SYSCALL_FILTER = _syscall_filter()
+
+
+def _seccomp() -> bool:
+    if SYSCALL_FILTER is None:
+        return False
+    SYSCALL_FILTER.load()
     return True
 
 

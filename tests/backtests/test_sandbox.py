@@ -568,18 +568,25 @@ def _processes() -> dict[int, tuple[int, list[str]]]:
     return table
 
 
-def _ready_set(template: sandbox.Template) -> list[int]:
-    """The processes the template made ready for its next job: every descendant of the template's own Python."""
-    table = _processes()
-
-    def below(pid: int) -> list[int]:
-        children = [child for child, (parent, _) in table.items() if parent == pid]
-        return children + [grandchild for child in children for grandchild in below(child)]
-
+def _ready_set(template: sandbox.Template, size: int) -> list[int]:
+    """The processes the template made ready for its next job (every descendant of the template's own Python),
+    once there are `size` of them: they are made while (and after) the previous job runs, and that job's
+    supervisor exits just after reporting its status."""
     python = [sys.executable, "-I", "-m", "backtests.sandbox_child"]  # the template and its forks, not bubblewrap
-    forks = [pid for pid in [template.process.pid, *below(template.process.pid)] if table[pid][1][:4] == python]
-    zygote = next(pid for pid in forks if table[pid][0] not in forks)
-    return below(zygote)
+    deadline = time.monotonic() + 10
+    while True:
+        table = _processes()
+
+        def below(pid: int, table=table) -> list[int]:
+            children = [child for child, (parent, _) in table.items() if parent == pid]
+            return children + [grandchild for child in children for grandchild in below(child)]
+
+        forks = [pid for pid in [template.process.pid, *below(template.process.pid)] if table[pid][1][:4] == python]
+        zygote = next(pid for pid in forks if table[pid][0] not in forks)
+        found = below(zygote)
+        if len(found) == size or time.monotonic() > deadline:
+            return found
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("wrapped", [True, False], ids=["bubblewrap", "no_bubblewrap"])
@@ -589,9 +596,9 @@ def test_the_next_jobs_processes_are_made_ahead_and_replaced_when_they_died_wait
     layers = ALL_LAYERS if wrapped else ALL_LAYERS - {"bubblewrap"}
     assert run(GOOD, layers=layers).ok is True
     template = sandbox._template(wrapped)
-    waiting = _ready_set(template)
-    # a supervisor and its job, and inside bubblewrap the job's init between them
-    assert len(waiting) == (3 if wrapped else 2)
+    size = 3 if wrapped else 2  # a supervisor and its job, and inside bubblewrap the job's init between them
+    waiting = _ready_set(template, size)
+    assert len(waiting) == size
     for pid in waiting:
         os.kill(pid, 9)
     deadline = time.monotonic() + 10
@@ -602,8 +609,8 @@ def test_the_next_jobs_processes_are_made_ahead_and_replaced_when_they_died_wait
 
     assert outcome.ok is True
     assert sandbox._template(wrapped) is template and template.usable()  # the template made a new set, once
-    replaced = _ready_set(template)
-    assert len(replaced) == len(waiting) and not set(replaced) & set(waiting)
+    replaced = _ready_set(template, size)
+    assert len(replaced) == size and not set(replaced) & set(waiting)
 
 
 PRINTING = """
