@@ -613,6 +613,25 @@ def test_the_next_jobs_processes_are_made_ahead_and_replaced_when_they_died_wait
     assert len(replaced) == size and not set(replaced) & set(waiting)
 
 
+def test_a_request_without_its_four_pipes_is_dropped_and_leaves_no_waiting_processes_behind():
+    assert run(GOOD).ok is True
+    wrapped = sandbox.bubblewrap_usable()
+    template = sandbox._template(wrapped)
+    size = 3 if wrapped else 2
+    waiting = _ready_set(template, size)
+    reader, writer = os.pipe()
+    socket.send_fds(template.control, [b'{"cpu_seconds": 1}'], [reader])  # one fd where a job sends four
+    os.close(reader)
+    os.close(writer)
+
+    outcome = run(GOOD)
+
+    assert outcome.ok is True
+    assert sandbox._template(wrapped) is template and template.usable()
+    assert len(_ready_set(template, size)) == size  # one set waits for the next job, no other
+    assert not set(waiting) & set(_processes())  # the set waiting before the dropped request is gone
+
+
 PRINTING = """
 class Talk(bt.Strategy):
     def next(self):
