@@ -17,6 +17,7 @@ from backtests.dryrun import walk
 from backtests.sandbox import ALL_LAYERS, Limits
 from tests.backtests.conftest import SMA_CROSS, expected_layers, require_bubblewrap
 from tests.backtests.test_engine import PAIR_CODE
+from tests.reaper import descendants
 
 DATA = [walk("TEST", bars=60)]
 SIM = {"initial_cash": 10_000, "commission": 0, "leverage": 1, "buy_on_close": False}
@@ -554,36 +555,18 @@ def test_a_template_that_died_is_replaced_for_the_next_job():
     assert sandbox._template(sandbox.bubblewrap_usable()) is not template
 
 
-def _processes() -> dict[int, tuple[int, list[str]]]:
-    """Every live (not zombie) process's parent pid and arguments."""
-    table = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            state, parent = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[:2]
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        except (OSError, ValueError):
-            continue
-        if state != "Z":
-            table[int(entry)] = (int(parent), argv)
-    return table
-
-
-def _ready_set(template: sandbox.Template, size: int) -> list[int]:
-    """The processes the template made ready for its next job (every descendant of the template's own Python),
-    once there are `size` of them: they are made while (and after) the previous job runs, and that job's
-    supervisor exits just after reporting its status."""
-    python = [sys.executable, "-I", "-m", "backtests.sandbox_child"]  # the template and its forks, not bubblewrap
+def _ready_set(template: sandbox.Template, wrapped: bool, size: int) -> list[int]:
+    """The processes the template made ready for its next job (the descendants of the template's own Python,
+    which inside bubblewrap is the Python with every other one below it), once there are `size` of them: they are
+    made while (and after) the previous job runs, and that job's supervisor exits just after reporting its status."""
+    python = f"{sys.executable} -I -m backtests.sandbox_child "
     deadline = time.monotonic() + 10
     while True:
-        table = _processes()
-
-        def below(pid: int, table=table) -> list[int]:
-            children = [child for child, (parent, _) in table.items() if parent == pid]
-            return children + [grandchild for child in children for grandchild in below(child)]
-
-        forks = [pid for pid in [template.process.pid, *below(template.process.pid)] if table[pid][1][:4] == python]
-        zygote = next(pid for pid in forks if table[pid][0] not in forks)
-        found = below(zygote)
+        top = template.process.pid
+        if wrapped:
+            forks = [pid for pid, command in descendants(top).items() if command.startswith(python)]
+            top = max(forks, key=lambda pid: len(descendants(pid)))
+        found = list(descendants(top))
         if len(found) == size or time.monotonic() > deadline:
             return found
         time.sleep(0.01)
@@ -597,19 +580,19 @@ def test_the_next_jobs_processes_are_made_ahead_and_replaced_when_they_died_wait
     assert run(GOOD, layers=layers).ok is True
     template = sandbox._template(wrapped)
     size = 3 if wrapped else 2  # a supervisor and its job, and inside bubblewrap the job's init between them
-    waiting = _ready_set(template, size)
+    waiting = _ready_set(template, wrapped, size)
     assert len(waiting) == size
     for pid in waiting:
         os.kill(pid, 9)
     deadline = time.monotonic() + 10
-    while set(waiting) & set(_processes()) and time.monotonic() < deadline:
+    while any(map(_alive, waiting)) and time.monotonic() < deadline:
         time.sleep(0.01)
 
     outcome = run(GOOD, layers=layers)
 
     assert outcome.ok is True
     assert sandbox._template(wrapped) is template and template.usable()  # the template made a new set, once
-    replaced = _ready_set(template, size)
+    replaced = _ready_set(template, wrapped, size)
     assert len(replaced) == size and not set(replaced) & set(waiting)
 
 
@@ -618,7 +601,7 @@ def test_a_request_without_its_four_pipes_is_dropped_and_leaves_no_waiting_proce
     wrapped = sandbox.bubblewrap_usable()
     template = sandbox._template(wrapped)
     size = 3 if wrapped else 2
-    waiting = _ready_set(template, size)
+    waiting = _ready_set(template, wrapped, size)
     reader, writer = os.pipe()
     socket.send_fds(template.control, [b'{"cpu_seconds": 1}'], [reader])  # one fd where a job sends four
     os.close(reader)
@@ -628,8 +611,8 @@ def test_a_request_without_its_four_pipes_is_dropped_and_leaves_no_waiting_proce
 
     assert outcome.ok is True
     assert sandbox._template(wrapped) is template and template.usable()
-    assert len(_ready_set(template, size)) == size  # one set waits for the next job, no other
-    assert not set(waiting) & set(_processes())  # the set waiting before the dropped request is gone
+    assert len(_ready_set(template, wrapped, size)) == size  # one set waits for the next job, no other
+    assert not any(map(_alive, waiting))  # the set waiting before the dropped request is gone
 
 
 PRINTING = """
