@@ -243,7 +243,12 @@ if not REDIS_URL:
 if REDIS_URL:
     # A message a worker took but never acknowledged (its main process died) returns to the queue after this
     # long. Longer than any task runs (the sandbox wall limit is 3 min), so a live task is never delivered twice.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("LEROY_BROKER_VISIBILITY_TIMEOUT", 900)}
+    # Each worker looks for such messages every `unacked_restore_interval` (10 s); kombu's default throttle would
+    # scan only every tenth time (100 s), so a message a scan just missed would wait that long again.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("LEROY_BROKER_VISIBILITY_TIMEOUT", 900),
+        "unacked_restore_throttle": 1,
+    }
 CELERY_TASK_IGNORE_RESULT = True  # job state lives in our own models
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

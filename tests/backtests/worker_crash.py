@@ -4,8 +4,9 @@ prints what became of both reports as JSON.
 Run by test_worker_crash.py in a subprocess: a throwaway Leroy (SQLite in a temporary var dir) on the real Redis
 broker (LEROY_TEST_REDIS_URL, under a fresh key prefix), production settings, a one-process worker prefetching two
 messages. After the kill a new worker starts; the broker returns both unacknowledged messages once the visibility
-timeout (2 s here, 15 min in production) has passed: the one that was running fails as worker_lost and is refunded
-(never run twice), the prefetched one runs once.
+timeout (2 s here, 15 min in production) has passed, at the worker's next sweep (every second here, 10 s in
+production): the one that was running fails as worker_lost and is refunded (never run twice), the prefetched one
+runs once.
 """
 
 import contextlib
@@ -29,7 +30,8 @@ WORKER = celery(
 app.worker_main(["worker", "--concurrency", "1", "--prefetch-multiplier", "2", "-Q", "backtests",
                  "--loglevel", "WARNING", "--without-heartbeat", "--without-gossip", "--without-mingle"])
 """,
-    options=repr({"global_keyprefix": PREFIX}),
+    # A sweep every second: the replacement's first one can come before the prefetched message is 2 s old.
+    options=repr({"global_keyprefix": PREFIX, "unacked_restore_interval": 1}),
 )
 SPIN = "class Spin(bt.Strategy):\n    def next(self):\n        while True:\n            pass\n"
 QUICK = "class Quick(bt.Strategy):\n    def next(self):\n        pass\n"
