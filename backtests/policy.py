@@ -401,20 +401,27 @@ class Guards:
     containers: tuple[type, ...] = ()
     # Order classes: `Historical` (fills at a price the strategy names) is not an order type strategies get.
     orders: tuple[type, ...] = ()
+    # (type, name) pairs that passed every check that follows from the type and the name: read again without them
+    # (1.15 us a read, 0.52 once cleared; a daily SMA cross reads ~7,500 times). Kept across the template's jobs:
+    # the verdict never depends on the job.
+    cleared: set[tuple[type, str]] = field(default_factory=set, compare=False, repr=False)
 
     def getattr(self, obj: Any, name: str) -> Any:
-        if name in LOOKAHEAD_ATTRIBUTES and isinstance(obj, self.series + self.containers):
-            raise lookahead(f"`.{name}`", agent_line())
-        if name in FORBIDDEN_ATTRIBUTES or name.startswith("_"):
-            raise AttributeError(f"the attribute `{name}` is not available in strategies")
-        if name in REFUSED_ORDER_TYPES and (isinstance(obj, self.orders) or _subclass(obj, self.orders)):
-            raise Refused("order_refused", ORDER_TYPES_HELP, agent_line())
+        kind = type(obj)
+        cleared = (kind, name) in self.cleared and obj.__class__ is kind
+        if not cleared:
+            self._by_type(obj, name)
         if id(obj) in self.protected and name not in self.protected_names:
             raise AttributeError(f"the attribute `{name}` of market data is not available in strategies")
-        for kind, names in self.read_only:
-            if isinstance(obj, kind) and name not in names:
-                raise AttributeError(f"the attribute `{name}` of {kind.__name__} is not available in strategies")
-        value = safer_getattr_raise(obj, name)  # raises on a missing attribute instead of returning None
+        if cleared:
+            value = getattr(obj, name)
+        else:
+            value = safer_getattr_raise(obj, name)  # raises on a missing attribute instead of returning None
+            # Every check so far follows from the object's type and the name alone (RestrictedPython's too), unless
+            # the object is a class (an order class's `Historical`), a module (its `string.Formatter` check) or
+            # reports another class than its own (isinstance reads `__class__`).
+            if type(name) is str and obj.__class__ is kind and not isinstance(obj, (type, types.ModuleType)):
+                self.cleared.add((kind, name))
         if isinstance(value, types.ModuleType) and not any(value is module for module in self.allowed_modules):
             raise AttributeError(f"`{name}` is a module and is not available in strategies")
         if isinstance(value, (types.FrameType, types.CodeType, types.TracebackType)):
@@ -425,6 +432,19 @@ class Guards:
             if name == "datas" and isinstance(value, list):
                 return tuple(value)  # the feed list is the engine's: readable, not reorderable
         return value
+
+    def _by_type(self, obj: Any, name: str) -> None:
+        """The refusals that follow from the object's type and the attribute's name (the market-data check, which
+        follows from the object itself, is the caller's)."""
+        if name in LOOKAHEAD_ATTRIBUTES and isinstance(obj, self.series + self.containers):
+            raise lookahead(f"`.{name}`", agent_line())
+        if name in FORBIDDEN_ATTRIBUTES or name.startswith("_"):
+            raise AttributeError(f"the attribute `{name}` is not available in strategies")
+        if name in REFUSED_ORDER_TYPES and (isinstance(obj, self.orders) or _subclass(obj, self.orders)):
+            raise Refused("order_refused", ORDER_TYPES_HELP, agent_line())
+        for kind, names in self.read_only:
+            if isinstance(obj, kind) and name not in names:
+                raise AttributeError(f"the attribute `{name}` of {kind.__name__} is not available in strategies")
 
     def getitem(self, obj: Any, key: Any) -> Any:
         line: Any = obj  # isinstance against the tuples of types below narrows to `object` otherwise

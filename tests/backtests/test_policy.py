@@ -1,7 +1,10 @@
-"""The strategy-frame counter behind `agent_line`: exact through calls, generators, throws and exceptions."""
+"""The strategy-frame counter behind `agent_line` (exact through calls, generators, throws and exceptions) and the
+guards' cache of cleared reads."""
 
 import contextlib
 import types
+
+import pytest
 
 from backtests import policy
 
@@ -83,3 +86,78 @@ def test_a_recursion_that_hits_the_limit_leaves_the_count_exact():
 
     assert policy._RUNNING == [0]
     assert module.line_here() == 3
+
+
+class Bars:
+    close = 1.0
+    volume = 2.0
+
+
+class Meta(type):
+    pass
+
+
+class OrderKind(metaclass=Meta):
+    Market = 0
+    Historical = 1
+
+
+class OtherKind(metaclass=Meta):
+    Historical = 1
+
+
+class Broker:
+    cash = 3.0
+
+
+class Claims:
+    """Reports whatever class it is told to (isinstance reads `__class__`)."""
+
+    secret = 4.0
+
+    def __init__(self, claimed: type | None = None) -> None:
+        self.claimed = claimed
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return self.claimed or type(self)
+
+
+def guards(**config) -> policy.Guards:
+    return policy.Guards(allowed_modules=(), writable=(), **config)
+
+
+def test_a_read_cleared_for_a_type_still_refuses_the_market_data_of_that_type():
+    checks = guards(protected_names=frozenset({"close"}))
+    free, data = Bars(), Bars()
+    checks.protected.add(id(data))
+    assert checks.getattr(free, "volume") == 2.0
+    assert checks.cleared == {(Bars, "volume")}
+    with pytest.raises(AttributeError, match="of market data is not available"):
+        checks.getattr(data, "volume")
+    assert checks.getattr(data, "close") == 1.0
+
+
+def test_a_class_is_checked_on_every_read_never_cleared_by_its_metaclass():
+    checks = guards(orders=(OrderKind,))
+    assert checks.getattr(OtherKind, "Historical") == 1
+    assert checks.getattr(OrderKind, "Market") == 0
+    with pytest.raises(policy.Refused):
+        checks.getattr(OrderKind, "Historical")
+    assert checks.cleared == set()
+
+
+def test_an_object_claiming_a_read_only_class_is_refused_after_its_type_was_cleared():
+    checks = guards(read_only=((Broker, frozenset({"cash"})),))
+    assert checks.getattr(Claims(), "secret") == 4.0
+    assert checks.cleared == {(Claims, "secret")}
+    with pytest.raises(AttributeError, match="of Broker is not available"):
+        checks.getattr(Claims(Broker), "secret")
+
+
+def test_a_refused_read_is_refused_again_and_never_cleared():
+    checks = guards()
+    for _ in range(2):
+        with pytest.raises(AttributeError, match="`_hidden` is not available"):
+            checks.getattr(Bars(), "_hidden")
+    assert checks.cleared == set()
