@@ -10,9 +10,10 @@ import threading
 import time
 from pathlib import Path
 
+import backtrader
 import pytest
 
-from backtests import sandbox
+from backtests import engine, policy, sandbox, sandbox_child
 from backtests.dryrun import walk
 from backtests.sandbox import ALL_LAYERS, Limits
 from tests.backtests.conftest import SMA_CROSS, expected_layers, require_bubblewrap
@@ -492,6 +493,35 @@ def test_current_and_past_bars_stay_readable():
     assert outcome.ok is True
     assert [float(first[0]), float(first[1])] == [closes[3], closes[2]]
     assert first[2] == str([closes[2], closes[3]])
+
+
+NUMBERED = """
+class Numbered(bt.Strategy):
+    def next(self):
+        if len(self) == 1:
+            print("order", self.buy(size=1).ref)
+        elif len(self) == 3:
+            self.close()
+
+    def notify_trade(self, trade):
+        print("trade", trade.ref, trade.isclosed)
+"""
+
+
+def test_a_job_numbers_its_orders_and_trades_from_one_after_the_templates_warm_up_backtest():
+    outcome = run(NUMBERED)
+
+    assert outcome.ok is True
+    assert outcome.prints.splitlines() == ["order 1", "trade 1 False", "trade 1 True"]
+    assert outcome.result["orders"]["completed"] == 2
+
+
+def test_the_templates_warm_up_backtest_passes_and_puts_back_what_it_changed():
+    sandbox_child.warm_up()  # raises unless it ran and its look-ahead check passed
+
+    assert policy.STRATEGY_MODULE not in sys.modules
+    assert (next(backtrader.OrderBase.refbasis), next(backtrader.Trade.refbasis)) == (1, 1)
+    engine.forget_runs()
 
 
 LEAVE = """
