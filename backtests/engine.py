@@ -14,7 +14,7 @@ import math
 import sys
 import types
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 from typing import Any
 
 import backtrader as bt
@@ -333,9 +333,15 @@ class ArrayData(bt.feed.DataBase):
         return True
 
 
+# A run formats every equity point's time (2,000 for a daily run: 4 ms through datetime and timedelta, 1.4 ms so).
+_CLOCK = [f"T{minute // 60:02d}:{minute % 60:02d}:" for minute in range(1440)]
+_SECONDS = [f"{second:02d}Z" for second in range(60)]
+
+
 def iso(num: float) -> str:
-    seconds = round((num - EPOCH_ORDINAL) * 86400)
-    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+    """A Backtrader date number as RFC 3339 UTC, to the nearest second (`2024-01-02T15:30:00Z`)."""
+    days, second = divmod(round((num - EPOCH_ORDINAL) * 86400), 86400)
+    return date.fromordinal(int(EPOCH_ORDINAL) + days).isoformat() + _CLOCK[second // 60] + _SECONDS[second % 60]
 
 
 class Ledger(bt.Analyzer):

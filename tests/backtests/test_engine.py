@@ -1,10 +1,11 @@
 import sys
 import types
+from datetime import UTC, datetime
 
 import backtrader as bt
 import pandas as pd
 
-from backtests import sandbox
+from backtests import engine, sandbox
 from backtests.dryrun import walk
 from tests.backtests.conftest import SMA_CROSS
 
@@ -117,3 +118,18 @@ def test_intraday_run_equals_direct_backtrader_exactly():
 
     assert (value, trades, drawdown) == direct(SMA_CROSS, datas, simulation, {"size": 50}, bt.TimeFrame.Minutes)
     assert len(trades) >= 5 and drawdown[0] > 0
+
+
+def test_a_date_number_is_formatted_as_its_utc_second_across_days_and_the_rounding_at_midnight():
+    def formatted(num: float) -> str:
+        seconds = round((num - engine.EPOCH_ORDINAL) * 86400)
+        return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+    day = bt.date2num(datetime(2024, 3, 8, tzinfo=UTC))
+    nums = [day + minute / 1440 for minute in range(1440)] + [day + k / 7 for k in range(-9_000, 9_000)]
+    nums += [day - 0.4 / 86400, day + 86399.4 / 86400, day + 86399.6 / 86400]
+    nums.append(bt.date2num(datetime(1969, 12, 31, 23, tzinfo=UTC)))
+
+    assert [engine.iso(num) for num in nums] == [formatted(num) for num in nums]
+    assert engine.iso(day + 86399.6 / 86400) == "2024-03-09T00:00:00Z"
+    assert engine.iso(day + (9 * 3600 + 30 * 60 + 5) / 86400) == "2024-03-08T09:30:05Z"
