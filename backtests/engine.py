@@ -8,7 +8,6 @@ backtrader's TradeAnalyzer output; statistics are computed from them by `statist
 import bisect
 import functools
 import inspect
-import itertools
 import json
 import math
 import sys
@@ -227,14 +226,6 @@ def _lookahead_guards() -> None:
 def prepare() -> None:
     """What every run needs installed, done once in the sandbox template before it forks jobs."""
     _lookahead_guards()
-
-
-def forget_runs() -> None:
-    """Put back what a finished run leaves in this process that a later run could see: Backtrader's order and trade
-    numbering (a strategy reads `order.ref`) and the registered strategy module."""
-    bt.OrderBase.refbasis = itertools.count(1)
-    bt.Trade.refbasis = itertools.count(1)
-    sys.modules.pop(policy.STRATEGY_MODULE, None)
 
 
 class GuardedBroker(bt.brokers.BackBroker):

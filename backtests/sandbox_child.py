@@ -417,42 +417,6 @@ class Ready:
             self.job_handoff.close()
 
 
-# The template's own backtest, run once before it forks any job: Python specialises the bytecode it runs (3.11+),
-# so backtrader's and the engine's per-bar code, and the guards' cache of cleared (type, name) reads, reach every
-# job warm instead of being specialised again in each (a daily SMA cross ran 3-4 ms faster). Trusted code, the
-# guarded path a job takes; what it leaves behind that a job could observe (order and trade numbering, the module
-# it registered) is put back as it was.
-WARM_UP_SOURCE = """
-class WarmUp(bt.Strategy):
-    params = (("fast", 10), ("slow", 30))
-
-    def __init__(self):
-        self.cross = bt.ind.CrossOver(bt.ind.SMA(self.data.close, period=self.p.fast),
-                                      bt.ind.SMA(self.data.close, period=self.p.slow))
-
-    def next(self):
-        if not self.position and self.cross[0] > 0:
-            self.buy(size=10)
-        elif self.position and self.cross[0] < 0:
-            self.close()
-"""
-WARM_UP_SIMULATION = {"initial_cash": 100_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
-
-
-def warm_up() -> None:
-    """One probed backtest of WARM_UP_SOURCE on the dry-run walk, its result encoded as a job's is; raises if it
-    fails (a template that cannot run it could not run a job either)."""
-    from backtests.dryrun import walk
-
-    job = {"source": WARM_UP_SOURCE, "datas": [walk("WARMUP", bars=500)], "layers": ["ast", "restricted_python"],
-           "simulation": WARM_UP_SIMULATION, "parameters": {}, "probe": 3}  # fmt: skip
-    outcome = execute(job, [])
-    json.dumps(engine.plain(outcome), allow_nan=False, default=str)
-    if not outcome["ok"] or outcome["result"]["lookahead_check"]["status"] != "passed":
-        raise RuntimeError(f"the sandbox template's warm-up backtest failed: {outcome.get('error')}")
-    engine.forget_runs()
-
-
 def serve(control_fd: int, wrapped: bool) -> None:
     """Hand each job request to the processes made ready for it, then make the next job's, until the parent
     closes the socket or the CPU budget is half spent (the parent then starts a new template)."""
@@ -460,8 +424,6 @@ def serve(control_fd: int, wrapped: bool) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
     budget = resource.getrlimit(resource.RLIMIT_CPU)[0] / 2
     engine.prepare()
-    warm_up()
-    gc.collect()
     gc.freeze()  # the imported objects stay shared with every fork (no copy-on-write from the collector)
     template = os.getpid()
     ready = Ready(control, template, wrapped)
