@@ -417,10 +417,11 @@ class Guards:
             value = getattr(obj, name)
         else:
             value = safer_getattr_raise(obj, name)  # raises on a missing attribute instead of returning None
-            # Every check so far follows from the object's type and the name alone (RestrictedPython's too), unless
-            # the object is a class (an order class's `Historical`), a module (its `string.Formatter` check) or
-            # reports another class than its own (isinstance reads `__class__`).
-            if type(name) is str and obj.__class__ is kind and not isinstance(obj, (type, types.ModuleType)):
+            # Every check so far follows from the object's type and the name alone (RestrictedPython's too; a name
+            # that is not a string raised above), unless the object is a class (an order class's `Historical`), a
+            # module (its `string.Formatter` check) or reports another class than its own (isinstance reads
+            # `__class__`).
+            if obj.__class__ is kind and not isinstance(obj, (type, types.ModuleType)):
                 self.cleared.add((kind, name))
         if isinstance(value, types.ModuleType) and not any(value is module for module in self.allowed_modules):
             raise AttributeError(f"`{name}` is a module and is not available in strategies")
