@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from backtests.models import DryRun, DryRunPass, Optimization, OptimizationRun, Report, Strategy, Trial
+from backtests.models import DryRun, DryRunPass, Optimization, OptimizationRun, ProbeCut, Report, Strategy, Trial
 from backtests.pages import report_statistics
 from leroy.admin import ReadOnlyAdmin
 
@@ -118,6 +118,13 @@ class OptimizationRunAdmin(ReadOnlyAdmin):
     @admin.display(description="Statistics")
     def statistics_table(self, run: OptimizationRun) -> SafeString:
         return statistics_table(run.statistics)
+
+
+@admin.register(ProbeCut)
+class ProbeCutAdmin(ReadOnlyAdmin):
+    list_display = ["optimization", "index", "until_us", "status", "started_at", "finished_at"]
+    list_filter = ["status"]
+    search_fields = ["optimization__name", "optimization__user__email"]
 
 
 @admin.register(Trial)

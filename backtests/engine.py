@@ -5,7 +5,6 @@ Bars arrive as plain lists and feed a list-backed data feed (1.7x the stock pand
 backtrader's TradeAnalyzer output; statistics are computed from them by `statistics.py` outside the sandbox.
 """
 
-import bisect
 import functools
 import inspect
 import json
@@ -32,8 +31,8 @@ from backtests.policy import (
     strategy_classes,
     validate_source,
 )
+from backtests.probing import EPOCH_ORDINAL, PROBE_CUTS, cut, probe_cuts
 
-EPOCH_ORDINAL = 719163.0  # bt.date2num(1970-01-01)
 MAX_EQUITY_POINTS = 2000
 
 
@@ -510,39 +509,6 @@ def run(
 
 
 # --- the truncation probe ----------------------------------------------------------------------------------------
-PROBE_CUTS = 3
-PROBE_MIN_BARS = 40  # below this many common bars the probe is not run
-
-
-def probe_cuts(datas: list[dict[str, Any]], decisions: list[dict[str, Any]], k: int = PROBE_CUTS) -> list[int] | str:
-    """k deterministic cut timestamps (µs) inside the bars every data has, or the reason there are none.
-
-    A strategy that peeks n bars ahead decides differently only where the cut hides those n bars, that is when
-    it decides within n bars of the cut: so the cuts fall on bars where the full run decided (spread evenly
-    over its decisions), topped up with evenly spaced bars when it decided on fewer than k."""
-    first, last = max(d["ts_us"][0] for d in datas), min(d["ts_us"][-1] for d in datas)
-    timeline = sorted({ts for d in datas for ts in d["ts_us"] if first <= ts <= last})
-    if len(timeline) < PROBE_MIN_BARS:
-        return f"the data have {len(timeline)} common bars; the probe needs at least {PROBE_MIN_BARS}"
-    decided = sorted({_nearest(timeline, d["bar"]) for d in decisions if d["bar"] is not None} - {None})
-    cuts = [decided[len(decided) * i // (k + 1)] for i in range(1, k + 1)] if len(decided) >= k else decided
-    spaced = (timeline[len(timeline) * i // (k + 1)] for i in range(1, k + 1))
-    return sorted(set(cuts) | set(list(dict.fromkeys(t for t in spaced if t not in cuts))[: k - len(set(cuts))]))
-
-
-def _nearest(timeline: list[int], bar: float) -> int | None:
-    """The timeline's timestamp of a bar's date number (which does not round-trip to the microsecond)."""
-    us = round((bar - EPOCH_ORDINAL) * 86_400_000_000)
-    at = bisect.bisect_left(timeline, us)
-    near = [ts for ts in timeline[max(0, at - 1) : at + 1] if abs(ts - us) < 1000]
-    return near[0] if near else None
-
-
-def cut(data: dict[str, Any], until_us: int) -> dict[str, Any]:
-    keep = sum(1 for ts in data["ts_us"] if ts <= until_us)
-    return {key: (value[:keep] if isinstance(value, list) else value) for key, value in data.items()}
-
-
 def _decisions_on(strategy: type, datas: list[dict[str, Any]], simulation: dict[str, Any], parameters: dict[str, Any]):
     cerebro = _cerebro(strategy, datas, simulation, parameters)
     try:
@@ -563,12 +529,15 @@ def lookahead_probe(
     parameters: dict[str, Any],
     decisions: list[dict[str, Any]],
     k: int = PROBE_CUTS,
+    cuts: list[int] | None = None,
 ) -> dict[str, Any]:
     """Rerun the strategy on the data cut at k points and compare every order decision taken up to each cut
     with the full run's (`decisions`, as `as_recorded` gives them): a strategy that reads only past bars decides
     the same; any difference means it used bars after the one it was on. `load` compiles the source afresh, so
-    no state carries over between runs."""
-    cuts = probe_cuts(datas, decisions, k)
+    no state carries over between runs. `cuts`: only these of the k cuts (`probe_cuts`' timestamps), run here
+    while the others run elsewhere."""
+    if cuts is None:
+        cuts = probe_cuts(datas, decisions, k)
     if isinstance(cuts, str):
         return {"status": "not_run", "k": k, "cuts": [], "reason": cuts}
     checked = []

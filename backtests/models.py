@@ -164,6 +164,9 @@ class Optimization(models.Model):
     credits_charged = models.PositiveIntegerField(default=0)
     hold_id = models.BigIntegerField(null=True, blank=True)
     lookahead_check = models.JSONField(null=True, blank=True)  # the probe of the best run by the target metric
+    # {"pbo", "refusal"}: the grid's PBO, computed after the last point while the probe's cuts run; the close's
+    # verdict carries it
+    grid_pbo = models.JSONField(null=True, blank=True)
     verdict = models.JSONField(null=True, blank=True)  # verdicts.verdict of the best run and the grid, once closed
     report_hash = models.CharField(max_length=64, blank=True, default="")  # over every point's statistics + verdict
     error = models.JSONField(null=True, blank=True)
@@ -199,6 +202,26 @@ class OptimizationRun(models.Model):
         ordering = ["iteration"]
         constraints = [
             models.UniqueConstraint(fields=["optimization", "iteration"], name="backtests_run_iteration_unique")
+        ]
+
+
+class ProbeCut(models.Model):
+    """One cut run of an optimization's look-ahead probe (the best run by the target metric, rerun on its bars cut
+    at one timestamp): a task of its own, so an optimization's cuts run on as many workers as are free."""
+
+    optimization = models.ForeignKey(Optimization, on_delete=models.CASCADE, related_name="probe_cuts")
+    index = models.PositiveSmallIntegerField()  # its place in cut order (0-based)
+    until_us = models.BigIntegerField()  # the cut: the bars up to and including this timestamp (µs since epoch)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    outcome = models.JSONField(null=True, blank=True)  # this cut's lookahead_check, once COMPLETED
+    error = models.JSONField(null=True, blank=True)  # why its sandbox job gave no check, once FAILED
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["index"]
+        constraints = [
+            models.UniqueConstraint(fields=["optimization", "index"], name="backtests_probe_cut_index_unique")
         ]
 
 

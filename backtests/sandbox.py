@@ -378,11 +378,13 @@ def run_job(
     probe: int = 0,
     decisions: bool = False,
     expected: list[dict[str, Any]] | None = None,
+    cuts: list[int] | None = None,
 ) -> Outcome:
     """Run one backtest of `source` in a fresh sandbox child and return what it produced; `probe` > 0 adds the
     truncation probe with that many cuts (`result["lookahead_check"]`), `decisions` the run's order decisions
     (`result["decisions"]`). With `expected` (the decisions a full run of this same job recorded) and `probe`,
-    only the probe's cut runs are run and `result` is just its `lookahead_check`."""
+    only the probe's cut runs are run and `result` is just its `lookahead_check`; `cuts` (some of the probe's
+    cut timestamps) runs only those cuts."""
     limits = limits or Limits()
     job = {
         "source": source,
@@ -392,6 +394,7 @@ def run_job(
         "probe": probe,
         "decisions": decisions,
         "expected": expected,
+        "cuts": cuts,
         "hide": runtime_paths(),
         "layers": sorted(layers),
         "limits": {"cpu_seconds": limits.cpu_seconds, "memory_bytes": limits.memory_bytes, "uid": limits.uid},

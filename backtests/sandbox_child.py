@@ -190,15 +190,18 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
         strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
         run = {"datas": job["datas"], "simulation": job["simulation"], "parameters": job["parameters"]}
         fresh = lambda: engine.load_strategy(job["source"], prints=PrintBuffer(0), layers=in_process)  # noqa: E731
+        cuts = [int(until) for until in job["cuts"]] if job.get("cuts") is not None else None
         if job.get("expected") is not None:
             # The full run's decisions were recorded by that run (same code and bars): only the cut runs are due.
-            check = engine.lookahead_probe(fresh, decisions=job["expected"], k=int(job["probe"]), **run)
+            check = engine.lookahead_probe(fresh, decisions=job["expected"], k=int(job["probe"]), cuts=cuts, **run)
             outcome.update(ok=True, result={"lookahead_check": check})
             return _finished(outcome, prints)
         result = engine.run(strategy, **run)
         decisions = engine.as_recorded(result.pop("decisions"))
         if job.get("probe"):
-            result["lookahead_check"] = engine.lookahead_probe(fresh, decisions=decisions, k=int(job["probe"]), **run)
+            result["lookahead_check"] = engine.lookahead_probe(
+                fresh, decisions=decisions, k=int(job["probe"]), cuts=cuts, **run
+            )
         if job.get("decisions"):
             result["decisions"] = decisions
         outcome.update(ok=True, result=result)

@@ -20,7 +20,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
 from accounts.models import User
-from backtests import sandbox, selectors, statistics, verdicts
+from backtests import probing, sandbox, selectors, statistics, verdicts
 from backtests.dryrun import dry_run_datas
 from backtests.models import (
     DryRun,
@@ -28,6 +28,7 @@ from backtests.models import (
     Optimization,
     OptimizationMode,
     OptimizationRun,
+    ProbeCut,
     Report,
     Status,
     Strategy,
@@ -35,6 +36,7 @@ from backtests.models import (
     TrialKind,
 )
 from backtests.policy import declared_parameters
+from backtests.probing import PROBE_CUTS
 from billing import services as billing
 from evidence.marketdata.selectors import bars_frame_version, bars_read
 from evidence.models import Symbol
@@ -42,7 +44,6 @@ from leroy.clock import now
 from leroy.errors import DomainError
 
 MAX_GRID_POINTS = 400
-PROBE_CUTS = 3  # the truncation probe's cuts (engine.PROBE_CUTS; the engine lives in the sandbox child)
 DRY_RUN_SIMULATION = {"initial_cash": 100_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
 
 
@@ -808,19 +809,111 @@ def _best_run(optimization: Optimization, fold: int | None = None) -> Optimizati
 
 def _optimization_probe(optimization_id: Any) -> None:
     """The last point is done: probe the best run by the target metric for look-ahead, then close and settle.
-    The grid's PBO does not depend on the probe, so it is computed here while the probe's sandbox job runs (a
-    thread that only waits on the child: every query stays on this thread and its connection)."""
+    When that point kept its decisions the probe is its cut runs alone, one task each (`_probe_cuts_start`), so
+    that free workers run them side by side. Otherwise one job reruns the point and its cuts, and the grid's PBO,
+    which does not depend on the probe, is computed while it runs (a thread that only waits on the child: every
+    query stays on this thread and its connection)."""
     optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
     best = _best_run(optimization)
     job = _probe_job(optimization, best)
-    if job is None:
+    if job is None or best is None:
         _optimization_close(optimization_id, _probe_check(optimization, best, None), best=best)
         return
+    if job["expected"] is not None:
+        cuts = probing.probe_cuts(job["datas"], job["expected"], PROBE_CUTS)
+        if isinstance(cuts, str):
+            _optimization_close(optimization_id, _not_run(cuts) | _probed(best), best=best)
+        else:
+            _probe_cuts_start(optimization, cuts, job)
+        return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as pool:
-        probing = pool.submit(sandbox.run_job, **job)
+        probing_job = pool.submit(sandbox.run_job, **job)
         pbo = optimization_pbo(optimization, _completed_runs(optimization))
-        outcome = probing.result()  # what the probe raised, raised here as it was before
+        outcome = probing_job.result()  # what the probe raised, raised here as it was before
     _optimization_close(optimization_id, _probe_check(optimization, best, outcome), best=best, pbo=pbo)
+
+
+def _probe_cuts_start(optimization: Optimization, cuts: list[int], job: dict[str, Any]) -> None:
+    """One row per cut; the last cut (the most bars, the longest run) runs here at once, the others are queued,
+    longest first, for whichever workers are free. The last cut to finish closes the optimization."""
+    from backtests import tasks
+
+    with transaction.atomic():
+        rows = ProbeCut.objects.bulk_create(
+            ProbeCut(optimization=optimization, index=index, until_us=until) for index, until in enumerate(cuts)
+        )
+        here, *queued = reversed(rows)
+        ProbeCut.objects.filter(pk=here.pk).update(status=Status.EXECUTING, started_at=now())
+        transaction.on_commit(lambda: [tasks.optimization_probe_cut.delay(row.pk) for row in queued])
+    # The grid's PBO while this cut's job runs (as above), kept for whichever cut finishes last and closes.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as pool:
+        running = pool.submit(sandbox.run_job, **job, cuts=[here.until_us])
+        pbo, refusal = optimization_pbo(optimization, _completed_runs(optimization))
+        Optimization.objects.filter(pk=optimization.pk).update(grid_pbo={"pbo": pbo, "refusal": refusal})
+        outcome = running.result()
+    _probe_cut_finish(here.pk, outcome)
+
+
+def optimization_probe_cut_execute(*, cut_id: int) -> None:
+    """Run one queued cut of a best run's probe (a redelivered one, whose worker stopped mid-run, fails)."""
+    claimed = ProbeCut.objects.filter(pk=cut_id, status=Status.PENDING, optimization__status=Status.EXECUTING).update(
+        status=Status.EXECUTING, started_at=now()
+    )
+    if not claimed:
+        _probe_cut_finish(cut_id, None)  # changes nothing unless it was left EXECUTING
+        return
+    cut = ProbeCut.objects.select_related("optimization__strategy").get(pk=cut_id)
+    # Every point is done, so the best run and its kept decisions are those the cuts were chosen from.
+    job = _probe_job(cut.optimization, _best_run(cut.optimization))
+    _probe_cut_finish(cut_id, None if job is None else sandbox.run_job(**job, cuts=[cut.until_us]))
+
+
+def _probe_cut_finish(cut_id: int, outcome: sandbox.Outcome | None) -> None:
+    """Record an EXECUTING cut's check, or its failure (`outcome` None: its worker stopped); the last of its
+    optimization's cuts closes it. A cut no longer EXECUTING (reaped, or cancelled) is left as it is."""
+    ok = outcome is not None and outcome.ok and outcome.result is not None
+    with transaction.atomic():
+        cut = ProbeCut.objects.filter(pk=cut_id).only("optimization_id").first()
+        if cut is None:
+            return
+        optimization = Optimization.objects.select_for_update().get(pk=cut.optimization_id)
+        executing = ProbeCut.objects.filter(pk=cut_id, status=Status.EXECUTING)
+        if optimization.status != Status.EXECUTING:
+            executing.update(status=Status.CANCELLED, finished_at=now())
+            return
+        recorded = executing.update(
+            status=Status.COMPLETED if ok else Status.FAILED,
+            outcome=outcome.result["lookahead_check"] if ok and outcome and outcome.result else None,
+            error=None if ok else ((outcome.error if outcome else None) or WORKER_LOST),
+            finished_at=now(),
+        )
+        live = ProbeCut.objects.filter(optimization=optimization, status__in=(Status.PENDING, Status.EXECUTING))
+        if not recorded or live.exists():
+            return
+    _probe_cuts_close(optimization.pk)
+
+
+def _probe_cuts_close(optimization_id: Any) -> None:
+    optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
+    best = _best_run(optimization)
+    cuts = list(ProbeCut.objects.filter(optimization=optimization))
+    check = _probe_of_cuts(cuts, best) if best is not None else None
+    kept = optimization.grid_pbo  # null when this cut finished before the last point's task computed it
+    pbo = (kept["pbo"], kept["refusal"]) if kept else optimization_pbo(optimization, _completed_runs(optimization))
+    _optimization_close(optimization_id, check, best=best, pbo=pbo)
+
+
+def _probe_of_cuts(cuts: list[ProbeCut], best: OptimizationRun) -> dict[str, Any]:
+    """The probe's check from its cuts' checks, read in cut order as one run over every cut reads them: the first
+    cut that failed to run, or decided differently, ends it; so it is the check one job would have given."""
+    checked: list[str] = []
+    for cut in sorted(cuts, key=lambda row: row.index):
+        if cut.status != Status.COMPLETED or cut.outcome is None:
+            return _run_failed(cut.error) | _probed(best)
+        if cut.outcome["status"] != "passed":
+            return {**cut.outcome, "cuts": checked + cut.outcome["cuts"]} | _probed(best)
+        checked += cut.outcome["cuts"]
+    return {"status": "passed", "k": PROBE_CUTS, "cuts": checked} | _probed(best)
 
 
 def _probe_job(optimization: Optimization, best: OptimizationRun | None) -> dict[str, Any] | None:
@@ -852,19 +945,28 @@ def _probe_job(optimization: Optimization, best: OptimizationRun | None) -> dict
     }
 
 
+def _not_run(reason: str) -> dict[str, Any]:
+    return {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
+
+
+def _run_failed(error: dict[str, Any] | None) -> dict[str, Any]:
+    return _not_run(f"the probe run failed: {(error or WORKER_LOST)['message']}")
+
+
+def _probed(best: OptimizationRun) -> dict[str, Any]:
+    """What a probe's check says of the run it probed."""
+    return {"iteration": best.iteration, "parameters": best.parameters}
+
+
 def _probe_check(
     optimization: Optimization, best: OptimizationRun | None, outcome: sandbox.Outcome | None
 ) -> dict[str, Any]:
     """The probe's `lookahead_check` from its job's outcome (None: there was no best run to probe)."""
     if best is None or outcome is None:
-        reason = f"no run has a {optimization.target_metric}"
-        return {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
-    if outcome.ok and outcome.result is not None:
-        check = outcome.result["lookahead_check"]
-    else:
-        reason = f"the probe run failed: {(outcome.error or WORKER_LOST)['message']}"
-        check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
-    return check | {"iteration": best.iteration, "parameters": best.parameters}
+        return _not_run(f"no run has a {optimization.target_metric}")
+    ok = outcome.ok and outcome.result is not None
+    check = outcome.result["lookahead_check"] if ok and outcome.result else _run_failed(outcome.error)
+    return check | _probed(best)
 
 
 def _probe(optimization: Optimization, best: OptimizationRun | None) -> dict[str, Any]:
@@ -1119,9 +1221,8 @@ def optimization_cancel(*, user: User, optimization_id: str) -> Optimization:
         raise BacktestError(
             "not_cancellable", f"The optimization is {optimization.status}; only PENDING or EXECUTING can be cancelled."
         )
-    OptimizationRun.objects.filter(optimization=optimization, status=Status.PENDING).update(
-        status=Status.CANCELLED, finished_at=now()
-    )
+    for rows in (OptimizationRun.objects, ProbeCut.objects):
+        rows.filter(optimization=optimization, status=Status.PENDING).update(status=Status.CANCELLED, finished_at=now())
     optimization.status, optimization.finished_at = Status.CANCELLED, now()
     optimization.credits_charged = _points_charged(optimization)
     optimization.save(update_fields=["status", "finished_at", "credits_charged"])
@@ -1140,19 +1241,29 @@ def stale_jobs_reap(*, older_than: timedelta | None = None) -> int:
     # A walk-forward test run is not a grid point: its worker closing the optimization is reaped below.
     for run_id in stale.filter(out_of_sample=False).values_list("pk", flat=True):
         if _point_finish(run_id, error=WORKER_LOST):
-            reason = "the point's worker stopped; no probe was run"
-            check = {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
+            check = _not_run("the point's worker stopped; no probe was run")
             _optimization_close(OptimizationRun.objects.get(pk=run_id).optimization_id, check)
         reaped += 1
-    # Every point done but the optimization still open: the worker running the best run's probe vanished.
+    # A probe's cut whose worker stopped fails (the last cut to finish closes its optimization, the probe not run).
+    for cut_id in ProbeCut.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff).values_list("pk", flat=True):
+        _probe_cut_finish(cut_id, None)
+        reaped += 1
+    # Every point done but the optimization still open: the worker running the best run's probe vanished (or the
+    # one closing it after its last cut). Cuts still queued or running are not lost.
     for optimization in Optimization.objects.filter(status=Status.EXECUTING, started_at__lt=cutoff):
         done = optimization.completed_iterations + optimization.failed_iterations == optimization.total_iterations
         last = OptimizationRun.objects.filter(optimization=optimization).order_by("-finished_at").first()
+        cuts = ProbeCut.objects.filter(optimization=optimization)
+        if cuts.filter(status__in=(Status.PENDING, Status.EXECUTING)).exists():
+            continue
         if done and last is not None and (last.finished_at or last.started_at or cutoff) < cutoff:
-            stale.filter(optimization=optimization, out_of_sample=True).update(
-                status=Status.FAILED, error=WORKER_LOST, finished_at=now()
-            )
-            reason = "the worker running the look-ahead probe stopped before it finished"
-            _optimization_close(optimization.pk, {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason})
+            if cuts.exists():
+                _probe_cuts_close(optimization.pk)
+            else:
+                stale.filter(optimization=optimization, out_of_sample=True).update(
+                    status=Status.FAILED, error=WORKER_LOST, finished_at=now()
+                )
+                reason = "the worker running the look-ahead probe stopped before it finished"
+                _optimization_close(optimization.pk, _not_run(reason))
             reaped += 1
     return reaped

@@ -41,6 +41,11 @@ def optimization_points(run_ids: list[int]) -> None:
     services.optimization_points_execute(run_ids=run_ids)
 
 
+@shared_task(name="backtests.optimization_probe_cut")
+def optimization_probe_cut(cut_id: int) -> None:
+    services.optimization_probe_cut_execute(cut_id=cut_id)
+
+
 @shared_task(name="backtests.stale_jobs_reap")
 def stale_jobs_reap() -> int:
     return services.stale_jobs_reap()

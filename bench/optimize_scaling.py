@@ -1,6 +1,6 @@
-"""Optimization scaling: one 20-point grid (LEROY_OPTIMIZATION_POINTS_PER_TASK points per Celery task) with 1
-worker process and with 2, and the one-worker time per grid point against one plain in-process Backtrader run of
-the same strategy on the same bars (bench/backtest_overhead.py's baseline, timed in this run).
+"""Optimization scaling: one grid of 20 points (`--points`; LEROY_OPTIMIZATION_POINTS_PER_TASK points per Celery
+task) with 1 worker process and with 2, and the one-worker time per grid point against one plain in-process
+Backtrader run of the same strategy on the same bars (bench/backtest_overhead.py's baseline, timed in this run).
 
 Builds a throwaway Leroy in a temporary var dir (SQLite; production's broker, Redis, when 127.0.0.1:6379 answers,
 its keys under a prefix of this run's own, deleted on exit; else kombu's filesystem broker polled every 50 ms;
@@ -20,11 +20,14 @@ it.
 It also prints a SIMULATED 8-worker run, computed (not run: the machine may have 2 cores) from the first 1-worker
 run's recorded timestamps: each chunk task's duration (its first point's start to its last point's finish), the
 mean gap between one chunk's end and the next one's start (a task's dispatch), the dispatch before the first point
-and the serial tail after the last (probe and close). The chunks, each with the mean gap, are packed in submission
-order on the least-loaded of 8 workers; the makespan plus the first dispatch and the tail is the simulated time.
-Prints three lines (the third: the first 2-worker run's mean task, first dispatch and tail, measured).
+and the tail after the last (probe and close). The chunks, each with the mean gap, are packed in submission order
+on the least-loaded of 8 workers; then the probe's cuts, each a task of its own: the last point's worker runs
+one, the others go to the least-loaded workers; the makespan plus the first dispatch and the close is the
+simulated time (`simulated`). Prints three lines (the third: the first 2-worker run's mean task, first dispatch
+and tail, measured).
 
-    .venv/bin/python bench/optimize_scaling.py [--bars 2516] [--points-per-task N] [--broker redis|filesystem]
+    .venv/bin/python bench/optimize_scaling.py [--bars 2516] [--points 20] [--points-per-task N]
+                                               [--broker redis|filesystem]
 """
 
 import argparse
@@ -45,10 +48,13 @@ exit_on_signals()
 VAR = scratch_directory("leroy-bench-opt-")
 PARSER = argparse.ArgumentParser()
 PARSER.add_argument("--bars", type=int, default=2516)
+PARSER.add_argument("--points", type=int, default=20, help="grid points, a multiple of 5 (5 fast x points/5 slow)")
 PARSER.add_argument("--points-per-task", type=int, default=None, help="default: the setting's default")
 PARSER.add_argument("--broker", choices=("auto", "redis", "filesystem"), default="auto",
                     help="auto: Redis when 127.0.0.1:6379 answers, else the filesystem broker")  # fmt: skip
 ARGS = PARSER.parse_args()
+if ARGS.points < 5 or ARGS.points % 5:
+    PARSER.error("--points must be a positive multiple of 5")
 REDIS = "redis://127.0.0.1:6379/0"
 KEY_PREFIX = f"leroy-bench-opt-{os.getpid()}:"  # every broker key of this run, so none meets another's
 
@@ -118,7 +124,8 @@ app.worker_main(["worker", "--concurrency", sys.argv[1], "--pool", "prefork", "-
                  "--without-heartbeat", "--without-gossip", "--without-mingle"])
 """
 )
-GRIDS = [{"name": "fast", "min": 5, "max": 25, "step": 5}, {"name": "slow", "min": 30, "max": 60, "step": 10}]
+GRIDS = [{"name": "fast", "min": 5, "max": 25, "step": 5},
+         {"name": "slow", "min": 30, "max": 30 + 10 * (ARGS.points // 5 - 1), "step": 10}]  # fmt: skip
 
 
 def setup(bars: int):
@@ -180,8 +187,10 @@ def run_grid(user, strategy, workers: int) -> tuple[float, dict[str, float]]:
             time.sleep(0.2)
         # From the recorded close, not from when this loop saw it: the 0.2 s poll added 0.1 s to a run on average.
         elapsed = optimization.finished_at.timestamp() - submitted
-        assert optimization.status == Status.COMPLETED and optimization.completed_iterations == 20, optimization.error
-        assert Optimization.objects.filter(pk=optimization.pk, total_iterations=20).exists()
+        points = ARGS.points
+        done = optimization.status == Status.COMPLETED and optimization.completed_iterations == points
+        assert done, optimization.error
+        assert Optimization.objects.filter(pk=optimization.pk, total_iterations=points).exists()
         return elapsed, phases(optimization)
     finally:  # any exit, a timeout or Ctrl-C included: the worker's whole process group goes
         serving.stop_group(worker, grace=30)
@@ -224,12 +233,15 @@ def wait_idle(root: int, *, window: float = 1.0, timeout: float = 120.0) -> None
     raise SystemExit(f"the worker was still busy {timeout:.0f} s after it started")
 
 
-def phases(optimization) -> dict[str, float]:
+def phases(optimization) -> dict[str, Any]:
     """From the recorded timestamps (one clock, this machine's): the chunk tasks' durations, the gaps between
-    consecutive chunks, the dispatch before the first point and the serial tail after the last."""
+    consecutive chunks, the dispatch before the first point and the serial tail after the last; and the tail's
+    parts when the probe ran as one task per cut: from the last point to the last point's own cut run (`prep`),
+    that run, the queued cuts' runs (each a task of its own, with its gap after the task before it on this one
+    worker) and the close after the last cut."""
     from django.conf import settings
 
-    from backtests.models import OptimizationRun
+    from backtests.models import OptimizationRun, ProbeCut
     from backtests.services import point_chunks
 
     runs = {run.pk: run for run in OptimizationRun.objects.filter(optimization=optimization)}
@@ -241,21 +253,44 @@ def phases(optimization) -> dict[str, float]:
     ordered = sorted(spans)
     gaps = [b[0] - a[1] for a, b in itertools.pairwise(ordered)]
     submitted = optimization.created_at.timestamp()
-    return {
+    measured: dict[str, Any] = {
         "durations": [end - start for start, end in spans],
         "gap": max(0.0, sum(gaps) / len(gaps)) if gaps else 0.0,
         "dispatch": first - submitted,
         "tail": optimization.finished_at.timestamp() - last,
+        "cuts": None,
     }
+    cuts = sorted(ProbeCut.objects.filter(optimization=optimization), key=lambda cut: cut.started_at)
+    if cuts:  # the first to start is the last point's own; the others ran one after another on the same worker
+        here, *queued = [(cut.started_at.timestamp(), cut.finished_at.timestamp()) for cut in cuts]
+        measured["cuts"] = {
+            "prep": here[0] - last,
+            "here": here[1] - here[0],
+            "queued": [(b[0] - a[1], b[1] - b[0]) for a, b in itertools.pairwise([here, *queued])],
+            "close": optimization.finished_at.timestamp() - max(end for _, end in [here, *queued]),
+        }
+    return measured
 
 
 def simulated(measured: dict, workers: int) -> float:
     """The makespan of the measured chunk tasks (each with the mean gap) packed in order on the least-loaded of
-    `workers`, plus the first dispatch and the serial tail: a simulation from measured durations, not a run."""
+    `workers`, plus the first dispatch and the tail: a simulation from measured durations, not a run. A probe run
+    as one task per cut: its last point's worker runs one cut after `prep`, the queued cuts (each with its
+    measured gap) go to the least-loaded workers once queued, and the close follows the last; otherwise the
+    measured tail, serial."""
     loads = [0.0] * workers
     for duration in measured["durations"]:
         loads[loads.index(min(loads))] += duration + measured["gap"]
-    return measured["dispatch"] + max(loads) + measured["tail"]
+    cuts = measured["cuts"]
+    if cuts is None:
+        return measured["dispatch"] + max(loads) + measured["tail"]
+    finished = max(loads)
+    queued_at = finished + cuts["prep"]
+    loads[loads.index(finished)] = queued_at + cuts["here"]
+    for gap, duration in cuts["queued"]:
+        free = loads.index(min(loads))
+        loads[free] = max(loads[free], queued_at) + gap + duration
+    return measured["dispatch"] + max(loads) + cuts["close"]
 
 
 def _plain_runs(data: dict, runs: int, ready: Any, go: Any) -> None:
@@ -319,11 +354,12 @@ def main() -> None:
     plain, plain_best = sum(plain_runs) / len(plain_runs), min(plain_runs)
     ceiling = plain_parallel_speedup(data)
     per_task = getattr(settings, "LEROY_OPTIMIZATION_POINTS_PER_TASK", 1)  # 1: before points were chunked
-    print(f"optimize_scaling points=20 bars={args.bars} points_per_task={per_task} broker={BROKER} "
+    points = ARGS.points
+    print(f"optimize_scaling points={points} bars={args.bars} points_per_task={per_task} broker={BROKER} "
           f"one_worker={one:.2f}s two_workers={two:.2f}s speedup={one / two:.2f}x "
           f"plain_two_process_speedup={ceiling:.2f}x plain_run_mean={plain:.3f}s plain_run_best={plain_best:.3f}s "
-          f"per_point_one_worker={one / 20:.3f}s per_point_ratio={one / 20 / plain:.2f}x "
-          f"per_point_ratio_vs_best={one / 20 / plain_best:.2f}x "
+          f"per_point_one_worker={one / points:.3f}s per_point_ratio={one / points / plain:.2f}x "
+          f"per_point_ratio_vs_best={one / points / plain_best:.2f}x "
           f"cpus={os.cpu_count()}")  # fmt: skip
     one_model, eight = simulated(measured, 1), simulated(measured, 8)
     task_mean = sum(measured["durations"]) / len(measured["durations"])
@@ -331,10 +367,19 @@ def main() -> None:
           f"chunks={len(measured['durations'])} task_mean={task_mean:.3f}s "
           f"gap={measured['gap']:.3f}s dispatch={measured['dispatch']:.3f}s tail={measured['tail']:.3f}s "
           f"simulated_one={one_model:.2f}s (that run measured {one_first:.2f}s) simulated_eight={eight:.2f}s "
-          f"simulated_speedup_8={one_model / eight:.2f}x")  # fmt: skip
+          f"simulated_speedup_8={one_model / eight:.2f}x "
+          f"probe_cuts={_cuts_shown(measured['cuts'])}")  # fmt: skip
     two_task_mean = sum(measured_two["durations"]) / len(measured_two["durations"])
     print(f"the first 2-worker run measured: task_mean={two_task_mean:.3f}s "
-          f"dispatch={measured_two['dispatch']:.3f}s tail={measured_two['tail']:.3f}s")  # fmt: skip
+          f"dispatch={measured_two['dispatch']:.3f}s tail={measured_two['tail']:.3f}s "
+          f"probe_cuts={_cuts_shown(measured_two['cuts'])}")  # fmt: skip
+
+
+def _cuts_shown(cuts: dict | None) -> str:
+    if cuts is None:
+        return "one_job"
+    queued = ",".join(f"{gap:.3f}+{duration:.3f}" for gap, duration in cuts["queued"])
+    return f"prep={cuts['prep']:.3f}s,here={cuts['here']:.3f}s,queued=[{queued}]s,close={cuts['close']:.3f}s"
 
 
 if __name__ == "__main__":

@@ -262,6 +262,7 @@ CELERY_TASK_ROUTES = {
     "backtests.backtest_run": {"queue": "backtests"},
     "backtests.optimization_point": {"queue": "optimizations"},
     "backtests.optimization_points": {"queue": "optimizations"},
+    "backtests.optimization_probe_cut": {"queue": "optimizations"},
     "backtests.dry_run*": {"queue": "dryruns"},
     "evidence.tasks.market_memory_*": {"queue": "builds"},
     "alerts.*": {"queue": "deliveries"},

@@ -4,8 +4,8 @@ from datetime import date, timedelta
 import pytest
 import time_machine
 
-from backtests import services, tasks
-from backtests.models import DryRunPass, Optimization, OptimizationRun, Report, Status, Strategy
+from backtests import probing, services, tasks
+from backtests.models import DryRunPass, Optimization, OptimizationRun, ProbeCut, Report, Status, Strategy
 from billing.models import Transfer
 from billing.selectors import credit_usage
 from leroy.clock import now
@@ -280,11 +280,12 @@ def test_points_are_queued_in_chunks_that_read_their_bars_once(
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list("pk", flat=True))
 
     for chunk in queued:
-        services.optimization_points_execute(run_ids=chunk)
+        with django_capture_on_commit_callbacks(execute=True):  # the last chunk queues the probe's other cuts
+            services.optimization_points_execute(run_ids=chunk)
 
     result.refresh_from_db()
     assert queued == [runs[:4], runs[4:]]
-    assert len(reads) == 3  # one per chunk, and the best run's look-ahead probe
+    assert len(reads) == 2 + 3  # one per chunk, and one per task of the best run's probe: one per cut
     assert (result.status, result.completed_iterations, result.lookahead_check["status"]) == (
         Status.COMPLETED, 6, "passed"
     )  # fmt: skip
@@ -576,8 +577,14 @@ def test_the_best_points_probe_compares_its_cut_runs_with_that_points_recorded_d
 
     best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
     assert best.decisions["code_sha256"] == services.code_sha256(PEEKING_GRID)
-    (probe,) = [job for job in jobs if job.get("probe")]
-    assert probe["expected"] == best.decisions["decisions"] and len(jobs) == 7  # 6 points, then the cuts only
+    probes = [job for job in jobs if job.get("probe")]
+    assert len(jobs) == 6 + 3 and len(probes) == 3  # 6 points, then one job per cut, the cuts only
+    assert [job["expected"] for job in probes] == [best.decisions["decisions"]] * 3
+    cuts = probing.probe_cuts(probes[0]["datas"], best.decisions["decisions"])
+    assert [job["cuts"] for job in probes] == [[cuts[2]], [cuts[1]], [cuts[0]]]  # the longest first
+    assert list(ProbeCut.objects.filter(optimization=result).values_list("until_us", "status")) == [
+        (cuts[0], Status.COMPLETED), (cuts[1], Status.COMPLETED), (cuts[2], Status.COMPLETED)
+    ]  # fmt: skip
     assert best.parameters == {"fast": 5, "slow": 10}  # the largest size earns the most from its foresight
     assert (result.status, result.lookahead_check["status"]) == (Status.COMPLETED, "failed")
     assert (result.verdict["status"], result.verdict["reasons"][0]["code"]) == ("overfit", "lookahead")
@@ -641,6 +648,139 @@ def test_a_failed_probe_run_closes_the_optimization_with_the_probe_not_run_and_t
         pbo=pbo, pbo_refusal=refusal,
     )  # fmt: skip
     assert result.credits_charged == 6 * result.credits_per_iteration + result.credits_pbo * (pbo is not None)
+
+
+@pytest.mark.parametrize("code", [SMA_CROSS, PEEKING_GRID], ids=["honest", "peeking"])
+def test_a_probe_run_as_one_task_per_cut_gives_the_check_one_job_over_every_cut_gives(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch, code
+):
+    from backtests import sandbox
+    from tests.backtests.test_lookahead import RUNTIME_ONLY
+
+    run_job = sandbox.run_job
+    monkeypatch.setattr(sandbox, "run_job", lambda **kwargs: run_job(**kwargs | {"layers": RUNTIME_ONLY}))
+    result = optimization(owner, saved(owner, code), coin, django_capture_on_commit_callbacks)
+
+    best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
+    one_job = run_job(**services._probe_job(result, best), layers=RUNTIME_ONLY).result["lookahead_check"]
+    assert result.lookahead_check == one_job | {"iteration": best.iteration, "parameters": best.parameters}
+    assert (one_job["status"], len(one_job["cuts"])) == (("passed", 3) if code is SMA_CROSS else ("failed", 1))
+
+
+def test_a_probes_cuts_are_read_in_cut_order_the_first_that_failed_or_differed_decides(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+    best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
+    differed = {"cut": "B", "bar": "B", "full_run": None, "cut_run": {"bar": "B"}, "reason": None}
+    passed = {"status": "passed", "k": 3, "cuts": ["A"]}
+    failed = {"status": "failed", "k": 3, "cuts": ["B"], "first_difference": differed}
+    stopped = {"code": "killed", "message": "stopped", "line": None}
+
+    def check(*rows):
+        return services._probe_of_cuts(
+            [ProbeCut(pk=None, index=i, until_us=i, status=status, outcome=outcome, error=error)
+             for i, (status, outcome, error) in enumerate(rows)], best
+        )  # fmt: skip
+
+    probed = {"iteration": best.iteration, "parameters": best.parameters}
+    done, lost = (Status.COMPLETED, passed, None), (Status.FAILED, None, stopped)
+    assert check(done, (Status.COMPLETED, failed, None), lost) == {
+        "status": "failed", "k": 3, "cuts": ["A", "B"], "first_difference": differed
+    } | probed  # fmt: skip
+    assert check(done, done, done) == {"status": "passed", "k": 3, "cuts": ["A", "A", "A"]} | probed
+    assert check(done, lost, (Status.COMPLETED, failed, None)) == {
+        "status": "not_run", "k": 3, "cuts": [], "reason": "the probe run failed: stopped"
+    } | probed  # fmt: skip
+
+
+def probe_cuts_queued(owner, coin, capture):
+    """An optimization whose points are all done: its last point ran the probe's last cut, the others queued."""
+    result = optimization(owner, saved(owner), coin, capture, execute=False)
+    with capture(execute=False):
+        services.optimization_points_execute(
+            run_ids=list(OptimizationRun.objects.filter(optimization=result).values_list("pk", flat=True))
+        )
+    cuts = list(ProbeCut.objects.filter(optimization=result))
+    assert [cut.status for cut in cuts] == [Status.PENDING, Status.PENDING, Status.COMPLETED]
+    assert Optimization.objects.get(pk=result.pk).status == Status.EXECUTING
+    return result, cuts
+
+
+def test_a_redelivered_probe_cut_fails_and_the_last_cut_closes_with_the_probe_not_run_and_uncharged(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    result, cuts = probe_cuts_queued(owner, coin, django_capture_on_commit_callbacks)
+    services.optimization_probe_cut_execute(cut_id=cuts[1].pk)
+    ProbeCut.objects.filter(pk=cuts[0].pk).update(status=Status.EXECUTING, started_at=now())  # its worker died
+
+    services.optimization_probe_cut_execute(cut_id=cuts[0].pk)  # the redelivery
+
+    result.refresh_from_db()
+    best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
+    assert list(ProbeCut.objects.filter(optimization=result).values_list("status", "error")) == [
+        (Status.FAILED, services.WORKER_LOST), (Status.COMPLETED, None), (Status.COMPLETED, None)
+    ]  # fmt: skip
+    assert (result.status, result.lookahead_check) == (Status.COMPLETED, {
+        "status": "not_run", "k": 3, "cuts": [], "iteration": best.iteration, "parameters": best.parameters,
+        "reason": "the probe run failed: the worker running this job stopped before it finished",
+    })  # fmt: skip
+    pbo, refusal = services.optimization_pbo(result, list(OptimizationRun.objects.filter(optimization=result)))
+    assert result.grid_pbo == {"pbo": pbo, "refusal": refusal}  # computed while the last point's cut ran
+    assert result.verdict["pbo"] == pbo
+    assert result.credits_charged == 6 * result.credits_per_iteration + result.credits_pbo * (pbo is not None)
+    assert credit_usage(user=owner)["credits_remaining"] == 1000 - result.credits_charged
+
+
+def test_the_reaper_leaves_queued_probe_cuts_and_fails_a_cut_whose_worker_stopped(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    result, cuts = probe_cuts_queued(owner, coin, django_capture_on_commit_callbacks)
+    with time_machine.travel(now() + timedelta(minutes=10)):
+        assert services.stale_jobs_reap(older_than=timedelta(minutes=5)) == 0  # queued, not lost
+    assert Optimization.objects.get(pk=result.pk).status == Status.EXECUTING
+    ProbeCut.objects.filter(pk=cuts[1].pk).update(status=Status.EXECUTING, started_at=now())
+
+    with time_machine.travel(now() + timedelta(minutes=10)):
+        assert services.stale_jobs_reap(older_than=timedelta(minutes=5)) == 1
+    assert Optimization.objects.get(pk=result.pk).status == Status.EXECUTING  # cut 0 is still queued
+    Optimization.objects.filter(pk=result.pk).update(grid_pbo=None)  # as if this cut finished before it was kept
+    services.optimization_probe_cut_execute(cut_id=cuts[0].pk)
+
+    result.refresh_from_db()
+    assert list(ProbeCut.objects.filter(optimization=result).values_list("status", flat=True)) == [
+        Status.COMPLETED, Status.FAILED, Status.COMPLETED
+    ]  # fmt: skip
+    assert (result.status, result.lookahead_check["status"], result.lookahead_check["reason"]) == (
+        Status.COMPLETED, "not_run", "the probe run failed: the worker running this job stopped before it finished"
+    )  # fmt: skip
+    pbo, _ = services.optimization_pbo(result, list(OptimizationRun.objects.filter(optimization=result)))
+    assert (result.grid_pbo, result.verdict["pbo"]) == (None, pbo)  # the closing cut computed it
+
+
+def test_a_cancel_stops_the_probes_queued_cuts_and_charges_the_points_only(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    from backtests import sandbox
+
+    result, cuts = probe_cuts_queued(owner, coin, django_capture_on_commit_callbacks)
+    cancelled = services.optimization_cancel(user=owner, optimization_id=str(result.pk))
+    jobs = []
+    monkeypatch.setattr(sandbox, "run_job", lambda **kwargs: jobs.append(kwargs))
+
+    for cut in cuts[:2]:
+        services.optimization_probe_cut_execute(cut_id=cut.pk)  # the queued tasks arrive after the cancel
+
+    assert jobs == []
+    assert list(ProbeCut.objects.filter(optimization=result).values_list("status", flat=True)) == [
+        Status.CANCELLED, Status.CANCELLED, Status.COMPLETED
+    ]  # fmt: skip
+    result.refresh_from_db()
+    assert (result.status, result.lookahead_check, result.credits_charged) == (
+        Status.CANCELLED, None, 6 * result.credits_per_iteration
+    )  # fmt: skip
+    assert cancelled.credits_charged == result.credits_charged
+    assert credit_usage(user=owner)["credits_remaining"] == 1000 - result.credits_charged
 
 
 def test_an_optimization_whose_probe_raises_stays_open_uncharged_for_the_reaper(
