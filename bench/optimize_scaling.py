@@ -2,7 +2,8 @@
 task) with 1 worker process and with 2, and the one-worker time per grid point against one plain in-process
 Backtrader run of the same strategy on the same bars (bench/backtest_overhead.py's baseline, timed in this run).
 
-Builds a throwaway Leroy in a temporary var dir (SQLite; production's broker, Redis, when 127.0.0.1:6379 answers,
+Builds a throwaway Leroy in a temporary var dir (SQLite, or with `--database URL` a throwaway `test_<name>`
+PostgreSQL database of that URL, dropped on exit; production's broker, Redis, when 127.0.0.1:6379 answers,
 its keys under a prefix of this run's own, deleted on exit; else kombu's filesystem broker polled every 50 ms;
 `--broker` chooses), imports a daily random walk, saves an SMA-cross strategy, then for each worker count starts a
 Celery worker with `--concurrency N`, submits the grid and waits until the optimization is COMPLETED. Each time
@@ -27,7 +28,7 @@ simulated time (`simulated`). Prints three lines (the third: the first 2-worker 
 and tail, measured).
 
     .venv/bin/python bench/optimize_scaling.py [--bars 2516] [--points 20] [--points-per-task N]
-                                               [--broker redis|filesystem]
+                                               [--broker redis|filesystem] [--database postgres://...]
 """
 
 import argparse
@@ -49,6 +50,8 @@ VAR = scratch_directory("leroy-bench-opt-")
 PARSER = argparse.ArgumentParser()
 PARSER.add_argument("--bars", type=int, default=2516)
 PARSER.add_argument("--points", type=int, default=20, help="grid points, a multiple of 5 (5 fast x points/5 slow)")
+PARSER.add_argument("--database", default=None, metavar="URL",
+                    help="PostgreSQL: run on a throwaway test_<name> database of it (default: SQLite)")  # fmt: skip
 PARSER.add_argument("--points-per-task", type=int, default=None, help="default: the setting's default")
 PARSER.add_argument("--broker", choices=("auto", "redis", "filesystem"), default="auto",
                     help="auto: Redis when 127.0.0.1:6379 answers, else the filesystem broker")  # fmt: skip
@@ -62,6 +65,8 @@ KEY_PREFIX = f"leroy-bench-opt-{os.getpid()}:"  # every broker key of this run, 
 BROKER = "redis" if ARGS.broker == "redis" or (ARGS.broker == "auto" and answers(6379)) else "filesystem"
 for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
     del os.environ[name]
+if ARGS.database is not None:
+    os.environ["DATABASE_URL"] = ARGS.database
 if ARGS.points_per_task is not None:
     os.environ["LEROY_OPTIMIZATION_POINTS_PER_TASK"] = str(ARGS.points_per_task)
 os.environ.update(
@@ -334,9 +339,23 @@ def plain_parallel_speedup(data: dict, runs: int = 2, rounds: int = 3) -> float:
 
 
 def main() -> None:
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        return measure()
+    from cleanup import throwaway_database
+
+    with throwaway_database():
+        db = connection.settings_dict  # the workers' database: the throwaway one
+        os.environ["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        return measure()
+
+
+def measure() -> None:
     args = ARGS
     from backtest_overhead import direct, timed
     from django.conf import settings
+    from django.db import connections
 
     from backtests.dryrun import walk
 
@@ -356,6 +375,7 @@ def main() -> None:
     per_task = getattr(settings, "LEROY_OPTIMIZATION_POINTS_PER_TASK", 1)  # 1: before points were chunked
     points = ARGS.points
     print(f"optimize_scaling points={points} bars={args.bars} points_per_task={per_task} broker={BROKER} "
+          f"database={connections['default'].vendor} "
           f"one_worker={one:.2f}s two_workers={two:.2f}s speedup={one / two:.2f}x "
           f"plain_two_process_speedup={ceiling:.2f}x plain_run_mean={plain:.3f}s plain_run_best={plain_best:.3f}s "
           f"per_point_one_worker={one / points:.3f}s per_point_ratio={one / points / plain:.2f}x "
