@@ -758,6 +758,37 @@ def test_the_reaper_leaves_queued_probe_cuts_and_fails_a_cut_whose_worker_stoppe
     assert (result.grid_pbo, result.verdict["pbo"]) == (None, pbo)  # the closing cut computed it
 
 
+def test_the_reaper_closes_an_optimization_whose_cuts_are_done_but_whose_closer_stopped(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    result, cuts = probe_cuts_queued(owner, coin, django_capture_on_commit_callbacks)
+    close = services._probe_cuts_close
+
+    def stops(optimization_id):
+        raise RuntimeError("the worker stopped before it closed")
+
+    monkeypatch.setattr(services, "_probe_cuts_close", stops)
+    services.optimization_probe_cut_execute(cut_id=cuts[1].pk)
+    with pytest.raises(RuntimeError):
+        services.optimization_probe_cut_execute(cut_id=cuts[0].pk)  # the last cut: its close never ran
+    assert Optimization.objects.get(pk=result.pk).status == Status.EXECUTING
+    monkeypatch.setattr(services, "_probe_cuts_close", close)
+
+    assert services.stale_jobs_reap(older_than=timedelta(minutes=5)) == 0  # not stale yet
+    with time_machine.travel(now() + timedelta(minutes=10)):
+        assert services.stale_jobs_reap(older_than=timedelta(minutes=5)) == 1
+
+    result.refresh_from_db()
+    best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
+    assert (result.status, result.lookahead_check) == (Status.COMPLETED, {
+        "status": "passed", "k": 3, "cuts": [cut["cuts"][0] for cut in ProbeCut.objects.filter(
+            optimization=result).values_list("outcome", flat=True)],
+        "iteration": best.iteration, "parameters": best.parameters,
+    })  # fmt: skip
+    pbo = result.credits_pbo if result.verdict["pbo"] is not None else 0
+    assert result.credits_charged == 6 * result.credits_per_iteration + result.credits_probe + pbo
+
+
 def test_a_cancel_stops_the_probes_queued_cuts_and_charges_the_points_only(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch
 ):
