@@ -810,9 +810,8 @@ def _best_run(optimization: Optimization, fold: int | None = None) -> Optimizati
 def _optimization_probe(optimization_id: Any) -> None:
     """The last point is done: probe the best run by the target metric for look-ahead, then close and settle.
     When that point kept its decisions the probe is its cut runs alone, one task each (`_probe_cuts_start`), so
-    that free workers run them side by side. Otherwise one job reruns the point and its cuts, and the grid's PBO,
-    which does not depend on the probe, is computed while it runs (a thread that only waits on the child: every
-    query stays on this thread and its connection)."""
+    that free workers run them side by side. Otherwise one job reruns the point and its cuts, the grid's PBO computed
+    while it runs (`_job_beside_pbo`)."""
     optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
     best = _best_run(optimization)
     job = _probe_job(optimization, best)
@@ -826,11 +825,19 @@ def _optimization_probe(optimization_id: Any) -> None:
         else:
             _probe_cuts_start(optimization, cuts, job)
         return
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as pool:
-        probing_job = pool.submit(sandbox.run_job, **job)
-        pbo = optimization_pbo(optimization, _completed_runs(optimization))
-        outcome = probing_job.result()  # what the probe raised, raised here as it was before
+    outcome, pbo = _job_beside_pbo(optimization, job)
     _optimization_close(optimization_id, _probe_check(optimization, best, outcome), best=best, pbo=pbo)
+
+
+def _job_beside_pbo(
+    optimization: Optimization, job: dict[str, Any]
+) -> tuple[sandbox.Outcome, tuple[dict[str, Any] | None, str | None]]:
+    """Run a probe job and compute the grid's PBO while it runs (it does not depend on the probe): a thread that
+    only waits on the child, so every query stays on this thread and its connection."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as pool:
+        running = pool.submit(sandbox.run_job, **job)
+        pbo = optimization_pbo(optimization, _completed_runs(optimization))
+        return running.result(), pbo  # what the probe raised, raised here
 
 
 def _probe_cuts_start(optimization: Optimization, cuts: list[int], job: dict[str, Any]) -> None:
@@ -845,12 +852,9 @@ def _probe_cuts_start(optimization: Optimization, cuts: list[int], job: dict[str
         here, *queued = reversed(rows)
         ProbeCut.objects.filter(pk=here.pk).update(status=Status.EXECUTING, started_at=now())
         transaction.on_commit(lambda: [tasks.optimization_probe_cut.delay(row.pk) for row in queued])
-    # The grid's PBO while this cut's job runs (as above), kept for whichever cut finishes last and closes.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as pool:
-        running = pool.submit(sandbox.run_job, **job, cuts=[here.until_us])
-        pbo, refusal = optimization_pbo(optimization, _completed_runs(optimization))
-        Optimization.objects.filter(pk=optimization.pk).update(grid_pbo={"pbo": pbo, "refusal": refusal})
-        outcome = running.result()
+    outcome, (pbo, refusal) = _job_beside_pbo(optimization, job | {"cuts": [here.until_us]})
+    # Kept for whichever cut finishes last and closes.
+    Optimization.objects.filter(pk=optimization.pk).update(grid_pbo={"pbo": pbo, "refusal": refusal})
     _probe_cut_finish(here.pk, outcome)
 
 
