@@ -756,6 +756,8 @@ def test_the_reaper_leaves_queued_probe_cuts_and_fails_a_cut_whose_worker_stoppe
     )  # fmt: skip
     pbo, _ = services.optimization_pbo(result, list(OptimizationRun.objects.filter(optimization=result)))
     assert (result.grid_pbo, result.verdict["pbo"]) == (None, pbo)  # the closing cut computed it
+    assert result.credits_charged == 6 * result.credits_per_iteration + result.credits_pbo * (pbo is not None)
+    assert credit_usage(user=owner)["credits_remaining"] == 1000 - result.credits_charged  # no probe charged
 
 
 def test_the_reaper_closes_an_optimization_whose_cuts_are_done_but_whose_closer_stopped(
