@@ -57,3 +57,23 @@ def test_a_server_list_and_the_same_servers_as_a_string_share_a_client(monkeypat
 
     assert as_string._cache is as_list._cache
     assert as_list._cache._servers == [url, other]
+
+
+def test_every_command_of_a_cache_client_reuses_one_redis_object_per_pool(monkeypatch):
+    monkeypatch.setattr(leroy_cache, "_clients", {})
+    backend = FailSoftRedisCache(settings.LEROY_TEST_REDIS_URL, {"KEY_PREFIX": f"test-{uuid.uuid4().hex}"})
+    built = []
+    original = redis.Redis.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.Redis, "__init__", counting)
+    backend.set("k", 1)
+    backend.add("n", 0)
+    backend.incr("n")
+
+    assert (backend.get("k"), backend.get("n")) == (1, 1)
+    assert len(built) == 1
+    assert backend._cache.get_client() is backend._cache.get_client(write=True) is built[0]
