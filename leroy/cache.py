@@ -71,6 +71,15 @@ class FailSoftRedisCache(RedisCache):
                 client = _clients[key] = super()._cache  # built the way RedisCache builds it
         return client
 
+    def count(self, key: Any, timeout: int, version: int | None = None) -> int:
+        """Add `key` at 0 when absent (expiring in `timeout` s), increment it and return the count, in one round trip
+        (`add` then `incr` take three: SET NX, EXISTS, INCR). Raises on a Redis failure, as `incr` does."""
+        key = self.make_and_validate_key(key, version=version)
+        pipeline = self._cache.get_client(key, write=True).pipeline(transaction=False)
+        pipeline.set(key, 0, ex=timeout, nx=True)
+        pipeline.incr(key)
+        return int(pipeline.execute()[1])
+
     def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:
         try:
             return super().get(key, default, version)

@@ -77,3 +77,23 @@ def test_every_command_of_a_cache_client_reuses_one_redis_object_per_pool(monkey
     assert (backend.get("k"), backend.get("n")) == (1, 1)
     assert len(built) == 1
     assert backend._cache.get_client() is backend._cache.get_client(write=True) is built[0]
+
+
+def test_count_adds_the_key_with_its_expiry_and_counts_in_one_round_trip(monkeypatch):
+    monkeypatch.setattr(leroy_cache, "_clients", {})
+    backend = FailSoftRedisCache(settings.LEROY_TEST_REDIS_URL, {"KEY_PREFIX": f"test-{uuid.uuid4().hex}"})
+    backend.get("warm")  # the connection is open before the counted calls
+    sent = []
+    original = redis.client.Pipeline.execute
+
+    def counting(self, *args, **kwargs):
+        sent.append(len(self.command_stack))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counting)
+
+    assert [backend.count("w", 120) for _ in range(3)] == [1, 2, 3]
+    assert sent == [2, 2, 2]  # SET NX EX and INCR, sent together
+    assert backend.get("w") == 3
+    raw = redis.Redis.from_url(settings.LEROY_TEST_REDIS_URL)
+    assert 118 <= raw.ttl(backend.make_key("w")) <= 120  # the first call's expiry, not reset by the later ones
