@@ -16,6 +16,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -41,6 +42,9 @@ def _failed(operation: str, error: Exception) -> None:
 
 class SharedRedisCacheClient(RedisCacheClient):
     """Django's Redis cache client, with one `redis.Redis` per connection pool instead of one per command."""
+
+    _client: Any  # RedisCacheClient's (django-stubs declares neither it nor the pool getter)
+    _get_connection_pool: Callable[[bool], Any]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
