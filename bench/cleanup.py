@@ -3,28 +3,53 @@
 A bench stops its servers and workers in `finally` blocks and drops its databases and directories in `atexit`
 hooks. Ctrl-C runs both; SIGTERM (a timeout's kill, `kill`) and SIGHUP (a closed terminal) would end the process
 without either, so they are turned into an ordinary exit. The first signal starts the cleanup and later ones are
-ignored, so a second kill cannot cut a running cleanup short.
+ignored, so a second kill cannot cut a running cleanup short. A signal's handler runs wherever the main thread is,
+and where that is a weakref callback or a `__del__`, Python prints the exit it raises and goes on: the bench would
+run to its end as if never signalled. Such an exit is sent again, to be raised at the next ordinary frame.
 """
 
 import atexit
+import os
 import shutil
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
+
+
+class _SignalExit(SystemExit):
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
 
 
 def _exit(signum: int, _frame: FrameType | None) -> None:
     for each in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(each, signal.SIG_IGN)
-    sys.exit(128 + signum)
+    raise _SignalExit(signum)
+
+
+def _unraisable(unraisable: Any) -> None:
+    if isinstance(unraisable.exc_value, _SignalExit):  # ignored where it was raised: raise it again elsewhere
+        signum = unraisable.exc_value.signum
+        signal.signal(signum, _exit)
+        # Later and from another thread: sent now, the handler would run inside this hook, whose exceptions are
+        # dropped too. Should it land in such a place again, it comes back here again.
+        resend = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+        resend.daemon = True
+        resend.start()
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def exit_on_signals() -> None:
     for each in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(each, _exit)
+    sys.unraisablehook = _unraisable
 
 
 def scratch_directory(prefix: str) -> str:

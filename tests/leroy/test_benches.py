@@ -111,3 +111,37 @@ def test_overload_bench_refuses_sqlite_and_writes_nothing(tmp_path):
 
     assert (done.returncode, done.stdout) == (1, "overload: needs PostgreSQL (set DATABASE_URL)\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+SIGNALLED_IN_A_WEAKREF_CALLBACK = """
+import os, signal, sys, time, weakref
+sys.path.insert(0, "bench")
+from cleanup import exit_on_signals
+
+exit_on_signals()
+
+
+class Held:
+    pass
+
+
+def collected(_ref):
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(100_000):  # the handler runs in here, where an exception raised is printed and dropped
+        pass
+
+
+held = Held()
+ref = weakref.ref(held, collected)
+del held
+time.sleep(3)
+print("ran on")
+"""
+
+
+def test_a_bench_signalled_inside_a_weakref_callback_still_exits_with_the_signal():
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_IN_A_WEAKREF_CALLBACK], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+    assert (done.returncode, done.stdout) == (SIGTERM_EXIT, "")
