@@ -1,9 +1,13 @@
-"""Market Memory build: a map over symbols (features -> states -> labels -> additive per-key partials) and a reduce
-(sum, prune, sort) into one immutable artifact directory whose identity is SHA-256 of its canonical manifest.
+"""Market Memory build: a map over symbols (features -> states -> labels -> per-key session bounds) and a reduce
+(bound, prune, count, sort) into one immutable artifact directory whose identity is SHA-256 of its canonical
+manifest.
 
-Every statistic is an integer sum over int64 labels (1e-8 units) so rebuilds are byte-identical; distinct-session
-counts are the size of the union of every symbol partial's session set for the key (exact: two symbols trading the
-same day count one session), and distinct symbols sum because symbols are disjoint.
+The map writes each symbol's feature-store file (its states and labels included) and, per pooled key, the key's
+distinct sessions in that symbol; their sum over symbols bounds the key's distinct sessions, so the reduce prunes
+every key that cannot reach the minimum sample, then computes the rest from the symbols' returns, read back off the
+feature-store files: every statistic is an integer sum over int64 labels (1e-8 units), so rebuilds are
+byte-identical, and distinct sessions and symbols are counted over the key's rows across all its symbols (exact:
+two symbols trading the same day count one session).
 """
 
 import hashlib
@@ -19,7 +23,6 @@ from django.conf import settings
 from evidence.marketdata import calendar, store
 from evidence.memory import features, strategies
 from evidence.memory.artifact import (
-    ADDITIVE_COLUMNS,
     BAND_MAX,
     BPS,
     EXCURSION_LEVELS_BPS,
@@ -108,7 +111,6 @@ def symbol_evidence_frame(ticker: str, plan: BuildPlan) -> pl.DataFrame:
     return strategies.with_states(features.symbol_frame(bars, benchmark, through=through))
 
 
-SUMMED = tuple(c for c in ADDITIVE_COLUMNS if c != "n_symbols")  # per-row terms; n_symbols is 1 per partial
 FINE_KEYS = ("period", "side", "horizon", "mask", "regime", "band", "session")
 
 
@@ -125,12 +127,36 @@ POOLED_TIERS = tuple(t for t in TIER_KEYS if t not in NAMED_TIERS)
 PARTIAL_KEY_SCHEMA = {name: dtype for name, dtype in KEY_SCHEMA.items() if name not in PARTIAL_CONSTANTS}
 
 
-def _fine_stats(long: pl.DataFrame) -> pl.DataFrame:
-    """Integer sums per (period, side, horizon, mask, regime, band, session ordinal): every tier of the partial is a
-    group-by of this frame (sums of sums are exact in int64), and its distinct sessions are the union of its rows'."""
+def _session_bounds(long: pl.DataFrame) -> pl.DataFrame:
+    """The pooled tiers' keys for one symbol, on integer keys (unused keys hold their sentinels), each with
+    `n_session_rows`, the key's distinct sessions in this symbol: exact for the tiers that name the symbol, and
+    summed across symbols an upper bound of a pooled key's distinct sessions. That is all the reduce needs of a
+    symbol before it knows which keys can be served; it sums and counts those keys' returns itself."""
+    fine = long.select(FINE_KEYS).unique()  # every tier's distinct sessions are counted from these rows
+    parts = []
+    for tier in POOLED_TIERS:
+        keys = [k for k in ("mask", "regime", "band") if k in TIER_KEYS[tier]]
+        grouped = fine.group_by(["period", "side", "horizon", *keys]).agg(
+            pl.len().cast(pl.Int64).alias("n_session_rows")
+        )
+        unused = [k for k in ("mask", "regime", "band") if k not in keys]
+        fills = {k: pl.lit(SENTINEL[k]).cast(PARTIAL_KEY_SCHEMA[k]) for k in unused}
+        parts.append(
+            grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(
+                *[pl.col(k).cast(dtype) for k, dtype in PARTIAL_KEY_SCHEMA.items()], "n_session_rows"
+            )
+        )
+    return pl.concat(parts)
+
+
+def _key_stats() -> list[pl.Expr]:
+    """A key's statistics over its returns' rows: integer sums (exact in int64), distinct sessions and symbols, the
+    median; none is taken from a partial, so each means exactly what its name says over exactly the key's rows."""
     r, fav, adv = pl.col("r"), pl.col("fav"), pl.col("adv")
-    return long.group_by(FINE_KEYS).agg(
+    return [
+        pl.col("session").n_unique().cast(pl.Int64).alias("n_sessions"),
         pl.len().cast(pl.Int64).alias("n"),
+        pl.col("symbol_index").n_unique().cast(pl.Int64).alias("n_symbols"),
         r.sum().alias("sum_r"),
         (r > 0).sum().cast(pl.Int64).alias("n_win"),
         r.clip(lower_bound=0).sum().alias("sum_pos"),
@@ -139,32 +165,8 @@ def _fine_stats(long: pl.DataFrame) -> pl.DataFrame:
         adv.sum().alias("sum_adv"),
         *[(fav >= level * BPS).sum().cast(pl.Int64).alias(f"n_fav_{level}") for level in EXCURSION_LEVELS_BPS],
         *[(adv >= level * BPS).sum().cast(pl.Int64).alias(f"n_adv_{level}") for level in EXCURSION_LEVELS_BPS],
-    )
-
-
-def _partial_stats(fine: pl.DataFrame) -> pl.DataFrame:
-    """The pooled tiers' rows for one symbol, on integer keys (unused keys hold their sentinels): additive sums and
-    `n_session_rows`, the key's distinct sessions in this symbol (exact for the tiers that name the symbol; summed
-    across symbols, an upper bound of a pooled key's distinct sessions, which the reduce counts from the returns)."""
-    parts = []
-    for tier in POOLED_TIERS:
-        keys = [k for k in ("mask", "regime", "band") if k in TIER_KEYS[tier]]
-        grouped = fine.group_by(["period", "side", "horizon", *keys]).agg(
-            pl.col("session").n_unique().cast(pl.Int64).alias("n_session_rows"),
-            pl.lit(1, pl.Int64).alias("n_symbols"),
-            *[pl.col(c).sum() for c in SUMMED],
-        )
-        unused = [k for k in ("mask", "regime", "band") if k not in keys]
-        fills = {k: pl.lit(SENTINEL[k]).cast(PARTIAL_KEY_SCHEMA[k]) for k in unused}
-        parts.append(
-            grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(
-                *[pl.col(k).cast(dtype) for k, dtype in PARTIAL_KEY_SCHEMA.items()],
-                "n_session_rows",
-                "n_symbols",
-                *SUMMED,
-            )
-        )
-    return pl.concat(parts)
+        r.median().alias("median_r"),
+    ]
 
 
 def _with_key(frame: pl.DataFrame, tier: int, schema: dict[str, Any] = KEY_SCHEMA) -> pl.DataFrame:
@@ -191,7 +193,8 @@ def _rows(frame: pl.DataFrame, ticker: str, plan: BuildPlan) -> pl.DataFrame:
 
 
 def _long(rows: pl.DataFrame) -> pl.DataFrame:
-    """One row per (ready row, side, horizon) with a mature label; returns side-oriented (sell = negated)."""
+    """One row per (ready row, side, horizon) with a mature label; returns side-oriented (sell = negated); sessions
+    as day ordinals (integer group keys)."""
     parts = []
     for side_index, side in enumerate(SIDES):
         sign = 1 if side == "buy" else -1
@@ -210,7 +213,7 @@ def _long(rows: pl.DataFrame) -> pl.DataFrame:
                     adv=adv,
                 )
             )  # fmt: skip
-    return pl.concat(parts)
+    return pl.concat(parts).with_columns(pl.col("session").cast(pl.Int32))
 
 
 def _reservoir_candidates(rows: pl.DataFrame) -> pl.DataFrame:
@@ -278,14 +281,10 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
         **{f"label_rows_{h}": pl.col(f"lbl_{h}").is_not_null().sum().cast(pl.Int64) for h in HORIZONS},
     )
     out = partial_dir(build_dir, ticker)
-    # Partials are scratch (the reduce sorts and sums them, then deletes them): Arrow IPC, no pre-sorting.
-    long = _long(rows).with_columns(pl.col("session").cast(pl.Int32))  # session ordinals: integer group keys
-    store.write_scratch(_partial_stats(_fine_stats(long)), f"{out}/stats.arrow")
-    # The symbol (and so its asset class) is the directory: the reduce puts them back.
-    store.write_scratch(
-        long.select("period", "side", "horizon", "mask", "regime", "band", "session", "r"), f"{out}/returns.arrow"
-    )
-    del long
+    # Partials are scratch (the reduce sorts and sums them, then deletes them): Arrow IPC, no pre-sorting. The
+    # symbol (and so its asset class) is the directory: the reduce puts them back. The returns themselves are not
+    # a partial: the reduce reads them off the feature-store file, as it does the reservoirs' rows.
+    store.write_scratch(_session_bounds(_long(rows)), f"{out}/bounds.arrow")
     store.write_scratch(coverage.sort("period"), f"{out}/coverage.arrow")
     store.write_scratch(execution.sort("bucket"), f"{out}/execution.arrow")
     marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
@@ -327,19 +326,44 @@ def _read_partials(build_dir: str, plan: BuildPlan, name: str) -> pl.DataFrame:
     )
 
 
-def _summed(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int, int]]:
-    """The served keys' sums, exact distinct sessions and medians, and how many keys each tier built.
+def _symbol_rows(plan: BuildPlan) -> list[pl.DataFrame]:
+    """Every symbol's ready rows, in the plan's order, read back off its feature-store file (the map wrote them with
+    their states and labels): the reduce counts sessions and medians from their returns and picks reservoirs from
+    them, so the map writes no copy of either."""
+    return [
+        _rows(store.scan_parquet([feature_store_path(ticker, plan)]).select(ROW_COLUMNS).collect(), ticker, plan)
+        for ticker in plan.tickers
+    ]
+
+
+def _returns(plan: BuildPlan, symbol_rows: list[pl.DataFrame]) -> pl.DataFrame:
+    """Every symbol's mature side-oriented returns on integer keys, tagged with its symbol's and class's indexes."""
+    classes = sorted(set(plan.asset_classes.values()))
+    return pl.concat(
+        [
+            _long(rows)
+            .select("period", "side", "horizon", "mask", "regime", "band", "session", "r", "fav", "adv")
+            .with_columns(
+                class_index=pl.lit(classes.index(plan.asset_classes[ticker]), pl.Int16),
+                symbol_index=pl.lit(index, pl.Int32),
+            )
+            for index, (ticker, rows) in enumerate(zip(plan.tickers, symbol_rows, strict=True))
+        ]
+    )
+
+
+def _summed(build_dir: str, plan: BuildPlan, returns: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, int]]:
+    """The served keys' statistics (sums, exact distinct sessions and symbols, medians), and how many keys each
+    tier built.
 
     A pooled key's partials sum their per-symbol distinct sessions: an upper bound of the key's distinct sessions
     (two symbols trading the same day count that day once). A key whose bound is below the minimum sample can never
-    be served, so only the others (and every key of the always-served tiers) are counted exactly from the returns
-    (their count is what the manifest reports; the others' sums are dropped)."""
-    partials = _read_partials(build_dir, plan, "stats.arrow").lazy()
+    be served, so only the others (and every key of the always-served tiers) are counted from the returns (their
+    count is what the manifest reports)."""
+    partials = _read_partials(build_dir, plan, "bounds.arrow").lazy()
     pooled_keys = [k for k in INT_KEYS if k != "symbol_index"]
-    # Two passes: every pooled key's session bound alone (a million keys or more, nearly all of them below any
-    # minimum), then the additive sums of the candidates only; summing all 18 columns for every key took the reduce
-    # 1.8 s of CPU at 11 x 240 sessions against 0.7 s for the bound. Lazy: polars' engine aggregates a million keys
-    # several times faster than the eager group-by, and the first pass's plans share one scan of the partials.
+    # Lazy: polars' engine aggregates a million keys several times faster than the eager group-by, and the plans
+    # share one scan of the partials.
     bounds = partials.group_by(pooled_keys).agg(pl.col("n_session_rows").sum())
     named = [
         partials.filter(pl.col("tier") == grouped_as).with_columns(tier=pl.lit(tier, pl.Int8))
@@ -352,39 +376,30 @@ def _summed(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int, in
     results = pl.collect_all(
         [
             *[frame.group_by("tier").agg(pl.len()) for frame in frames],
-            bounds.filter(candidate).select(pooled_keys),
-            *[frame.filter(candidate).select(*INT_KEYS, *ADDITIVE_COLUMNS) for frame in named],
+            bounds.filter(candidate).with_columns(symbol_index=pl.lit(-1, pl.Int32)).select(INT_KEYS),
+            *[frame.filter(candidate).select(INT_KEYS) for frame in named],
         ]
     )
     built: dict[int, int] = {}
     for counts in results[: len(frames)]:
         for tier, count in counts.iter_rows():
             built[tier] = built.get(tier, 0) + count
-    pooled = (
-        partials.join(results[len(frames)].lazy(), on=pooled_keys, how="semi")
-        .group_by(pooled_keys)
-        .agg(*[pl.col(c).sum() for c in ADDITIVE_COLUMNS])
-        .with_columns(symbol_index=pl.lit(-1, pl.Int32))
-        .select(*INT_KEYS, *ADDITIVE_COLUMNS)
-        .collect()
-    )
-    candidates = pl.concat([pooled, *results[len(frames) + 1 :]])
+    candidates = pl.concat(results[len(frames) :])
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
     shown = always | (pl.col("n_sessions") >= plan.min_sessions)
     served = (
-        candidates.join(_sessions_and_medians(build_dir, plan, candidates), on=INT_KEYS, how="left")
+        candidates.join(_candidate_stats(returns, candidates), on=INT_KEYS, how="left")
         .filter(shown)
         .select(*INT_KEYS, *STAT_COLUMNS, "median_r")
     )
     return served, built
 
 
-def _reservoir_candidates_of(plan: BuildPlan, ticker: str, wanted: pl.DataFrame) -> pl.DataFrame:
-    """One symbol's reservoir candidates for the served keys `wanted`, from its feature-store rows (the map wrote
-    them with the states and labels): a key's reservoir is chosen in the reduce, over every symbol's rows at once,
-    so the map keeps no candidates for the keys never served (nearly all of the mask-keyed ones)."""
-    frame = store.scan_parquet([feature_store_path(ticker, plan)]).select(ROW_COLUMNS).collect()
-    candidates = _reservoir_candidates(_rows(frame, ticker, plan))
+def _reservoir_candidates_of(rows: pl.DataFrame, wanted: pl.DataFrame) -> pl.DataFrame:
+    """One symbol's reservoir candidates for the served keys `wanted`, from its feature-store rows: a key's
+    reservoir is chosen in the reduce, over every symbol's rows at once, so the map keeps no candidates for the keys
+    never served (nearly all of the mask-keyed ones)."""
+    candidates = _reservoir_candidates(rows)
     parts = []
     for tier, keys in TIER_KEYS.items():
         if tier > EXACT_TIER:
@@ -415,11 +430,10 @@ def _keyed(frame: pl.DataFrame, plan: BuildPlan) -> pl.DataFrame:
     ).select(*KEY_SCHEMA, *rest)
 
 
-def _sessions_and_medians(build_dir: str, plan: BuildPlan, candidates: pl.DataFrame) -> pl.DataFrame:
-    """Each candidate key's exact distinct sessions (distinct market dates across all its symbols' mature returns)
-    and exact median return (neither is additive across symbols), on integer keys; the tiers not keyed by the mask
-    come with every key of theirs."""
-    returns = _read_partials(build_dir, plan, "returns.arrow").lazy()
+def _candidate_stats(all_returns: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
+    """Each candidate key's statistics over its returns across all its symbols (`_key_stats`), on integer keys; the
+    tiers not keyed by the mask come with every key of theirs."""
+    returns = all_returns.lazy()
     columns = {"asset_class": "class_index", "symbol": "symbol_index"}
     parts = []
     for tier, keys in TIER_KEYS.items():
@@ -430,14 +444,12 @@ def _sessions_and_medians(build_dir: str, plan: BuildPlan, candidates: pl.DataFr
         # sessions); the caller's join on the candidates drops their other keys.
         wanted = candidates.lazy().filter(pl.col("tier") == tier).select(group)
         narrowed = returns.join(wanted, on=group, how="semi") if "mask" in keys else returns
-        grouped = narrowed.group_by(group).agg(
-            n_sessions=pl.col("session").n_unique().cast(pl.Int64), median_r=pl.col("r").median()
-        )
+        grouped = narrowed.group_by(group).agg(_key_stats())
         fills = {k: pl.lit(v).cast(candidates.schema[k]) for k, v in
                  {"symbol_index": -1, "mask": SENTINEL["mask"], "regime": SENTINEL["regime"],
                   "band": SENTINEL["band"]}.items() if k not in group}  # fmt: skip
         parts.append(
-            grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(*INT_KEYS, "n_sessions", "median_r")
+            grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(*INT_KEYS, *STAT_COLUMNS, "median_r")
         )
     return pl.concat(parts).collect()  # one plan: the engine shares the scan and runs the tiers in parallel
 
@@ -499,7 +511,8 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
             raise BuildError(f"partial for {ticker} is missing or was built from other inputs")
         if not store.exists(feature_store_path(ticker, plan)):  # the reservoirs are picked from it
             raise BuildError(f"feature store file for {ticker} is missing")
-    served, built = _summed(build_dir, plan)
+    symbol_rows = _symbol_rows(plan)
+    served, built = _summed(build_dir, plan, _returns(plan, symbol_rows))
     served = _keyed(served, plan).sort(KEY_COLUMNS)
     shown_counts = dict(served.group_by("tier").agg(pl.len()).iter_rows())
     key_counts = {
@@ -510,7 +523,7 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
     reservoir_keys = [*RESERVOIR_KEY_SCHEMA]
     wanted = served.select(reservoir_keys).unique()
     reservoir = (
-        pl.concat([_reservoir_candidates_of(plan, ticker, wanted) for ticker in tickers])
+        pl.concat([_reservoir_candidates_of(rows, wanted) for rows in symbol_rows])
         .lazy()
         .sort([*reservoir_keys, "pick", "row_symbol", "ts"])
         .group_by(reservoir_keys, maintain_order=True)
