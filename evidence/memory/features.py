@@ -396,8 +396,16 @@ def labels(frame: pl.DataFrame) -> pl.DataFrame:
 
 def symbol_frame(bars: pl.DataFrame, benchmark_bars: pl.DataFrame, *, through: date | None = None) -> pl.DataFrame:
     """Features, regime, readiness and labels for one symbol (strategy states are added by the registry)."""
+    return symbol_frame_in(bars, benchmark_regimes(benchmark_bars, through=through), through=through)
+
+
+def benchmark_regimes(benchmark_bars: pl.DataFrame, *, through: date | None = None) -> pl.DataFrame:
+    return regime_sessions(dense_minutes(benchmark_bars, through=through))
+
+
+def symbol_frame_in(bars: pl.DataFrame, regimes: pl.DataFrame, *, through: date | None = None) -> pl.DataFrame:
+    """`symbol_frame` given the benchmark's `benchmark_regimes`, which every symbol of a build shares."""
     frame = dense_minutes(bars, through=through)
-    regimes = regime_sessions(dense_minutes(benchmark_bars, through=through))
     featured = _attach_daily(minute_features(frame), daily_context(frame), regimes)
     not_late = [
         pl.col(name).is_not_null() | (pl.col("minute_of_session") < SESSION_LATE[name])
