@@ -417,7 +417,7 @@ def _reservoir_candidates_of(rows: pl.DataFrame, wanted: pl.DataFrame) -> pl.Dat
     """One symbol's reservoir candidates for the served keys `wanted`, from its feature-store rows: a key's
     reservoir is chosen in the reduce, over every symbol's rows at once, so the map keeps no candidates for the keys
     never served (nearly all of the mask-keyed ones)."""
-    candidates = _reservoir_candidates(rows)
+    candidates = _reservoir_candidates(rows).sort("pick", "row_symbol", "ts")  # once, not once a tier: 0.2 s
     parts = []
     for tier, keys in TIER_KEYS.items():
         if tier > EXACT_TIER:
@@ -427,8 +427,7 @@ def _reservoir_candidates_of(rows: pl.DataFrame, wanted: pl.DataFrame) -> pl.Dat
         group = ["period", "side", *keys]
         keyed = wanted.filter(pl.col("tier") == tier).select(group)
         chosen = (
-            candidates.join(keyed, on=group, how="semi")
-            .sort("pick", "row_symbol", "ts")
+            candidates.join(keyed, on=group, how="semi", maintain_order="left")
             .group_by(group, maintain_order=True)
             .head(RESERVOIR_SIZE)
         )
