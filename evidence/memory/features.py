@@ -72,7 +72,7 @@ def dense_minutes(bars: pl.DataFrame, *, through: date | None = None) -> pl.Data
     grid = grid.with_columns(
         minute_of_session=(pl.col("ts") - pl.col("session_open")).dt.total_minutes().cast(pl.Int32),
     ).with_columns(minutes_to_close=(pl.col("session_minutes") - pl.col("minute_of_session")).cast(pl.Int32))
-    frame = grid.join(bars, on="ts", how="left").sort("ts")
+    frame = grid.join(bars, on="ts", how="left", maintain_order="left")  # the grid is in time order
     frame = frame.with_columns(is_fill=pl.col("close").is_null())
     carried = pl.col("close").forward_fill()
     frame = frame.with_columns(
@@ -279,7 +279,7 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
         )
         .select("ts", _rv_mean=pl.when(pl.col("_rv_pos") >= 20).then(pl.col("_rv_mean")).otherwise(None))
     )
-    base = base.join(by_minute, on="ts", how="left").sort("ts")
+    base = base.join(by_minute, on="ts", how="left", maintain_order="left")  # kept in time order: no re-sort
     prev_session_close = pl.when(pl.col("minutes_to_close") == 1).then(c).shift(1).forward_fill()
     first_hour_close = pl.when(m == 59).then(c).forward_fill()
     i, mean_x = pl.int_range(pl.len()).cast(pl.Float64), pl.col("_mean_i30")
@@ -344,8 +344,8 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _attach_daily(features: pl.DataFrame, context: pl.DataFrame, regimes: pl.DataFrame) -> pl.DataFrame:
     c = pl.col("close")
-    joined = features.join(context, on="session", how="left").join(
-        regimes.select("session", "trend", "volatility"), on="session", how="left"
+    joined = features.join(context, on="session", how="left", maintain_order="left").join(
+        regimes.select("session", "trend", "volatility"), on="session", how="left", maintain_order="left"
     )
     tod = pl.when(pl.col("minute_of_session") < 30).then(0).when(pl.col("minutes_to_close") <= 30).then(2).otherwise(1)
     return joined.with_columns(
