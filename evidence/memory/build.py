@@ -589,8 +589,13 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
     }
     listing: dict[str, dict[str, Any]] = {}
     for name, frame in files.items():
-        sha = store.write_file(staging / name, store.parquet_bytes(frame))
-        listing[name] = {"sha256": sha, "bytes": (staging / name).stat().st_size, "rows": len(frame)}
+        data = store.parquet_bytes(frame)
+        store.write_file(staging / name, data)
+        listing[name] = {
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "bytes": len(data),
+            "rows": len(frame),
+        }
     _write_serving_file(staging / "serve.sqlite3", served, reservoir, regimes, execution)
     listing["serve.sqlite3"] = {
         "sha256": store.file_sha256(staging / "serve.sqlite3"),
