@@ -19,7 +19,7 @@ import time
 import types
 from pathlib import Path
 
-from cleanup import exit_on_signals  # bench/ is the script's directory
+from cleanup import check_tree, exit_on_signals  # bench/ is the script's directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
@@ -84,6 +84,7 @@ def best(func, data: dict, repeats: int) -> tuple[float, object]:
 
 
 def main() -> None:
+    check_tree()
     exit_on_signals()
     parser = argparse.ArgumentParser()
     parser.add_argument("--bars", type=int, default=2516)

@@ -33,7 +33,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from cleanup import exit_on_signals, scratch_directory  # bench/ is the script's directory
+from cleanup import check_tree, exit_on_signals, scratch_directory  # bench/ is the script's directory
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION_MIN_SESSIONS = 30  # leroy.settings' LEROY_MM_MIN_SESSIONS default
@@ -202,6 +202,7 @@ def celery_main(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    check_tree()
     args = ARGS
     args.symbols = args.symbols or demo.DEFAULT_SYMBOLS
     args.sessions = args.sessions or demo.DEFAULT_SESSIONS

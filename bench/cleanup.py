@@ -17,6 +17,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -44,6 +45,24 @@ def _unraisable(unraisable: Any) -> None:
         resend.start()
         return
     sys.__unraisablehook__(unraisable)
+
+
+TREE = Path(__file__).resolve().parents[1]  # the checkout this bench belongs to
+PROJECT_PACKAGES = ("leroy", "accounts", "billing", "evidence", "backtests", "alerts")
+
+
+def check_tree() -> None:
+    """Exit unless every project package this process has imported comes from this bench's own checkout. Celery's
+    loader imports with the working directory first on `sys.path`, so a bench started from another checkout's
+    directory would time that checkout's code under this one's name."""
+    for name in PROJECT_PACKAGES:
+        module = sys.modules.get(name)
+        origin = getattr(module, "__file__", None)
+        if origin is not None and Path(origin).resolve().parents[1] != TREE:
+            sys.exit(
+                f"{Path(sys.argv[0]).name}: {name} was imported from {Path(origin).parent}, not from {TREE}; "
+                f"run the bench from {TREE}"
+            )
 
 
 def exit_on_signals() -> None:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from datetime import time as clock_time
 from pathlib import Path
 
-from cleanup import exit_on_signals, throwaway_database  # bench/ is the script's directory
+from cleanup import check_tree, exit_on_signals, throwaway_database  # bench/ is the script's directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
@@ -52,6 +52,7 @@ def read_all(tickers: tuple[str, ...], end: datetime) -> int:
 
 
 def main() -> int:
+    check_tree()
     exit_on_signals()
     parser = argparse.ArgumentParser()
     parser.add_argument("--symbols", type=int, default=20)

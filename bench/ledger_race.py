@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from cleanup import exit_on_signals, throwaway_database  # bench/ is the script's directory
+from cleanup import check_tree, exit_on_signals, throwaway_database  # bench/ is the script's directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
@@ -44,6 +44,7 @@ def charge(user: User, key: str, fingerprint: str = "fp") -> services.LookupChar
 
 
 def main() -> int:
+    check_tree()
     exit_on_signals()
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=16)

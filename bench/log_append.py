@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cleanup import exit_on_signals, throwaway_database  # bench/ is the script's directory
+from cleanup import check_tree, exit_on_signals, throwaway_database  # bench/ is the script's directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
@@ -47,6 +47,7 @@ def entry(n: int) -> dict[str, Any]:
 
 
 def main() -> int:
+    check_tree()
     exit_on_signals()
     parser = argparse.ArgumentParser()
     parser.add_argument("--entries", type=int, default=100_000)

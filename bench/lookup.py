@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cleanup import check_tree  # bench/ is the script's directory
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
 
 import django
@@ -36,6 +38,7 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def main() -> None:
+    check_tree()
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=5000)
     args = parser.parse_args()

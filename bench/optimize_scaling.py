@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cleanup import exit_on_signals, scratch_directory  # bench/ is the script's directory
+from cleanup import check_tree, exit_on_signals, scratch_directory  # bench/ is the script's directory
 from mcp_throughput import answers  # whether a local service answers on a port: that bench's probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -339,6 +339,7 @@ def plain_parallel_speedup(data: dict, runs: int = 2, rounds: int = 3) -> float:
 
 
 def main() -> None:
+    check_tree()
     from django.db import connection
 
     if connection.vendor == "sqlite":

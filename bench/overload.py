@@ -136,10 +136,13 @@ def main() -> int:
 
     django.setup()
     from cleanup import (  # bench/ is the script's directory (the tests import this module)
+        check_tree,
         exit_on_signals,
         throwaway_database,
     )
     from django.db import connection
+
+    check_tree()
 
     if connection.vendor != "postgresql":
         print("overload: needs PostgreSQL (set DATABASE_URL)")

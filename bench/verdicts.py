@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from cleanup import exit_on_signals, scratch_directory  # bench/ is the script's directory
+from cleanup import check_tree, exit_on_signals, scratch_directory  # bench/ is the script's directory
 
 ROOT = Path(__file__).resolve().parents[1]
 exit_on_signals()
@@ -41,6 +41,7 @@ GRIDS = [{"name": "fast", "min": 5, "max": 25, "step": 5}, {"name": "slow", "min
 
 
 def main() -> None:
+    check_tree()
     import polars as pl
     from django.utils.dateparse import parse_datetime
 

@@ -145,3 +145,41 @@ def test_a_bench_signalled_inside_a_weakref_callback_still_exits_with_the_signal
     )
 
     assert (done.returncode, done.stdout) == (SIGTERM_EXIT, "")
+
+
+IMPORTS_ANOTHER_CHECKOUT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from cleanup import check_tree
+
+sys.path.insert(0, ".")  # as Celery's loader does: the working directory, another checkout, first
+import evidence
+
+check_tree()
+print("timed")
+"""
+
+
+def test_a_bench_that_imported_another_checkouts_code_refuses_to_run(tmp_path):
+    (tmp_path / "evidence").mkdir()
+    (tmp_path / "evidence" / "__init__.py").write_text("")
+
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS_ANOTHER_CHECKOUT, str(ROOT / "bench")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"-c: evidence was imported from {tmp_path.resolve() / 'evidence'}, not from {ROOT.resolve()}; "
+        f"run the bench from {ROOT.resolve()}\n"
+    )
+
+
+def test_a_bench_that_imported_its_own_checkouts_code_runs(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS_ANOTHER_CHECKOUT, str(ROOT / "bench")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert (done.returncode, done.stdout, done.stderr) == (0, "timed\n", "")
