@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import threading
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,7 +49,7 @@ def _unraisable(unraisable: Any) -> None:
 
 
 TREE = Path(__file__).resolve().parents[1]  # the checkout this bench belongs to
-PROJECT_PACKAGES = ("leroy", "accounts", "billing", "evidence", "backtests", "alerts")
+PROJECT_PACKAGES = tomllib.loads((TREE / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"]
 
 
 def check_tree() -> None:

@@ -109,17 +109,12 @@ def symbol_evidence_frame(ticker: str, plan: BuildPlan) -> pl.DataFrame:
 
 @lru_cache(maxsize=2)
 def _benchmark_regimes(benchmark: str, inputs: tuple[str, ...], through: str) -> pl.DataFrame:
-    """The benchmark's regime per session, for its stored partitions `inputs` (content hashes) through `through`:
-    computed once per process, not once per symbol (its bars read and densified: 30 ms a symbol at 180 sessions)."""
+    """The benchmark's regime per session through `through`, computed once per process, not once per symbol (its
+    bars read and densified: 30 ms a symbol at 180 sessions). Keyed by the planned partitions' content hashes
+    `inputs`, so new bars are a new key: a build reads the bars that are stored, as it does every symbol's."""
     from evidence.marketdata.selectors import bars_read
 
     bars = bars_read(symbol=Symbol.objects.get(ticker=benchmark), frequency="1m")
-    if list(
-        BarPartition.objects.filter(symbol__ticker=benchmark, frequency="1m")
-        .order_by("year")
-        .values_list("sha256", flat=True)
-    ) != list(inputs):
-        raise BuildError(f"the bars of {benchmark} changed since the build was planned")
     return features.benchmark_regimes(bars, through=date.fromisoformat(through))
 
 
@@ -329,19 +324,25 @@ def code_sha256() -> str:
 INT_KEYS = ("period", "tier", "side", "horizon", "class_index", "symbol_index", "mask", "regime", "band")
 
 
-def _read_partials(build_dir: str, plan: BuildPlan, name: str) -> pl.DataFrame:
-    """Every symbol's partial `name`, each tagged with its symbol's and asset class's indexes."""
+def _tagged(frames: list[pl.DataFrame], plan: BuildPlan) -> pl.DataFrame:
+    """One frame per symbol, in the plan's order, concatenated with each tagged by its symbol's and asset class's
+    indexes."""
     classes = sorted(set(plan.asset_classes.values()))
     return pl.concat(
         [
-            store.read_scratch(f"{partial_dir(build_dir, ticker)}/{name}").with_columns(
+            frame.with_columns(
                 class_index=pl.lit(classes.index(plan.asset_classes[ticker]), pl.Int16),
                 symbol_index=pl.lit(index, pl.Int32),
             )
-            for index, ticker in enumerate(plan.tickers)
+            for index, (ticker, frame) in enumerate(zip(plan.tickers, frames, strict=True))
         ],
         how="vertical_relaxed",
     )
+
+
+def _read_partials(build_dir: str, plan: BuildPlan, name: str) -> pl.DataFrame:
+    """Every symbol's partial `name`, tagged with its indexes."""
+    return _tagged([store.read_scratch(f"{partial_dir(build_dir, ticker)}/{name}") for ticker in plan.tickers], plan)
 
 
 def _symbol_rows(plan: BuildPlan) -> list[pl.DataFrame]:
@@ -355,19 +356,9 @@ def _symbol_rows(plan: BuildPlan) -> list[pl.DataFrame]:
 
 
 def _returns(plan: BuildPlan, symbol_rows: list[pl.DataFrame]) -> pl.DataFrame:
-    """Every symbol's mature side-oriented returns on integer keys, tagged with its symbol's and class's indexes."""
-    classes = sorted(set(plan.asset_classes.values()))
-    return pl.concat(
-        [
-            _long(rows)
-            .select("period", "side", "horizon", "mask", "regime", "band", "session", "r", "fav", "adv")
-            .with_columns(
-                class_index=pl.lit(classes.index(plan.asset_classes[ticker]), pl.Int16),
-                symbol_index=pl.lit(index, pl.Int32),
-            )
-            for index, (ticker, rows) in enumerate(zip(plan.tickers, symbol_rows, strict=True))
-        ]
-    )
+    """Every symbol's mature side-oriented returns on integer keys, tagged with its indexes."""
+    columns = ("period", "side", "horizon", "mask", "regime", "band", "session", "r", "fav", "adv")
+    return _tagged([_long(rows).select(columns) for rows in symbol_rows], plan)
 
 
 def _summed(build_dir: str, plan: BuildPlan, returns: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, int]]:
