@@ -118,42 +118,104 @@ def _benchmark_regimes(benchmark: str, inputs: tuple[str, ...], through: str) ->
     return features.benchmark_regimes(bars, through=date.fromisoformat(through))
 
 
-FINE_KEYS = ("period", "side", "horizon", "mask", "regime", "band", "session")
-
-
 # Inside one symbol's partial the asset class and symbol are constant, so tier 5 groups exactly as tier 4 and the
-# symbol baseline exactly as tier 1: a partial carries the five pooled tiers on integer keys only, and the reduce
-# names the symbol (and so the asset class) of its tier-4 and tier-1 rows to get tiers 5 and 6.
-PARTIAL_CONSTANTS = ("asset_class", "symbol")  # one value in a symbol's partial: never a group key there
+# symbol baseline exactly as tier 1: a partial carries the five pooled tiers only, and the reduce names the symbol of
+# its tier-4 and tier-1 rows to get tiers 5 and 6.
 NAMED_TIERS = {
     named: next(t for t, k in TIER_KEYS.items() if "symbol" not in k and k == tuple(c for c in keys if c != "symbol"))
     for named, keys in TIER_KEYS.items()
     if "symbol" in keys
 }  # tier naming the symbol -> the pooled tier a partial groups it as: {5: 4, 6: 1}
 POOLED_TIERS = tuple(t for t in TIER_KEYS if t not in NAMED_TIERS)
-PARTIAL_KEY_SCHEMA = {name: dtype for name, dtype in KEY_SCHEMA.items() if name not in PARTIAL_CONSTANTS}
+
+# Packed keys. The partials and the reduce group on one int64 per key, not on up to nine columns (polars groups one
+# integer column several times faster: a tier-2 median over 7 M returns took 0.43 s CPU on its columns, 0.07 s on a
+# packed key). Each field owns a fixed bit range; a field a tier does not key is 0 there (mask, regime and band are
+# stored + 1, so their sentinel -1 is 0), so a tier's key is a row's key with every other field cleared and the tier
+# in the top bits, and the symbol (tiers 5 and 6) travels beside it as its index.
+KEY_FIELDS: dict[str, tuple[int, int]] = {  # field -> (offset, bits)
+    "period": (0, 1),
+    "side": (1, 1),
+    "horizon": (2, 2),  # the horizon's index in HORIZONS
+    "regime": (4, 5),  # regime + 1 (regimes are 0..17)
+    "band": (9, 3),  # band + 1 (0..BAND_MAX)
+    "class_index": (12, 4),  # the asset class's index in the plan's sorted classes
+    "mask": (16, len(strategies.STRATEGIES) + 1),  # mask + 1
+}
+TIER_OFFSET = 16 + len(strategies.STRATEGIES) + 1
+assert TIER_OFFSET + 3 <= 63, "the strategy masks no longer fit a packed int64 key"
+MAX_CLASSES = 1 << KEY_FIELDS["class_index"][1]
+_ALWAYS_KEYED = ("period", "side", "horizon", "class_index")
+
+
+def _bits(*fields: str) -> int:
+    return sum(((1 << KEY_FIELDS[f][1]) - 1) << KEY_FIELDS[f][0] for f in fields)
+
+
+# The fields each tier keeps; UNMASKED keeps every field but the mask (the finest key of the tiers not keyed by it).
+TIER_KEEP = {
+    tier: _bits(*_ALWAYS_KEYED, *[f for f in ("mask", "regime", "band") if f in keys])
+    for tier, keys in TIER_KEYS.items()
+}
+UNMASKED = _bits(*_ALWAYS_KEYED, "regime", "band")
+
+
+def tier_key(tier: int, key: pl.Expr | None = None) -> pl.Expr:
+    """The tier's packed key of rows whose packed key is `key` (the column "key" by default)."""
+    key = pl.col("key") if key is None else key
+    return (key & TIER_KEEP[tier]) | (tier << TIER_OFFSET)
+
+
+def tier_of(key: pl.Expr | None = None) -> pl.Expr:
+    return (pl.col("key") if key is None else key) // (1 << TIER_OFFSET)
+
+
+def _row_key(side_index: int, horizon: int, class_index: int, mask: pl.Expr, band: pl.Expr) -> pl.Expr:
+    """A long row's packed key: every field it has (the period, regime, band and mask columns, the rest constant)."""
+    at = {name: 1 << offset for name, (offset, _) in KEY_FIELDS.items()}
+    constant = side_index * at["side"] + HORIZONS.index(horizon) * at["horizon"] + class_index * at["class_index"]
+    return (
+        pl.lit(constant, pl.Int64)
+        + pl.col("period").cast(pl.Int64) * at["period"]
+        + (pl.col("regime").cast(pl.Int64) + 1) * at["regime"]
+        + (band.cast(pl.Int64) + 1) * at["band"]
+        + (mask.cast(pl.Int64) + 1) * at["mask"]
+    )
+
+
+def _unpacked(frame: pl.DataFrame) -> pl.DataFrame:
+    """INT_KEYS columns from the packed "key" (and "symbol_index"), then the frame's other columns."""
+
+    def field(name: str) -> pl.Expr:
+        offset, bits = KEY_FIELDS[name]
+        return (pl.col("key") // (1 << offset)) % (1 << bits)
+
+    keys = {
+        "period": field("period"),
+        "tier": tier_of(),
+        "side": field("side"),
+        "horizon": field("horizon").replace_strict(dict(enumerate(HORIZONS)), return_dtype=pl.Int64),
+        "class_index": field("class_index"),
+        "symbol_index": pl.col("symbol_index"),
+        "mask": field("mask") - 1,
+        "regime": field("regime") - 1,
+        "band": field("band") - 1,
+    }
+    return frame.select(**keys, **{c: pl.col(c) for c in frame.columns if c not in ("key", "symbol_index")})
 
 
 def _session_bounds(long: pl.DataFrame) -> pl.DataFrame:
-    """The pooled tiers' keys for one symbol, on integer keys (unused keys hold their sentinels), each with
-    `n_session_rows`, the key's distinct sessions in this symbol: exact for the tiers that name the symbol, and
-    summed across symbols an upper bound of a pooled key's distinct sessions. That is all the reduce needs of a
-    symbol before it knows which keys can be served; it sums and counts those keys' returns itself."""
-    fine = long.select(FINE_KEYS).unique()  # every tier's distinct sessions are counted from these rows
-    parts = []
-    for tier in POOLED_TIERS:
-        keys = [k for k in ("mask", "regime", "band") if k in TIER_KEYS[tier]]
-        grouped = fine.group_by(["period", "side", "horizon", *keys]).agg(
-            pl.len().cast(pl.Int64).alias("n_session_rows")
-        )
-        unused = [k for k in ("mask", "regime", "band") if k not in keys]
-        fills = {k: pl.lit(SENTINEL[k]).cast(PARTIAL_KEY_SCHEMA[k]) for k in unused}
-        parts.append(
-            grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(
-                *[pl.col(k).cast(dtype) for k, dtype in PARTIAL_KEY_SCHEMA.items()], "n_session_rows"
-            )
-        )
-    return pl.concat(parts)
+    """The pooled tiers' packed keys for one symbol, each with `n_session_rows`, the key's distinct sessions in this
+    symbol: exact for the tiers that name the symbol, and summed across symbols an upper bound of a pooled key's
+    distinct sessions. That is all the reduce needs of a symbol before it knows which keys can be served; it sums and
+    counts those keys' returns itself."""
+    fine = long.select("key", "session").unique()  # every tier's distinct sessions are counted from these rows
+    return pl.concat(
+        [
+            fine.group_by(key=tier_key(tier)).agg(pl.len().cast(pl.Int64).alias("n_session_rows"))
+            for tier in POOLED_TIERS
+        ]
+    )
 
 
 def _sums() -> list[pl.Expr]:
@@ -205,28 +267,26 @@ def _rows(frame: pl.DataFrame, ticker: str, plan: BuildPlan) -> pl.DataFrame:
     )
 
 
-def _long(rows: pl.DataFrame) -> pl.DataFrame:
-    """One row per (ready row, side, horizon) with a mature label; returns side-oriented (sell = negated); sessions
-    as day ordinals (integer group keys)."""
+def _long(rows: pl.DataFrame, class_index: int) -> pl.DataFrame:
+    """One row per (ready row, side, horizon) with a mature label: its packed key, its session as a day ordinal and
+    its side-oriented returns (sell = negated)."""
     parts = []
     for side_index, side in enumerate(SIDES):
         sign = 1 if side == "buy" else -1
+        band = pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX))
         for h in HORIZONS:
             fav = pl.col(f"hi_{h}") if side == "buy" else -pl.col(f"lo_{h}")
             adv = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
             parts.append(
                 rows.filter(pl.col(f"lbl_{h}").is_not_null()).select(
-                    "period", "asset_class", "symbol", "session", "ts", "regime",
-                    side=pl.lit(side_index, pl.Int8),
-                    horizon=pl.lit(h, pl.Int16),
-                    mask=pl.col(f"{side}_mask"),
-                    band=pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX)).cast(pl.Int8),
+                    key=_row_key(side_index, h, class_index, pl.col(f"{side}_mask"), band),
+                    session=pl.col("session").cast(pl.Int32),
                     r=pl.col(f"lbl_{h}") * sign,
                     fav=fav,
                     adv=adv,
                 )
-            )  # fmt: skip
-    return pl.concat(parts).with_columns(pl.col("session").cast(pl.Int32))
+            )
+    return pl.concat(parts)
 
 
 def _reservoir_candidates(rows: pl.DataFrame) -> pl.DataFrame:
@@ -297,7 +357,7 @@ def build_symbol_partial(plan: BuildPlan, ticker: str, build_dir: str) -> dict[s
     # Partials are scratch (the reduce sorts and sums them, then deletes them): Arrow IPC, no pre-sorting. The
     # symbol (and so its asset class) is the directory: the reduce puts them back. The returns themselves are not
     # a partial: the reduce reads them off the feature-store file, as it does the reservoirs' rows.
-    store.write_scratch(_session_bounds(_long(rows)), f"{out}/bounds.arrow")
+    store.write_scratch(_session_bounds(_long(rows, class_indexes(plan)[ticker])), f"{out}/bounds.arrow")
     store.write_scratch(coverage.sort("period"), f"{out}/coverage.arrow")
     store.write_scratch(execution.sort("bucket"), f"{out}/execution.arrow")
     marker = {"ticker": ticker, "inputs": plan.inputs[ticker], "plan": plan_sha256(plan)}
@@ -324,24 +384,24 @@ def code_sha256() -> str:
 INT_KEYS = ("period", "tier", "side", "horizon", "class_index", "symbol_index", "mask", "regime", "band")
 
 
-def _tagged(frames: list[pl.DataFrame], plan: BuildPlan) -> pl.DataFrame:
-    """One frame per symbol, in the plan's order, concatenated with each tagged by its symbol's and asset class's
-    indexes."""
+def class_indexes(plan: BuildPlan) -> dict[str, int]:
+    """Each ticker's asset class as its index in the plan's sorted classes (the packed keys' class field)."""
     classes = sorted(set(plan.asset_classes.values()))
+    if len(classes) > MAX_CLASSES:
+        raise BuildError(f"{len(classes)} asset classes: a build pools at most {MAX_CLASSES}")
+    return {ticker: classes.index(plan.asset_classes[ticker]) for ticker in plan.tickers}
+
+
+def _tagged(frames: list[pl.DataFrame], plan: BuildPlan) -> pl.DataFrame:
+    """One frame per symbol, in the plan's order, concatenated with each tagged by its symbol's index."""
     return pl.concat(
-        [
-            frame.with_columns(
-                class_index=pl.lit(classes.index(plan.asset_classes[ticker]), pl.Int16),
-                symbol_index=pl.lit(index, pl.Int32),
-            )
-            for index, (ticker, frame) in enumerate(zip(plan.tickers, frames, strict=True))
-        ],
+        [frame.with_columns(symbol_index=pl.lit(index, pl.Int32)) for index, frame in enumerate(frames)],
         how="vertical_relaxed",
     )
 
 
 def _read_partials(build_dir: str, plan: BuildPlan, name: str) -> pl.DataFrame:
-    """Every symbol's partial `name`, tagged with its indexes."""
+    """Every symbol's partial `name`, tagged with its index."""
     return _tagged([store.read_scratch(f"{partial_dir(build_dir, ticker)}/{name}") for ticker in plan.tickers], plan)
 
 
@@ -356,37 +416,35 @@ def _symbol_rows(plan: BuildPlan) -> list[pl.DataFrame]:
 
 
 def _returns(plan: BuildPlan, symbol_rows: list[pl.DataFrame]) -> pl.DataFrame:
-    """Every symbol's mature side-oriented returns on integer keys, tagged with its indexes."""
-    columns = ("period", "side", "horizon", "mask", "regime", "band", "session", "r", "fav", "adv")
-    return _tagged([_long(rows).select(columns) for rows in symbol_rows], plan)
+    """Every symbol's mature side-oriented returns on packed keys, tagged with its index."""
+    classes = class_indexes(plan)
+    return _tagged([_long(rows, classes[t]) for t, rows in zip(plan.tickers, symbol_rows, strict=True)], plan)
 
 
 def _summed(build_dir: str, plan: BuildPlan, returns: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, int]]:
-    """The served keys' statistics (sums, exact distinct sessions and symbols, medians), and how many keys each
-    tier built.
+    """The served keys' statistics (sums, exact distinct sessions and symbols, medians) on INT_KEYS, and how many
+    keys each tier built.
 
     A pooled key's partials sum their per-symbol distinct sessions: an upper bound of the key's distinct sessions
     (two symbols trading the same day count that day once). A key whose bound is below the minimum sample can never
     be served, so only the others (and every key of the always-served tiers) are counted from the returns (their
     count is what the manifest reports)."""
     partials = _read_partials(build_dir, plan, "bounds.arrow").lazy()
-    pooled_keys = [k for k in INT_KEYS if k != "symbol_index"]
-    # Lazy: polars' engine aggregates a million keys several times faster than the eager group-by, and the plans
-    # share one scan of the partials.
-    bounds = partials.group_by(pooled_keys).agg(pl.col("n_session_rows").sum())
+    # Lazy: the plans share one scan of the partials.
+    bounds = partials.group_by("key").agg(pl.col("n_session_rows").sum())
     named = [
-        partials.filter(pl.col("tier") == grouped_as).with_columns(tier=pl.lit(tier, pl.Int8))
+        partials.filter(tier_of() == grouped_as).with_columns(key=tier_key(tier))
         for tier, grouped_as in NAMED_TIERS.items()
     ]
-    always = pl.col("tier").is_in([SYMBOL_BASELINE, REGIME_TABLE])
+    always = tier_of().is_in([SYMBOL_BASELINE, REGIME_TABLE])
     candidate = always | (pl.col("n_session_rows") >= plan.min_sessions)
     # Of every key only its tier's count is kept; a named tier's per-symbol bound is its key's own count.
     frames = [bounds, *named]
     results = pl.collect_all(
         [
-            *[frame.group_by("tier").agg(pl.len()) for frame in frames],
-            bounds.filter(candidate).with_columns(symbol_index=pl.lit(-1, pl.Int32)).select(INT_KEYS),
-            *[frame.filter(candidate).select(INT_KEYS) for frame in named],
+            *[frame.group_by(tier=tier_of()).agg(pl.len()) for frame in frames],
+            bounds.filter(candidate).select("key", symbol_index=pl.lit(-1, pl.Int32)),
+            *[frame.filter(candidate).select("key", "symbol_index") for frame in named],
         ]
     )
     built: dict[int, int] = {}
@@ -397,11 +455,11 @@ def _summed(build_dir: str, plan: BuildPlan, returns: pl.DataFrame) -> tuple[pl.
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
     shown = always | (pl.col("n_sessions") >= plan.min_sessions)
     served = (
-        candidates.join(_candidate_stats(returns, candidates), on=INT_KEYS, how="left")
+        candidates.join(_candidate_stats(returns, candidates), on=["key", "symbol_index"], how="left")
         .filter(shown)
-        .select(*INT_KEYS, *STAT_COLUMNS, "median_r")
+        .select("key", "symbol_index", *STAT_COLUMNS, "median_r")
     )
-    return served, built
+    return _unpacked(served), built
 
 
 def _reservoir_candidates_of(rows: pl.DataFrame, wanted: pl.DataFrame) -> pl.DataFrame:
@@ -439,39 +497,37 @@ def _keyed(frame: pl.DataFrame, plan: BuildPlan) -> pl.DataFrame:
 
 
 def _candidate_stats(all_returns: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
-    """Each candidate key's statistics over its returns across all its symbols, on integer keys; the
-    tiers not keyed by the mask come with every key of theirs."""
+    """Each candidate key's statistics over its returns across all its symbols, on packed keys and symbol indexes
+    (-1 for the tiers that pool symbols); the tiers not keyed by the mask come with every key of theirs."""
     returns = all_returns.lazy()
-    columns = {"asset_class": "class_index", "symbol": "symbol_index"}
-    unmasked = ["period", "side", "horizon", "class_index", "symbol_index", "regime", "band", "session"]
-    fine = returns.group_by(unmasked).agg(_sums()).collect().lazy()
+    fine = returns.group_by(pl.col("key") & UNMASKED, "symbol_index", "session").agg(_sums()).collect().lazy()
     parts = []
     for tier, keys in TIER_KEYS.items():
-        group = ["period", "side", "horizon", *[columns.get(k, k) for k in keys]]
+        group = ["key", "symbol_index"] if "symbol" in keys else ["key"]
         # A tier keyed by the strategy mask has a key for nearly every signal set seen, few of them candidates:
         # its returns are narrowed to the candidates first. The others have few keys (regime, band, symbol), and
         # the semi-join cost more than aggregating them whole (0.3-0.45 s against 0.15-0.3 s a tier at 11 x 240
         # sessions); the caller's join on the candidates drops their other keys.
         if "mask" in keys:
-            wanted = candidates.lazy().filter(pl.col("tier") == tier).select(group)
-            narrowed = returns.join(wanted, on=group, how="semi")
+            wanted = candidates.lazy().filter(tier_of() == tier).select(group)
+            narrowed = returns.with_columns(key=tier_key(tier)).join(wanted, on=group, how="semi")
             grouped = narrowed.group_by(group).agg(*COUNTED, *_sums(), pl.col("r").median().alias("median_r"))
         else:
             # These four tiers share one pass of the sums over every return, by session and symbol (7.0 M rows to
             # 0.13 M at 21 x 180 sessions), and each sums those and counts their sessions and symbols; only the
             # median reads every return again. Each tier summed every return itself: 0.6-0.9 s of CPU apiece.
-            medians = returns.group_by(group).agg(pl.col("r").median().alias("median_r"))
+            medians = (
+                returns.with_columns(key=tier_key(tier)).group_by(group).agg(pl.col("r").median().alias("median_r"))
+            )
             grouped = (
-                fine.group_by(group)
+                fine.with_columns(key=tier_key(tier))
+                .group_by(group)
                 .agg(*COUNTED, *[pl.col(c).sum() for c in SUMMED])
                 .join(medians, on=group, how="left")
             )
-        fills = {k: pl.lit(v).cast(candidates.schema[k]) for k, v in
-                 {"symbol_index": -1, "mask": SENTINEL["mask"], "regime": SENTINEL["regime"],
-                  "band": SENTINEL["band"]}.items() if k not in group}  # fmt: skip
-        parts.append(
-            grouped.with_columns(tier=pl.lit(tier, pl.Int8), **fills).select(*INT_KEYS, *STAT_COLUMNS, "median_r")
-        )
+        if "symbol" not in keys:
+            grouped = grouped.with_columns(symbol_index=pl.lit(-1, pl.Int32))
+        parts.append(grouped.select("key", "symbol_index", *STAT_COLUMNS, "median_r"))
     return pl.concat(parts).collect()  # one plan: the engine shares the scan and runs the tiers in parallel
 
 
