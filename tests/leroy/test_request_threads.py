@@ -1,0 +1,66 @@
+import asyncio
+import threading
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from leroy.asgi import RequestThreads
+
+pytestmark = pytest.mark.anyio
+
+
+async def _thread_of_request(threads: RequestThreads) -> int:
+    async with threads.lease():
+        return await sync_to_async(threading.get_ident)()
+
+
+async def test_sequential_requests_run_on_one_reused_thread() -> None:
+    threads = RequestThreads()
+
+    first = await _thread_of_request(threads)
+    second = await _thread_of_request(threads)
+
+    assert first == second
+    assert first != threading.get_ident()
+
+
+async def test_a_request_runs_all_its_sync_calls_on_its_one_thread() -> None:
+    threads = RequestThreads()
+
+    async with threads.lease():
+        idents = {await sync_to_async(threading.get_ident)() for _ in range(5)}
+
+    assert len(idents) == 1
+
+
+async def test_concurrent_requests_run_on_distinct_threads() -> None:
+    threads = RequestThreads()
+    both_inside = asyncio.Barrier(2)
+
+    async def request() -> int:
+        async with threads.lease():
+            await both_inside.wait()
+            return await sync_to_async(threading.get_ident)()
+
+    first, second = await asyncio.gather(request(), request())
+
+    assert first != second
+    assert {await _thread_of_request(threads) for _ in range(4)} <= {first, second}  # reused, none started
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_connection_a_request_left_open_is_closed_before_the_threads_next_request() -> None:
+    threads = RequestThreads()
+
+    def open_connection() -> bool:
+        connection.ensure_connection()
+        return connection.connection is not None
+
+    async with threads.lease():
+        opened = await sync_to_async(open_connection)()
+    async with threads.lease():
+        still_open = await sync_to_async(lambda: connection.connection is not None)()
+
+    assert opened is True
+    assert still_open is False
