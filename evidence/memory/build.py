@@ -289,8 +289,9 @@ def _long(rows: pl.DataFrame, class_index: int) -> pl.DataFrame:
     return pl.concat(parts)
 
 
-def _reservoir_candidates(rows: pl.DataFrame) -> pl.DataFrame:
-    """Every ready row once per side, with its side-oriented labels for all horizons (nulls stay null)."""
+def _reservoir_candidates(rows: pl.DataFrame, class_index: int) -> pl.DataFrame:
+    """Every ready row once per side, with its side-oriented labels for all horizons (nulls stay null) and its packed
+    key without a horizon (a reservoir is kept per key and side, for all horizons at once)."""
     parts = []
     for side_index, side in enumerate(SIDES):
         sign = 1 if side == "buy" else -1
@@ -299,13 +300,15 @@ def _reservoir_candidates(rows: pl.DataFrame) -> pl.DataFrame:
             labels[f"r_{h}"] = pl.col(f"lbl_{h}") * sign
             labels[f"fav_{h}"] = pl.col(f"hi_{h}") if side == "buy" else -pl.col(f"lo_{h}")
             labels[f"adv_{h}"] = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
+        band = pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX))
         parts.append(
             rows.select(
                 "period", "asset_class", "symbol", "session", "ts", "regime",
                 side=pl.lit(side_index, pl.Int8),
                 mask=pl.col(f"{side}_mask"),
-                band=pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX)).cast(pl.Int8),
+                band=band.cast(pl.Int8),
                 **labels,
+                row_key=_row_key(side_index, HORIZONS[0], class_index, pl.col(f"{side}_mask"), band),
             )
         )  # fmt: skip
     # A fixed pseudo-random order (hash of symbol and minute) keeps the reservoir deterministic and not biased in time.
@@ -422,8 +425,8 @@ def _returns(plan: BuildPlan, symbol_rows: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def _summed(build_dir: str, plan: BuildPlan, returns: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, int]]:
-    """The served keys' statistics (sums, exact distinct sessions and symbols, medians) on INT_KEYS, and how many
-    keys each tier built.
+    """The served keys' statistics (sums, exact distinct sessions and symbols, medians) on INT_KEYS and their packed
+    "key", and how many keys each tier built.
 
     A pooled key's partials sum their per-symbol distinct sessions: an upper bound of the key's distinct sessions
     (two symbols trading the same day count that day once). A key whose bound is below the minimum sample can never
@@ -459,28 +462,34 @@ def _summed(build_dir: str, plan: BuildPlan, returns: pl.DataFrame) -> tuple[pl.
         .filter(shown)
         .select("key", "symbol_index", *STAT_COLUMNS, "median_r")
     )
-    return _unpacked(served), built
+    return _unpacked(served).with_columns(key=served.get_column("key")), built
 
 
-def _reservoir_candidates_of(rows: pl.DataFrame, wanted: pl.DataFrame) -> pl.DataFrame:
-    """One symbol's reservoir candidates for the served keys `wanted`, from its feature-store rows: a key's
-    reservoir is chosen in the reduce, over every symbol's rows at once, so the map keeps no candidates for the keys
-    never served (nearly all of the mask-keyed ones)."""
-    candidates = _reservoir_candidates(rows).sort("pick", "row_symbol", "ts")  # once, not once a tier: 0.2 s
+def _reservoir_candidates_of(
+    rows: pl.DataFrame, wanted: pl.DataFrame, class_index: int, symbol_index: int
+) -> pl.DataFrame:
+    """One symbol's reservoir candidates for the served keys `wanted` (packed keys without a horizon, with their
+    symbol indexes), from its feature-store rows: a key's reservoir is chosen in the reduce, over every symbol's rows
+    at once, so the map keeps no candidates for the keys never served (nearly all of the mask-keyed ones)."""
+    candidates = _reservoir_candidates(rows, class_index)
+    # The reservoir's order, sorted once (not once a tier) on the columns it needs, not on every label: the symbol is
+    # this frame's own, so (pick, ts) orders as (pick, symbol, ts).
+    order = candidates.select("row_key", "pick", "ts").with_row_index("row").sort("pick", "ts")
     parts = []
     for tier, keys in TIER_KEYS.items():
         if tier > EXACT_TIER:
             continue
         # Narrowed to the tier's served keys, then to each key's first RESERVOIR_SIZE in the reservoir's order:
         # a key's reservoir across symbols is among its symbols' own first ones.
-        group = ["period", "side", *keys]
-        keyed = wanted.filter(pl.col("tier") == tier).select(group)
+        mine = pl.col("symbol_index") == symbol_index if "symbol" in keys else pl.lit(True)
+        keyed = wanted.filter((tier_of() == tier) & mine).select("key")
         chosen = (
-            candidates.join(keyed, on=group, how="semi", maintain_order="left")
-            .group_by(group, maintain_order=True)
+            order.with_columns(key=tier_key(tier, pl.col("row_key")))
+            .join(keyed, on="key", how="semi", maintain_order="left")
+            .group_by("key", maintain_order=True)
             .head(RESERVOIR_SIZE)
         )
-        parts.append(_with_key(chosen, tier, RESERVOIR_KEY_SCHEMA))
+        parts.append(_with_key(candidates[chosen.get_column("row")].drop("row_key"), tier, RESERVOIR_KEY_SCHEMA))
     return pl.concat(parts)
 
 
@@ -590,7 +599,9 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
             raise BuildError(f"feature store file for {ticker} is missing")
     symbol_rows = _symbol_rows(plan)
     served, built = _summed(build_dir, plan, _returns(plan, symbol_rows))
-    served = _keyed(served, plan).sort(KEY_COLUMNS)
+    # A reservoir is kept per key without its horizon: the served keys' packed keys with the horizon cleared.
+    wanted = served.select(key=pl.col("key") & ~_bits("horizon"), symbol_index=pl.col("symbol_index")).unique()
+    served = _keyed(served.drop("key"), plan).sort(KEY_COLUMNS)
     shown_counts = dict(served.group_by("tier").agg(pl.len()).iter_rows())
     key_counts = {
         str(tier): {"keys_built": int(built.get(tier, 0)), "keys_served": int(shown_counts.get(tier, 0))}
@@ -598,9 +609,14 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
     }
     stats = served
     reservoir_keys = [*RESERVOIR_KEY_SCHEMA]
-    wanted = served.select(reservoir_keys).unique()
+    classes = class_indexes(plan)
     reservoir = (
-        pl.concat([_reservoir_candidates_of(rows, wanted) for rows in symbol_rows])
+        pl.concat(
+            [
+                _reservoir_candidates_of(rows, wanted, classes[ticker], index)
+                for index, (ticker, rows) in enumerate(zip(plan.tickers, symbol_rows, strict=True))
+            ]
+        )
         .lazy()
         .sort([*reservoir_keys, "pick", "row_symbol", "ts"])
         .group_by(reservoir_keys, maintain_order=True)
