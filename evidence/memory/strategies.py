@@ -164,7 +164,13 @@ def with_states(frame: pl.DataFrame) -> pl.DataFrame:
     """Add buy_mask/sell_mask (bit i = strategy i active) and active counts on ready rows; null elsewhere."""
     out = {}
     for side in SIDES:
-        terms = [(getattr(s, side)().fill_null(False).cast(pl.Int64) * (1 << bit)) for bit, s in enumerate(STRATEGIES)]
+        # A null condition (an undefined feature) is inactive: `when` takes only true. Selecting the bit's literal is a
+        # third cheaper than casting each condition to an integer and multiplying (0.30 against 0.47 s of CPU for
+        # 21 symbols x 180 sessions).
+        terms = [
+            pl.when(getattr(s, side)()).then(pl.lit(1 << bit, pl.Int64)).otherwise(0)
+            for bit, s in enumerate(STRATEGIES)
+        ]
         mask = pl.sum_horizontal(terms)
         out[f"{side}_mask"] = pl.when(pl.col("ready")).then(mask).otherwise(None)
     frame = frame.with_columns(**out)
