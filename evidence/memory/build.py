@@ -143,7 +143,8 @@ KEY_FIELDS: dict[str, tuple[int, int]] = {  # field -> (offset, bits)
     "mask": (16, len(strategies.STRATEGIES) + 1),  # mask + 1
 }
 TIER_OFFSET = 16 + len(strategies.STRATEGIES) + 1
-assert TIER_OFFSET + 3 <= 63, "the strategy masks no longer fit a packed int64 key"
+if TIER_OFFSET + 3 > 63:  # a wider registry needs a wider key: refuse to build rather than collide keys
+    raise RuntimeError(f"{len(strategies.STRATEGIES)} strategies' masks do not fit a packed int64 key")
 MAX_CLASSES = 1 << KEY_FIELDS["class_index"][1]
 _ALWAYS_KEYED = ("period", "side", "horizon", "class_index")
 
@@ -205,10 +206,11 @@ def _unpacked(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _session_bounds(long: pl.DataFrame) -> pl.DataFrame:
-    """The pooled tiers' packed keys for one symbol, each with `n_session_rows`, the key's distinct sessions in this
-    symbol: exact for the tiers that name the symbol, and summed across symbols an upper bound of a pooled key's
-    distinct sessions. That is all the reduce needs of a symbol before it knows which keys can be served; it sums and
-    counts those keys' returns itself."""
+    """The pooled tiers' packed keys for one symbol, each with `n_session_rows`, its (full key, session) pairs in this
+    symbol: exactly the key's distinct sessions for tier 4 (a mask decides its band, so each of a tier-4 key's
+    sessions has one full key), more for the coarser tiers, and summed across symbols an upper bound of a pooled
+    key's distinct sessions. That is all the reduce needs of a symbol before it knows which keys can be served; it
+    counts those keys' sessions and sums their returns itself."""
     fine = long.select("key", "session").unique()  # every tier's distinct sessions are counted from these rows
     return pl.concat(
         [
