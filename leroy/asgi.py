@@ -52,8 +52,9 @@ class RequestThreads:
     connection, and a thread that ran anything closes whatever connection is still open before its next request (a
     thread that died with its request took such a connection with it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_idle: int) -> None:
         self._idle: list[_RequestThread] = []
+        self.max_idle = max_idle
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[None]:
@@ -69,12 +70,19 @@ class RequestThreads:
             if executor.used:
                 executor.used = False
                 ThreadPoolExecutor.submit(executor, connections.close_all)  # queued ahead of any later request's work
-            self._idle.append(executor)
+            if len(self._idle) < self.max_idle:
+                self._idle.append(executor)
+            else:  # a burst past what admission lets through (exempt paths) does not leave its threads behind
+                executor.shutdown(wait=False)
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
 
 
-# One pool per process: every app instance (tests build many) shares its idle threads; at most one thread per
-# request in flight, which admission bounds.
-REQUEST_THREADS = RequestThreads()
+# One pool per process: every app instance (tests build many) shares its idle threads. Admission bounds the requests
+# in flight but for the exempt paths (probes, metrics, static files), so as many threads as it admits are kept.
+REQUEST_THREADS = RequestThreads(max_idle=settings.LEROY_ADMISSION_MAX_INFLIGHT)
 
 
 class LeroyASGI:

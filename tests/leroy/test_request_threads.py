@@ -16,7 +16,7 @@ async def _thread_of_request(threads: RequestThreads) -> int:
 
 
 async def test_sequential_requests_run_on_one_reused_thread() -> None:
-    threads = RequestThreads()
+    threads = RequestThreads(max_idle=4)
 
     first = await _thread_of_request(threads)
     second = await _thread_of_request(threads)
@@ -26,7 +26,7 @@ async def test_sequential_requests_run_on_one_reused_thread() -> None:
 
 
 async def test_a_request_runs_all_its_sync_calls_on_its_one_thread() -> None:
-    threads = RequestThreads()
+    threads = RequestThreads(max_idle=4)
 
     async with threads.lease():
         idents = {await sync_to_async(threading.get_ident)() for _ in range(5)}
@@ -35,7 +35,7 @@ async def test_a_request_runs_all_its_sync_calls_on_its_one_thread() -> None:
 
 
 async def test_concurrent_requests_run_on_distinct_threads() -> None:
-    threads = RequestThreads()
+    threads = RequestThreads(max_idle=4)
     both_inside = asyncio.Barrier(2)
 
     async def request() -> int:
@@ -51,7 +51,7 @@ async def test_concurrent_requests_run_on_distinct_threads() -> None:
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_connection_a_request_left_open_is_closed_before_the_threads_next_request() -> None:
-    threads = RequestThreads()
+    threads = RequestThreads(max_idle=4)
 
     def open_connection() -> bool:
         connection.ensure_connection()
@@ -64,3 +64,27 @@ async def test_a_connection_a_request_left_open_is_closed_before_the_threads_nex
 
     assert opened is True
     assert still_open is False
+
+
+async def test_threads_past_the_idle_limit_end_once_their_burst_is_over() -> None:
+    threads = RequestThreads(max_idle=2)
+    all_inside = asyncio.Barrier(5)
+
+    async def request() -> int:
+        async with threads.lease():
+            await all_inside.wait()
+            return await sync_to_async(threading.get_ident)()
+
+    idents = set(await asyncio.gather(*(request() for _ in range(5))))
+
+    def alive() -> set[int]:
+        return idents & {thread.ident for thread in threading.enumerate() if thread.ident is not None}
+
+    for _ in range(200):  # the three threads past the limit were told to stop; they exit once idle
+        if len(alive()) == 2:
+            break
+        await asyncio.sleep(0.01)
+
+    assert len(idents) == 5
+    assert threads.idle == 2
+    assert len(alive()) == 2
