@@ -15,6 +15,18 @@ async def _thread_of_request(threads: RequestThreads) -> int:
         return await sync_to_async(threading.get_ident)()
 
 
+async def _threads_of_concurrent_requests(threads: RequestThreads, count: int) -> list[int]:
+    """The threads `count` requests ran on while all of them were in flight at once."""
+    all_inside = asyncio.Barrier(count)
+
+    async def request() -> int:
+        async with threads.lease():
+            await all_inside.wait()
+            return await sync_to_async(threading.get_ident)()
+
+    return list(await asyncio.gather(*(request() for _ in range(count))))
+
+
 async def test_sequential_requests_run_on_one_reused_thread() -> None:
     threads = RequestThreads(max_idle=4)
 
@@ -36,14 +48,8 @@ async def test_a_request_runs_all_its_sync_calls_on_its_one_thread() -> None:
 
 async def test_concurrent_requests_run_on_distinct_threads() -> None:
     threads = RequestThreads(max_idle=4)
-    both_inside = asyncio.Barrier(2)
 
-    async def request() -> int:
-        async with threads.lease():
-            await both_inside.wait()
-            return await sync_to_async(threading.get_ident)()
-
-    first, second = await asyncio.gather(request(), request())
+    first, second = await _threads_of_concurrent_requests(threads, 2)
 
     assert first != second
     assert {await _thread_of_request(threads) for _ in range(4)} <= {first, second}  # reused, none started
@@ -68,14 +74,8 @@ async def test_a_connection_a_request_left_open_is_closed_before_the_threads_nex
 
 async def test_threads_past_the_idle_limit_end_once_their_burst_is_over() -> None:
     threads = RequestThreads(max_idle=2)
-    all_inside = asyncio.Barrier(5)
 
-    async def request() -> int:
-        async with threads.lease():
-            await all_inside.wait()
-            return await sync_to_async(threading.get_ident)()
-
-    idents = set(await asyncio.gather(*(request() for _ in range(5))))
+    idents = set(await _threads_of_concurrent_requests(threads, 5))
 
     def alive() -> set[int]:
         return idents & {thread.ident for thread in threading.enumerate() if thread.ident is not None}
