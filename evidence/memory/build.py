@@ -46,7 +46,7 @@ from evidence.memory.artifact import (
     plan_sha256,
 )
 from evidence.models import BarPartition, Corpus, Symbol
-from evidence.vocabulary import HORIZONS, REGIME_DEFINITION, SIDES, TIER_NAMES
+from evidence.vocabulary import ASSET_CLASSES, HORIZONS, REGIME_DEFINITION, SIDES, TIER_NAMES
 from leroy.clock import now
 
 EXACT_TIER = 5  # the one tier keyed by symbol that is displayed as a match
@@ -143,9 +143,9 @@ KEY_FIELDS: dict[str, tuple[int, int]] = {  # field -> (offset, bits)
     "mask": (16, len(strategies.STRATEGIES) + 1),  # mask + 1
 }
 TIER_OFFSET = 16 + len(strategies.STRATEGIES) + 1
-if TIER_OFFSET + 3 > 63:  # a wider registry needs a wider key: refuse to build rather than collide keys
-    raise RuntimeError(f"{len(strategies.STRATEGIES)} strategies' masks do not fit a packed int64 key")
-MAX_CLASSES = 1 << KEY_FIELDS["class_index"][1]
+# A wider registry or vocabulary needs a wider key: refuse to import rather than collide keys.
+if TIER_OFFSET + 3 > 63 or len(ASSET_CLASSES) > 1 << KEY_FIELDS["class_index"][1]:
+    raise RuntimeError("the strategy masks or the asset classes no longer fit a packed int64 key")
 _ALWAYS_KEYED = ("period", "side", "horizon", "class_index")
 
 
@@ -171,16 +171,24 @@ def tier_of(key: pl.Expr | None = None) -> pl.Expr:
     return (pl.col("key") if key is None else key) // (1 << TIER_OFFSET)
 
 
-def _row_key(side_index: int, horizon: int, class_index: int, mask: pl.Expr, band: pl.Expr) -> pl.Expr:
-    """A long row's packed key: every field it has (the period, regime, band and mask columns, the rest constant)."""
+def _band(side: str) -> pl.Expr:
+    """A ready row's active-signal band for `side`: its active strategies, BAND_MAX and more in one band."""
+    return pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX))
+
+
+def _row_key(side_index: int, horizon: int | None, class_index: int) -> pl.Expr:
+    """A ready row's packed key for a side and a horizon (None: without one, as the reservoirs are kept): the period,
+    regime, band and mask from its columns, the rest constant."""
     at = {name: 1 << offset for name, (offset, _) in KEY_FIELDS.items()}
-    constant = side_index * at["side"] + HORIZONS.index(horizon) * at["horizon"] + class_index * at["class_index"]
+    horizon_index = 0 if horizon is None else HORIZONS.index(horizon)  # type: ignore[arg-type]
+    side = SIDES[side_index]
+    constant = side_index * at["side"] + horizon_index * at["horizon"] + class_index * at["class_index"]
     return (
         pl.lit(constant, pl.Int64)
         + pl.col("period").cast(pl.Int64) * at["period"]
         + (pl.col("regime").cast(pl.Int64) + 1) * at["regime"]
-        + (band.cast(pl.Int64) + 1) * at["band"]
-        + (mask.cast(pl.Int64) + 1) * at["mask"]
+        + (_band(side).cast(pl.Int64) + 1) * at["band"]
+        + (pl.col(f"{side}_mask").cast(pl.Int64) + 1) * at["mask"]
     )
 
 
@@ -275,13 +283,12 @@ def _long(rows: pl.DataFrame, class_index: int) -> pl.DataFrame:
     parts = []
     for side_index, side in enumerate(SIDES):
         sign = 1 if side == "buy" else -1
-        band = pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX))
         for h in HORIZONS:
             fav = pl.col(f"hi_{h}") if side == "buy" else -pl.col(f"lo_{h}")
             adv = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
             parts.append(
                 rows.filter(pl.col(f"lbl_{h}").is_not_null()).select(
-                    key=_row_key(side_index, h, class_index, pl.col(f"{side}_mask"), band),
+                    key=_row_key(side_index, h, class_index),
                     session=pl.col("session").cast(pl.Int32),
                     r=pl.col(f"lbl_{h}") * sign,
                     fav=fav,
@@ -302,15 +309,14 @@ def _reservoir_candidates(rows: pl.DataFrame, class_index: int) -> pl.DataFrame:
             labels[f"r_{h}"] = pl.col(f"lbl_{h}") * sign
             labels[f"fav_{h}"] = pl.col(f"hi_{h}") if side == "buy" else -pl.col(f"lo_{h}")
             labels[f"adv_{h}"] = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
-        band = pl.min_horizontal(pl.col(f"n_{side}"), pl.lit(BAND_MAX))
         parts.append(
             rows.select(
                 "period", "asset_class", "symbol", "session", "ts", "regime",
                 side=pl.lit(side_index, pl.Int8),
                 mask=pl.col(f"{side}_mask"),
-                band=band.cast(pl.Int8),
+                band=_band(side).cast(pl.Int8),
                 **labels,
-                row_key=_row_key(side_index, HORIZONS[0], class_index, pl.col(f"{side}_mask"), band),
+                row_key=_row_key(side_index, None, class_index),
             )
         )  # fmt: skip
     # A fixed pseudo-random order (hash of symbol and minute) keeps the reservoir deterministic and not biased in time.
@@ -392,12 +398,10 @@ INT_KEYS = ("period", "tier", "side", "horizon", "class_index", "symbol_index", 
 def class_indexes(plan: BuildPlan) -> dict[str, int]:
     """Each ticker's asset class as its index in the plan's sorted classes (the packed keys' class field)."""
     classes = sorted(set(plan.asset_classes.values()))
-    if len(classes) > MAX_CLASSES:
-        raise BuildError(f"{len(classes)} asset classes: a build pools at most {MAX_CLASSES}")
     return {ticker: classes.index(plan.asset_classes[ticker]) for ticker in plan.tickers}
 
 
-def _tagged(frames: list[pl.DataFrame], plan: BuildPlan) -> pl.DataFrame:
+def _tagged(frames: list[pl.DataFrame]) -> pl.DataFrame:
     """One frame per symbol, in the plan's order, concatenated with each tagged by its symbol's index."""
     return pl.concat(
         [frame.with_columns(symbol_index=pl.lit(index, pl.Int32)) for index, frame in enumerate(frames)],
@@ -407,7 +411,7 @@ def _tagged(frames: list[pl.DataFrame], plan: BuildPlan) -> pl.DataFrame:
 
 def _read_partials(build_dir: str, plan: BuildPlan, name: str) -> pl.DataFrame:
     """Every symbol's partial `name`, tagged with its index."""
-    return _tagged([store.read_scratch(f"{partial_dir(build_dir, ticker)}/{name}") for ticker in plan.tickers], plan)
+    return _tagged([store.read_scratch(f"{partial_dir(build_dir, ticker)}/{name}") for ticker in plan.tickers])
 
 
 def _symbol_rows(plan: BuildPlan) -> list[pl.DataFrame]:
@@ -423,7 +427,7 @@ def _symbol_rows(plan: BuildPlan) -> list[pl.DataFrame]:
 def _returns(plan: BuildPlan, symbol_rows: list[pl.DataFrame]) -> pl.DataFrame:
     """Every symbol's mature side-oriented returns on packed keys, tagged with its index."""
     classes = class_indexes(plan)
-    return _tagged([_long(rows, classes[t]) for t, rows in zip(plan.tickers, symbol_rows, strict=True)], plan)
+    return _tagged([_long(rows, classes[t]) for t, rows in zip(plan.tickers, symbol_rows, strict=True)])
 
 
 def _summed(build_dir: str, plan: BuildPlan, returns: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, int]]:
