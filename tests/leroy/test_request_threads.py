@@ -88,3 +88,24 @@ async def test_threads_past_the_idle_limit_end_once_their_burst_is_over() -> Non
     assert len(idents) == 5
     assert threads.idle == 2
     assert len(alive()) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_request_that_fails_still_returns_its_thread_with_its_connection_closed() -> None:
+    threads = RequestThreads(max_idle=4)
+
+    def open_connection() -> int:
+        connection.ensure_connection()
+        return threading.get_ident()
+
+    with pytest.raises(RuntimeError, match="tool failed"):
+        async with threads.lease():
+            failed_on = await sync_to_async(open_connection)()
+            raise RuntimeError("tool failed")
+    async with threads.lease():
+        next_on = await sync_to_async(threading.get_ident)()
+        still_open = await sync_to_async(lambda: connection.connection is not None)()
+
+    assert threads.idle == 1
+    assert next_on == failed_on
+    assert still_open is False
