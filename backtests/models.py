@@ -189,6 +189,8 @@ class OptimizationRun(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     statistics = models.JSONField(null=True, blank=True)
     returns = models.JSONField(default=list)  # [[day, return], ...]: the daily series CSCV splits
+    # A grid point's returns as CSCV splits them (verdicts.return_blocks): what the grid's PBO reads when they align.
+    return_blocks = models.JSONField(null=True, blank=True)
     trade_count = models.PositiveIntegerField(default=0)
     data_version = models.CharField(max_length=64, blank=True, default="")
     # {code_sha256, decisions}: the run's order decisions, so the best run's look-ahead probe compares its cut runs

@@ -8,12 +8,13 @@ normal distribution, not excess kurtosis) and both moments are the biased sample
 numpy and the standard library's normal distribution: no Django, deterministic for equal inputs.
 """
 
+import hashlib
 import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -104,28 +105,51 @@ def _sharpe(total: np.ndarray, squares: np.ndarray, n: int) -> np.ndarray:
     return np.divide(mean, sd, out=np.zeros_like(mean), where=sd > 1e-15)
 
 
-def cscv(matrix: np.ndarray, *, blocks: int = 16, min_block_observations: int = 2) -> dict[str, Any]:
-    """PBO by combinatorially symmetric cross-validation over a T x N matrix of per-observation returns (rows in
-    time order, one column per grid point).
-
-    The oldest T mod S rows are dropped so the S blocks are equal. For each of the C(S, S/2) choices of in-sample
-    blocks, the column with the best in-sample Sharpe (the lowest column on ties) is ranked among all columns out
-    of sample; ω = rank / (N + 1) and λ = ln(ω / (1 - ω)). PBO is the share of combinations with λ ≤ 0; the
-    degradation slope is the least-squares slope of the chosen column's out-of-sample on in-sample Sharpe.
-    """
-    observations, points = matrix.shape
+def _cscv_refusal(observations: int, points: int, blocks: int, min_block_observations: int) -> None:
     if blocks < 2 or blocks % 2:
         raise CscvRefused(f"blocks must be even and at least 2, not {blocks}.")
     if points < 2:
         raise CscvRefused(f"The grid has {points} completed point(s); CSCV needs at least 2 to choose between.")
-    size = observations // blocks
-    if size < min_block_observations:
+    if observations // blocks < min_block_observations:
         raise CscvRefused(
             f"The period has {observations} observations; {blocks} blocks need at least "
             f"{blocks * min_block_observations} ({min_block_observations} per block)."
         )
-    trimmed = matrix[observations - size * blocks :].reshape(blocks, size, points)
-    sums, squares = trimmed.sum(axis=1), (trimmed**2).sum(axis=1)  # S x N
+
+
+def block_sums(column: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """One point's returns in time order as CSCV reads them: the oldest len mod `blocks` dropped, then each of the
+    `blocks` equal blocks' sum and sum of squares. Every CSCV goes through here, so a point's sums computed when it
+    finished are bit for bit those its column of the grid's matrix gives."""
+    size = len(column) // blocks
+    trimmed = np.ascontiguousarray(column[len(column) - size * blocks :]).reshape(blocks, size)
+    return trimmed.sum(axis=1), (trimmed**2).sum(axis=1)
+
+
+def cscv(matrix: np.ndarray, *, blocks: int = 16, min_block_observations: int = 2) -> dict[str, Any]:
+    """PBO by combinatorially symmetric cross-validation over a T x N matrix of per-observation returns (rows in
+    time order, one column per grid point): `cscv_of_sums` of each column's `block_sums`."""
+    observations, points = matrix.shape
+    _cscv_refusal(observations, points, blocks, min_block_observations)
+    columns = [block_sums(matrix[:, j], blocks) for j in range(points)]
+    sums = np.column_stack([total for total, _ in columns])
+    squares = np.column_stack([square for _, square in columns])
+    return cscv_of_sums(sums, squares, observations=observations, min_block_observations=min_block_observations)
+
+
+def cscv_of_sums(
+    sums: np.ndarray, squares: np.ndarray, *, observations: int, min_block_observations: int = 2
+) -> dict[str, Any]:
+    """PBO by CSCV from the S x N per-block sums and sums of squares of N points' T returns (`block_sums`).
+
+    For each of the C(S, S/2) choices of in-sample blocks, the column with the best in-sample Sharpe (the lowest
+    column on ties) is ranked among all columns out of sample; ω = rank / (N + 1) and λ = ln(ω / (1 - ω)). PBO is
+    the share of combinations with λ ≤ 0; the degradation slope is the least-squares slope of the chosen column's
+    out-of-sample on in-sample Sharpe.
+    """
+    blocks, points = sums.shape
+    _cscv_refusal(observations, points, blocks, min_block_observations)
+    size = observations // blocks
     chosen = np.array(list(itertools.combinations(range(blocks), blocks // 2)))
     mask = np.zeros((len(chosen), blocks))
     mask[np.arange(len(chosen))[:, None], chosen] = 1.0
@@ -159,6 +183,42 @@ def cscv(matrix: np.ndarray, *, blocks: int = 16, min_block_observations: int = 
         "degradation_slope": slope,
         "probability_oos_loss": float((best_out < 0).mean()),
     }
+
+
+def return_blocks(series: Sequence[Sequence[Any]], blocks: int) -> dict[str, Any] | None:
+    """A grid point's `block_sums`, kept with the point when it finishes so that the grid's PBO reads S sums a point
+    instead of every point's whole series; with the SHA-256 of its days, since only points whose days agree make
+    the grid's matrix without a union. None when it has fewer days than `blocks`, or a day that is not a string."""
+    if not all(isinstance(day, str) for day, _ in series):
+        return None
+    days = sorted({day for day, _ in series})
+    if len(days) < blocks:
+        return None
+    sums, squares = block_sums(returns_matrix([series])[:, 0], blocks)
+    return {
+        "days": hashlib.sha256("\n".join(days).encode()).hexdigest(),
+        "observations": len(days),
+        "blocks": blocks,
+        "sums": sums.tolist(),
+        "squares": squares.tolist(),
+    }
+
+
+def blocks_align(records: Sequence[dict[str, Any] | None], blocks: int) -> TypeGuard[Sequence[dict[str, Any]]]:
+    """Whether the points' `return_blocks` make the grid's CSCV: every point has them, over the same days, in
+    `blocks` blocks (else CSCV reads the whole series, aligned on the union of their days)."""
+    shapes = {(r["days"], r["observations"], r["blocks"]) if r else None for r in records}
+    return len(shapes) == 1 and None not in shapes and records[0]["blocks"] == blocks  # type: ignore[index]
+
+
+def cscv_of_blocks(records: Sequence[dict[str, Any]], *, min_block_observations: int = 2) -> dict[str, Any]:
+    """`cscv_of_sums` of aligned points' `return_blocks`, in column order."""
+    # S x N and C-contiguous, as `cscv` stacks its columns: the same layout for the same products.
+    sums = np.ascontiguousarray(np.array([r["sums"] for r in records]).T)
+    squares = np.ascontiguousarray(np.array([r["squares"] for r in records]).T)
+    return cscv_of_sums(
+        sums, squares, observations=records[0]["observations"], min_block_observations=min_block_observations
+    )
 
 
 def returns_matrix(series: Sequence[Sequence[Sequence[Any]]]) -> np.ndarray:

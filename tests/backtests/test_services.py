@@ -530,9 +530,44 @@ def test_an_optimization_counts_every_point_and_carries_a_verdict_with_pbo(
     assert verdict["pbo"]["value"] > 0.5
     assert (verdict["status"], [r["code"] for r in verdict["reasons"]][:2]) == ("overfit", ["pbo", "trades"])
     assert len(result.report_hash) == 64
-    runs = list(OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED))
-    recomputed, _ = services.optimization_pbo(result, runs)
+    recomputed, _ = services.optimization_pbo(result)
     assert recomputed == verdict["pbo"]
+
+
+def test_the_grids_pbo_from_the_points_block_sums_is_the_pbo_of_their_whole_series(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    from backtests import verdicts
+
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+    runs = list(OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED).order_by("iteration"))
+    whole = verdicts.cscv(verdicts.returns_matrix([run.returns for run in runs]), blocks=16)
+
+    assert len(runs) == 6
+    assert all(run.return_blocks["observations"] == len(run.returns) for run in runs)
+    assert verdicts.blocks_align([run.return_blocks for run in runs], 16)
+    assert result.verdict["pbo"] == whole  # exactly: the same sums, in the same layout
+    # A point without its sums (a row from before they were kept): the whole series are read, with the same PBO.
+    OptimizationRun.objects.filter(pk=runs[2].pk).update(return_blocks=None)
+    assert services.optimization_pbo(result) == (whole, None)
+
+
+def test_points_whose_days_differ_are_aligned_on_the_union_of_their_days(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    from backtests import verdicts
+
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
+    runs = list(OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED).order_by("iteration"))
+    shorter = runs[0].returns[1:]  # one point without the first day: its column is 0 there
+    OptimizationRun.objects.filter(pk=runs[0].pk).update(
+        returns=shorter, return_blocks=verdicts.return_blocks(shorter, 16)
+    )
+    series = [shorter, *[run.returns for run in runs[1:]]]
+
+    kept = OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED).order_by("iteration")
+    assert not verdicts.blocks_align(list(kept.values_list("return_blocks", flat=True)), 16)
+    assert services.optimization_pbo(result) == (verdicts.cscv(verdicts.returns_matrix(series), blocks=16), None)
 
 
 def test_a_grid_too_small_for_cscv_is_refused_in_the_verdict_and_its_credits_refunded(
@@ -636,8 +671,7 @@ def test_a_failed_probe_run_closes_the_optimization_with_the_probe_not_run_and_t
     monkeypatch.setattr(sandbox, "run_job", lambda **kwargs: failed if kwargs.get("probe") else run_job(**kwargs))
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
 
-    runs = list(OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED))
-    pbo, refusal = services.optimization_pbo(result, runs)
+    pbo, refusal = services.optimization_pbo(result)
     best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
     assert (result.status, result.lookahead_check) == (Status.COMPLETED, {
         "status": "not_run", "k": 3, "cuts": [], "reason": "the probe run failed: stopped",
@@ -725,7 +759,7 @@ def test_a_redelivered_probe_cut_fails_and_the_last_cut_closes_with_the_probe_no
         "status": "not_run", "k": 3, "cuts": [], "iteration": best.iteration, "parameters": best.parameters,
         "reason": "the probe run failed: the worker running this job stopped before it finished",
     })  # fmt: skip
-    pbo, refusal = services.optimization_pbo(result, list(OptimizationRun.objects.filter(optimization=result)))
+    pbo, refusal = services.optimization_pbo(result)
     assert result.grid_pbo == {"pbo": pbo, "refusal": refusal}  # computed while the last point's cut ran
     assert result.verdict["pbo"] == pbo
     assert result.credits_charged == 6 * result.credits_per_iteration + result.credits_pbo * (pbo is not None)
@@ -754,7 +788,7 @@ def test_the_reaper_leaves_queued_probe_cuts_and_fails_a_cut_whose_worker_stoppe
     assert (result.status, result.lookahead_check["status"], result.lookahead_check["reason"]) == (
         Status.COMPLETED, "not_run", "the probe run failed: the worker running this job stopped before it finished"
     )  # fmt: skip
-    pbo, _ = services.optimization_pbo(result, list(OptimizationRun.objects.filter(optimization=result)))
+    pbo, _ = services.optimization_pbo(result)
     assert (result.grid_pbo, result.verdict["pbo"]) == (None, pbo)  # the closing cut computed it
     assert result.credits_charged == 6 * result.credits_per_iteration + result.credits_pbo * (pbo is not None)
     assert credit_usage(user=owner)["credits_remaining"] == 1000 - result.credits_charged  # no probe charged

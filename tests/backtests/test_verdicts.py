@@ -101,6 +101,26 @@ def test_cscv_refuses_a_grid_or_period_too_small():
         verdicts.cscv(np.ones((40, 3)), blocks=5)
 
 
+def test_cscv_of_each_points_block_sums_is_cscv_of_the_matrix_bit_for_bit():
+    rng = np.random.default_rng(5)
+    days = [f"2024-{month:02d}-{day:02d}" for month in range(1, 13) for day in range(1, 29)][:331]
+    series = [[[day, float(value)] for day, value in zip(days, rng.normal(0.0, 0.01, len(days)), strict=True)]
+              for _ in range(7)]  # fmt: skip
+    records = [verdicts.return_blocks(points, 16) for points in series]
+
+    assert records[0]["observations"] == 331 and len(records[0]["sums"]) == 16  # 331 = 16 x 20 + 11 dropped
+    assert verdicts.blocks_align(records, 16)
+    assert not verdicts.blocks_align(records, 8)
+    assert verdicts.cscv_of_blocks(records) == verdicts.cscv(verdicts.returns_matrix(series), blocks=16)
+
+
+def test_return_blocks_are_none_for_a_series_with_fewer_days_than_blocks_or_a_day_that_is_not_a_string():
+    assert verdicts.return_blocks([["2024-01-02", 0.1], ["2024-01-03", 0.2]], 16) is None
+    assert verdicts.return_blocks([[20240100 + day, 0.01] for day in range(1, 20)], 16) is None
+    assert verdicts.return_blocks([[f"2024-01-{day:02d}", 0.01] for day in range(1, 20)], 16)["observations"] == 19
+    assert not verdicts.blocks_align([None, None], 16)
+
+
 def test_returns_matrix_aligns_points_on_the_union_of_days():
     matrix = verdicts.returns_matrix([[["2024-01-02", 0.1], ["2024-01-03", 0.2]], [["2024-01-03", -0.1]]])
     assert matrix.tolist() == [[0.1, 0.0], [0.2, -0.1]]
