@@ -187,6 +187,8 @@ class OptimizationRun(models.Model):
     fold = models.PositiveSmallIntegerField(null=True, blank=True)  # walk-forward: the fold (1-based) it belongs to
     out_of_sample = models.BooleanField(default=False)  # walk-forward: the chosen point on the fold's test window
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    # The task that claimed it (its Celery task id): a redelivered task fails what it had claimed and not finished.
+    claimed_by = models.CharField(max_length=64, blank=True, default="")
     statistics = models.JSONField(null=True, blank=True)
     returns = models.JSONField(default=list)  # [[day, return], ...]: the daily series CSCV splits
     # A grid point's returns as CSCV splits them (verdicts.return_blocks): what the grid's PBO reads when they align.

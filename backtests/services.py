@@ -712,35 +712,74 @@ def simulation_of(simulation_parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def optimization_points_execute(*, run_ids: list[int]) -> None:
-    """Run a chunk of grid points in order, each claimed and recorded on its own (a cancel stops the rest; a
-    redelivered chunk fails the point that was running and runs those still pending), reading each window's bars
-    once per chunk."""
+def optimization_points_execute(*, run_ids: list[int], claim: str) -> None:
+    """Run a chunk of grid points in order, each claimed for this task (`claim`: its task id, the same when the
+    broker redelivers it) and recorded on its own, reading each window's bars once per task; then, while its
+    optimization has points no task has started, take them one at a time from the end of the grid. So a worker that
+    finished its chunk runs the points that would otherwise wait for a later task (a later task whose points were
+    all taken does nothing), and the grid spreads over any number of workers to within one point.
+
+    A redelivered task (its worker stopped mid-run) first fails the points it had claimed and not finished; a point
+    another task claimed is that task's, even while it runs. A cancel stops the rest."""
+    optimization_id = _points_run(run_ids, claim)
     bars: dict[tuple[datetime, datetime], tuple[list[dict], str]] = {}
     for run_id in run_ids:
-        optimization_point_execute(run_id=run_id, bars=bars)
+        if _point_claim(OptimizationRun.objects.filter(pk=run_id), claim):
+            _point_execute(run_id, bars)
+    while optimization_id is not None and (run_id := _point_steal(optimization_id, claim)) is not None:
+        _point_execute(run_id, bars)
 
 
-def optimization_point_execute(
-    *, run_id: int, bars: dict[tuple[datetime, datetime], tuple[list[dict], str]] | None = None
-) -> None:
-    """Run one grid point; the last point to finish closes the optimization and settles its credits. `bars`
-    keeps the bars read per window across a chunk's points."""
-    live = (Status.PENDING, Status.EXECUTING)
-    claimed = OptimizationRun.objects.filter(pk=run_id, status=Status.PENDING, optimization__status__in=live).update(
-        status=Status.EXECUTING, started_at=now()
+def optimization_point_execute(*, run_id: int, claim: str) -> None:
+    """One grid point, claimed for task `claim` (a message queued before points were chunked, which takes no
+    other)."""
+    _points_run([run_id], claim)
+    if _point_claim(OptimizationRun.objects.filter(pk=run_id), claim):
+        _point_execute(run_id, {})
+
+
+def _points_run(run_ids: list[int], claim: str) -> Any:
+    """The optimization of a task's points, once the points it had claimed in an earlier delivery have failed."""
+    optimization_id = OptimizationRun.objects.filter(pk__in=run_ids).values_list("optimization_id", flat=True).first()
+    lost = OptimizationRun.objects.filter(optimization_id=optimization_id, status=Status.EXECUTING, claimed_by=claim)
+    for run_id in lost.values_list("pk", flat=True):
+        _point_done(run_id, error=WORKER_LOST)
+    return optimization_id
+
+
+_LIVE = (Status.PENDING, Status.EXECUTING)
+
+
+def _point_claim(runs: Any, claim: str) -> bool:
+    """Claim the one PENDING run of `runs` (a queryset) for task `claim`, if its optimization is still live."""
+    return bool(
+        runs.filter(status=Status.PENDING, optimization__status__in=_LIVE).update(
+            status=Status.EXECUTING, claimed_by=claim, started_at=now()
+        )
     )
-    if not claimed:
-        if OptimizationRun.objects.filter(pk=run_id, status=Status.EXECUTING).exists():
-            _point_done(run_id, error=WORKER_LOST)
-        return
+
+
+def _point_steal(optimization_id: Any, claim: str) -> int | None:
+    """Claim the last grid point no task has started (the chunks' own tasks claim theirs from the front), or None."""
+    pending = OptimizationRun.objects.filter(
+        optimization_id=optimization_id, status=Status.PENDING, out_of_sample=False, optimization__status__in=_LIVE
+    )
+    while (run_id := pending.order_by("-iteration").values_list("pk", flat=True).first()) is not None:
+        if _point_claim(OptimizationRun.objects.filter(pk=run_id), claim):
+            return run_id
+    return None  # every point is taken (or the optimization was cancelled)
+
+
+def _point_execute(run_id: int, bars: dict[tuple[datetime, datetime], tuple[list[dict], str]]) -> None:
+    """Run one claimed grid point; the last point to finish closes the optimization and settles its credits. `bars`
+    keeps the bars read per window across a task's points."""
     run = OptimizationRun.objects.select_related("optimization__strategy").get(pk=run_id)
     optimization = run.optimization
     if optimization.status == Status.PENDING:  # once executing it never goes back: no update to try
         Optimization.objects.filter(pk=optimization.pk, status=Status.PENDING).update(
             status=Status.EXECUTING, started_at=now()
         )
-    _point_done(run_id, run=run, **_run_point(optimization, run, {} if bars is None else bars))
+    _point_done(run_id, run=run, **_run_point(optimization, run, bars))
 
 
 def _run_point(

@@ -1,7 +1,9 @@
 """Celery tasks: ids in, one service call. Acks are late and a lost worker's task is redelivered, which the
 services turn into FAILED + voided credits instead of a second run."""
 
-from celery import current_app, shared_task
+import uuid
+
+from celery import Task, current_app, shared_task
 from celery.signals import worker_process_init
 
 from backtests import sandbox, services, statistics
@@ -30,15 +32,20 @@ def backtest_run(report_id: str) -> None:
     services.backtest_execute(report_id=report_id)
 
 
-@shared_task(name="backtests.optimization_point")
-def optimization_point(run_id: int) -> None:
+@shared_task(name="backtests.optimization_point", bind=True)
+def optimization_point(self: Task, run_id: int) -> None:
     """One point (messages queued before points were chunked)."""
-    services.optimization_point_execute(run_id=run_id)
+    services.optimization_point_execute(run_id=run_id, claim=_claim(self))
 
 
-@shared_task(name="backtests.optimization_points")
-def optimization_points(run_ids: list[int]) -> None:
-    services.optimization_points_execute(run_ids=run_ids)
+@shared_task(name="backtests.optimization_points", bind=True)
+def optimization_points(self: Task, run_ids: list[int]) -> None:
+    services.optimization_points_execute(run_ids=run_ids, claim=_claim(self))
+
+
+def _claim(task: Task) -> str:
+    """What a task's claims on grid points are recorded as: its id, which a redelivery keeps."""
+    return task.request.id or uuid.uuid4().hex
 
 
 @shared_task(name="backtests.optimization_probe_cut")

@@ -268,43 +268,76 @@ def test_optimization_runs_every_point_and_charges_them(owner, coin, django_capt
     )
 
 
-def test_points_are_queued_in_chunks_that_read_their_bars_once(
+def test_points_are_queued_in_chunks_and_a_task_that_ends_its_chunk_takes_the_points_no_task_has_started(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch, settings
 ):
-    settings.LEROY_OPTIMIZATION_POINTS_PER_TASK = 4
-    queued, reads = [], []
+    settings.LEROY_OPTIMIZATION_POINTS_PER_TASK = 2
+    queued, reads, ran = [], [], []
     monkeypatch.setattr(tasks.optimization_points, "delay", queued.append)
-    real_load_bars = services.load_bars
+    real_load_bars, real_run_point = services.load_bars, services._run_point
     monkeypatch.setattr(services, "load_bars", lambda **kwargs: reads.append(kwargs) or real_load_bars(**kwargs))
+    monkeypatch.setattr(services, "_run_point", lambda o, run, bars: ran.append(run.pk) or real_run_point(o, run, bars))
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list("pk", flat=True))
 
-    for chunk in queued:
-        with django_capture_on_commit_callbacks(execute=True):  # the last chunk queues the probe's other cuts
-            services.optimization_points_execute(run_ids=chunk)
+    with django_capture_on_commit_callbacks(execute=True):  # the last point queues the probe's other cuts
+        services.optimization_points_execute(run_ids=queued[0], claim="first")
+    for chunk in queued[1:]:  # the later tasks find their points taken and run nothing
+        services.optimization_points_execute(run_ids=chunk, claim=f"later-{chunk[0]}")
 
     result.refresh_from_db()
-    assert queued == [runs[:4], runs[4:]]
-    assert len(reads) == 2 + 3  # one per chunk, and one per task of the best run's probe: one per cut
+    assert queued == [runs[:2], runs[2:4], runs[4:]]
+    assert ran[:6] == [runs[0], runs[1], runs[5], runs[4], runs[3], runs[2]]  # its own, then from the end
+    assert set(OptimizationRun.objects.filter(optimization=result).values_list("claimed_by", flat=True)) == {"first"}
+    assert len(reads) == 1 + 3  # once for the task's six points, and once per task of the best run's probe (a cut)
     assert (result.status, result.completed_iterations, result.lookahead_check["status"]) == (
         Status.COMPLETED, 6, "passed"
     )  # fmt: skip
 
 
-def test_a_chunk_redelivered_mid_run_fails_the_running_point_and_runs_the_pending_ones(
+def test_tasks_running_at_once_take_the_remaining_points_each_once(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
+    runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list("pk", flat=True))
+    ran: list[tuple[str, int]] = []
+    real_run_point = services._run_point
+
+    def run_point(optimization, run, bars):
+        claim = OptimizationRun.objects.get(pk=run.pk).claimed_by
+        ran.append((claim, run.pk))
+        if run.pk == runs[0]:  # while the first task runs its first point, a second task runs its chunk and more
+            services.optimization_points_execute(run_ids=runs[2:4], claim="second")
+        return real_run_point(optimization, run, bars)
+
+    monkeypatch.setattr(services, "_run_point", run_point)
+    with django_capture_on_commit_callbacks(execute=True):  # the last point queues the probe's other cuts
+        services.optimization_points_execute(run_ids=runs[:2], claim="first")
+
+    assert sorted(pk for _, pk in ran) == sorted(runs)  # every point once
+    # The second takes the first task's unstarted point too: only a point a task has started is that task's.
+    assert ran == [("first", runs[0]), ("second", runs[2]), ("second", runs[3]), ("second", runs[5]),
+                   ("second", runs[4]), ("second", runs[1])]  # fmt: skip
+    assert Optimization.objects.get(pk=result.pk).status == Status.COMPLETED
+
+
+def test_a_redelivered_task_fails_the_point_it_was_running_and_runs_the_rest_but_not_another_tasks_point(
     owner, coin, django_capture_on_commit_callbacks
 ):
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list("pk", flat=True))
-    services.optimization_points_execute(run_ids=runs[:1])
-    OptimizationRun.objects.filter(pk=runs[1]).update(status=Status.EXECUTING, started_at=now())  # its worker died
+    # Its worker died running the second point; another task is running the fifth.
+    OptimizationRun.objects.filter(pk=runs[1]).update(status=Status.EXECUTING, claimed_by="task-a", started_at=now())
+    OptimizationRun.objects.filter(pk=runs[4]).update(status=Status.EXECUTING, claimed_by="task-b", started_at=now())
 
-    services.optimization_points_execute(run_ids=runs[:3])
+    services.optimization_points_execute(run_ids=runs[:2], claim="task-a")  # the broker redelivers task-a
 
-    statuses = list(
-        OptimizationRun.objects.filter(pk__in=runs[:3]).order_by("iteration").values_list("status", "error")
-    )
-    assert statuses == [(Status.COMPLETED, None), (Status.FAILED, services.WORKER_LOST), (Status.COMPLETED, None)]
+    statuses = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list(
+        "status", "error", "claimed_by"))  # fmt: skip
+    completed = (Status.COMPLETED, None, "task-a")
+    assert statuses == [completed, (Status.FAILED, services.WORKER_LOST, "task-a"), completed, completed,
+                        (Status.EXECUTING, None, "task-b"), completed]  # fmt: skip
+    assert Optimization.objects.get(pk=result.pk).status == Status.EXECUTING  # task-b's point is still running
 
 
 def test_cancel_mid_optimization_stops_the_rest_and_refunds_exactly(owner, coin, django_capture_on_commit_callbacks):
@@ -312,11 +345,11 @@ def test_cancel_mid_optimization_stops_the_rest_and_refunds_exactly(owner, coin,
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
     assert credit_usage(user=owner)["credits_remaining"] == 964  # 6 points x 5, the probe's 5 and the PBO's 1
 
-    services.optimization_point_execute(run_id=runs[0].pk)
-    services.optimization_point_execute(run_id=runs[1].pk)
+    services.optimization_point_execute(run_id=runs[0].pk, claim="task-0")
+    services.optimization_point_execute(run_id=runs[1].pk, claim="task-1")
     cancelled = services.optimization_cancel(user=owner, optimization_id=str(result.pk))
     for run in runs[2:]:
-        services.optimization_point_execute(run_id=run.pk)  # the queued tasks arrive after the cancel
+        services.optimization_point_execute(run_id=run.pk, claim=f"task-{run.pk}")  # queued, arriving after the cancel
 
     assert (cancelled.status, cancelled.completed_iterations, cancelled.credits_charged) == (Status.CANCELLED, 2, 10)
     statuses = list(OptimizationRun.objects.filter(optimization=result).values_list("status", flat=True))
@@ -733,7 +766,7 @@ def probe_cuts_queued(owner, coin, capture):
     result = optimization(owner, saved(owner), coin, capture, execute=False)
     with capture(execute=False):
         services.optimization_points_execute(
-            run_ids=list(OptimizationRun.objects.filter(optimization=result).values_list("pk", flat=True))
+            run_ids=list(OptimizationRun.objects.filter(optimization=result).values_list("pk", flat=True)), claim="t"
         )
     cuts = list(ProbeCut.objects.filter(optimization=result))
     assert [cut.status for cut in cuts] == [Status.PENDING, Status.PENDING, Status.COMPLETED]

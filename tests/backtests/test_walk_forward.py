@@ -147,10 +147,11 @@ def test_cancel_mid_walk_forward_stops_the_rest_and_refunds_exactly(owner, coin,
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
     assert credit_usage(user=owner)["credits_remaining"] == 950
 
-    services.optimization_point_execute(run_id=runs[0].pk)
+    services.optimization_point_execute(run_id=runs[0].pk, claim="task-0")
     cancelled = services.optimization_cancel(user=owner, optimization_id=str(result.pk))
     for run in runs[1:]:
-        services.optimization_point_execute(run_id=run.pk)  # queued tasks arriving after the cancel run nothing
+        # Queued tasks arriving after the cancel run nothing.
+        services.optimization_point_execute(run_id=run.pk, claim=f"task-{run.pk}")
 
     assert (cancelled.status, cancelled.completed_iterations, cancelled.credits_charged) == (Status.CANCELLED, 1, 5)
     statuses = list(OptimizationRun.objects.filter(optimization=result).values_list("status", flat=True))
