@@ -156,6 +156,10 @@ class Optimization(models.Model):
     total_iterations = models.PositiveIntegerField()
     completed_iterations = models.PositiveIntegerField(default=0)
     failed_iterations = models.PositiveIntegerField(default=0)
+    # The grid's chunk tasks and how many have started: a task takes other tasks' points only once every task has
+    # started (so no task is left in the queue with nothing to do; it would delay the probe's queued cuts).
+    point_tasks = models.PositiveIntegerField(default=0)
+    point_tasks_started = models.PositiveIntegerField(default=0)
     credits_per_iteration = models.PositiveIntegerField(default=0)
     credits_probe = models.PositiveIntegerField(default=0)  # the look-ahead probe of the best run
     credits_pbo = models.PositiveIntegerField(default=0)  # CSCV over the grid (refunded when refused)

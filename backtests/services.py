@@ -610,6 +610,7 @@ def optimization_submit(
         additional_metrics=additional_metrics,
         use_free_optimization=use_free_optimization,
         total_iterations=len(runs),
+        point_tasks=len(point_chunks(list(range(len(runs))), settings.LEROY_OPTIMIZATION_POINTS_PER_TASK)),
         credits_per_iteration=price,
         credits_probe=probe,
         credits_pbo=pbo,
@@ -714,19 +715,27 @@ def simulation_of(simulation_parameters: dict[str, Any]) -> dict[str, Any]:
 
 def optimization_points_execute(*, run_ids: list[int], claim: str) -> None:
     """Run a chunk of grid points in order, each claimed for this task (`claim`: its task id, the same when the
-    broker redelivers it) and recorded on its own, reading each window's bars once per task; then, while its
-    optimization has points no task has started, take them one at a time from the end of the grid. So a worker that
-    finished its chunk runs the points that would otherwise wait for a later task (a later task whose points were
-    all taken does nothing), and the grid spreads over any number of workers to within one point.
+    broker redelivers it) and recorded on its own, reading each window's bars once per task; then, once every chunk
+    task of the grid has started, take the points no task has started yet (those later in other chunks) one at a
+    time from the end of the grid. So a worker that finished its chunk runs what would otherwise wait behind a busy
+    one, and the grid spreads over any number of workers to within one point; before every task has started, a free
+    worker takes the next task from the queue instead (a task whose points were all taken would still be queued,
+    to run for nothing ahead of the probe's cuts).
 
     A redelivered task (its worker stopped mid-run) first fails the points it had claimed and not finished; a point
     another task claimed is that task's, even while it runs. A cancel stops the rest."""
     optimization_id = _points_run(run_ids, claim)
+    if optimization_id is None:
+        return
+    optimizations = Optimization.objects.filter(pk=optimization_id)
+    optimizations.update(point_tasks_started=F("point_tasks_started") + 1)
     bars: dict[tuple[datetime, datetime], tuple[list[dict], str]] = {}
     for run_id in run_ids:
         if _point_claim(OptimizationRun.objects.filter(pk=run_id), claim):
             _point_execute(run_id, bars)
-    while optimization_id is not None and (run_id := _point_steal(optimization_id, claim)) is not None:
+    if not optimizations.filter(point_tasks_started__gte=F("point_tasks")).exists():
+        return  # a task is still queued: a free worker takes it
+    while (run_id := _point_steal(optimization_id, claim)) is not None:
         _point_execute(run_id, bars)
 
 

@@ -19,10 +19,11 @@ and in two at once (short blocks in the order 1, 2, 2, 1, three times): Leroy's 
 it.
 
 It also prints a SIMULATED 8-worker run, computed (not run: the machine may have 2 cores) from the first 1-worker
-run's recorded timestamps: each point's duration, the mean gap between one point's end and the next one's start, a
-task's start-up (its first point's extra time), the dispatch before the first point and the tail after the last
-(probe and close). The chunk tasks go in submission order to whichever of 8 workers is free first; each runs its
-own points no task has started, then takes the rest one at a time from the end of the grid, as the workers do;
+run's recorded timestamps: each point's duration (a task's first point includes the task's start-up), the mean
+gap between one point's end and the next one's start, the dispatch before the first point and the tail after the
+last (probe and close). The chunk tasks go in submission order to whichever of 8 workers is free first; each runs its
+own points no task has started, then, once every task has started, takes the rest one at a time from the end of
+the grid, as the workers do;
 then the probe's cuts, each a task of its own: the last point's worker runs one, the others go to the
 least-loaded workers; the makespan plus the first dispatch and the close is the simulated time (`simulated`).
 Prints three lines (the third: the first 2-worker run's mean point, first dispatch and tail, measured).
@@ -240,11 +241,10 @@ def wait_idle(root: int, *, window: float = 1.0, timeout: float = 120.0) -> None
 
 def phases(optimization) -> dict[str, Any]:
     """From the recorded timestamps (one clock, this machine's): each point's duration (by run id), the mean gap
-    between one point's end and the next one's start on a worker, a task's start-up (its first point's duration
-    above the others' median: the bars it reads), the dispatch before the first point and the serial tail after the
-    last; and the tail's parts when the probe ran as one task per cut: from the last point to the last point's own
-    cut run (`prep`), that run, the queued cuts' runs (each a task of its own, with its gap after the task before
-    it on this one worker) and the close after the last cut."""
+    between one point's end and the next one's start on a worker, the dispatch before the first point and the
+    serial tail after the last; and the tail's parts when the probe ran as one task per cut: from the last point to
+    the last point's own cut run (`prep`), that run, the queued cuts' runs (each a task of its own, with its gap
+    after the task before it on this one worker) and the close after the last cut."""
     from django.conf import settings
 
     from backtests.models import OptimizationRun, ProbeCut
@@ -255,12 +255,10 @@ def phases(optimization) -> dict[str, Any]:
     ordered = sorted(spans.values())
     gaps = [b[0] - a[1] for a, b in itertools.pairwise(ordered) if b[0] >= a[1]]  # one worker's consecutive points
     first, last = ordered[0][0], max(end for _, end in ordered)
-    others = sorted(durations[run.pk] for run in runs[1:])
     submitted = optimization.created_at.timestamp()
     measured: dict[str, Any] = {
         "durations": durations,
         "size": settings.LEROY_OPTIMIZATION_POINTS_PER_TASK,
-        "start": max(0.0, durations[runs[0].pk] - others[len(others) // 2]) if others else 0.0,
         "gap": max(0.0, sum(gaps) / len(gaps)) if gaps else 0.0,
         "dispatch": first - submitted,
         "tail": optimization.finished_at.timestamp() - last,
@@ -281,9 +279,10 @@ def phases(optimization) -> dict[str, Any]:
 def simulated(measured: dict, workers: int) -> float:
     """The grid as `workers` workers would run it, from the measured points (a simulation, not a run): the chunk
     tasks are taken in submission order by whichever worker is free first; a task runs its own points that no
-    task has started, then takes the others one at a time from the end of the grid (as optimization_points_execute
-    does), paying its start-up before its first point and the mean gap after each; a task whose points were all
-    taken costs one gap. Claims are made in time order: the worker free first claims first. Then the probe as one
+    task has started, then, once every task has started, takes the others one at a time from the end of the grid
+    (as optimization_points_execute does). Each point takes its measured time (a task's first point includes the
+    task's start-up: its bars) and the mean gap after it. Claims are made in time order: the worker free first
+    claims first. Then the probe as one
     task per cut: the last point's worker runs one cut after `prep`, the queued cuts (each with its measured gap)
     go to the least-loaded workers once queued, and the close follows the last; otherwise the measured tail,
     serial. Plus the first dispatch."""
@@ -296,7 +295,6 @@ def simulated(measured: dict, workers: int) -> float:
     queue = deque(point_chunks(list(pending), measured["size"]))
     free = [0.0] * workers
     active: list[list[int] | None] = [None] * workers  # each worker's task: its own points not yet reached
-    started = [False] * workers
     done = [False] * workers
     while not all(done):
         worker = min((i for i in range(workers) if not done[i]), key=free.__getitem__)
@@ -305,18 +303,16 @@ def simulated(measured: dict, workers: int) -> float:
             if not queue:
                 done[worker] = True
                 continue
-            active[worker], started[worker] = list(queue.popleft()), False
-            free[worker] += gap  # the task's dispatch
+            active[worker] = list(queue.popleft())
             continue
         while task and task[0] not in pending:  # taken by another task meanwhile
             task.pop(0)
-        if not task and not pending:
+        if not task and (queue or not pending):  # others' points only once every task has started
             active[worker] = None
             continue
         pk = task.pop(0) if task else pending[-1]
         pending.remove(pk)
-        free[worker] += (0.0 if started[worker] else measured["start"]) + durations[pk] + gap
-        started[worker] = True
+        free[worker] += durations[pk] + gap
     cuts = measured["cuts"]
     if cuts is None:
         return measured["dispatch"] + max(free) + measured["tail"]
@@ -416,7 +412,7 @@ def measure() -> None:
     one_model, eight = simulated(measured, 1), simulated(measured, 8)
     point_mean = sum(measured["durations"].values()) / len(measured["durations"])
     print(f"SIMULATED from the 1-worker run's measured points (not an 8-worker run): "
-          f"points={len(measured['durations'])} point_mean={point_mean:.3f}s task_start={measured['start']:.3f}s "
+          f"points={len(measured['durations'])} point_mean={point_mean:.3f}s "
           f"gap={measured['gap']:.3f}s dispatch={measured['dispatch']:.3f}s tail={measured['tail']:.3f}s "
           f"simulated_one={one_model:.2f}s (that run measured {one_first:.2f}s) simulated_eight={eight:.2f}s "
           f"simulated_speedup_8={one_model / eight:.2f}x "

@@ -268,34 +268,34 @@ def test_optimization_runs_every_point_and_charges_them(owner, coin, django_capt
     )
 
 
-def test_points_are_queued_in_chunks_and_a_task_that_ends_its_chunk_takes_the_points_no_task_has_started(
+def test_points_are_queued_in_chunks_that_read_their_bars_once_and_tasks_run_one_after_another_take_no_others(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch, settings
 ):
     settings.LEROY_OPTIMIZATION_POINTS_PER_TASK = 2
-    queued, reads, ran = [], [], []
+    queued, reads = [], []
     monkeypatch.setattr(tasks.optimization_points, "delay", queued.append)
-    real_load_bars, real_run_point = services.load_bars, services._run_point
+    real_load_bars = services.load_bars
     monkeypatch.setattr(services, "load_bars", lambda **kwargs: reads.append(kwargs) or real_load_bars(**kwargs))
-    monkeypatch.setattr(services, "_run_point", lambda o, run, bars: ran.append(run.pk) or real_run_point(o, run, bars))
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list("pk", flat=True))
 
-    with django_capture_on_commit_callbacks(execute=True):  # the last point queues the probe's other cuts
-        services.optimization_points_execute(run_ids=queued[0], claim="first")
-    for chunk in queued[1:]:  # the later tasks find their points taken and run nothing
-        services.optimization_points_execute(run_ids=chunk, claim=f"later-{chunk[0]}")
+    for index, chunk in enumerate(queued):  # one worker: each task in turn
+        with django_capture_on_commit_callbacks(execute=True):  # the last point queues the probe's other cuts
+            services.optimization_points_execute(run_ids=chunk, claim=f"task-{index}")
 
     result.refresh_from_db()
     assert queued == [runs[:2], runs[2:4], runs[4:]]
-    assert ran[:6] == [runs[0], runs[1], runs[5], runs[4], runs[3], runs[2]]  # its own, then from the end
-    assert set(OptimizationRun.objects.filter(optimization=result).values_list("claimed_by", flat=True)) == {"first"}
-    assert len(reads) == 1 + 3  # once for the task's six points, and once per task of the best run's probe (a cut)
+    assert (result.point_tasks, result.point_tasks_started) == (3, 3)
+    claims = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list(
+        "claimed_by", flat=True))  # fmt: skip
+    assert claims == ["task-0", "task-0", "task-1", "task-1", "task-2", "task-2"]  # none took another's point
+    assert len(reads) == 3 + 3  # once per task, and once per task of the best run's probe (one per cut)
     assert (result.status, result.completed_iterations, result.lookahead_check["status"]) == (
         Status.COMPLETED, 6, "passed"
     )  # fmt: skip
 
 
-def test_tasks_running_at_once_take_the_remaining_points_each_once(
+def test_once_every_task_has_started_a_task_that_ends_its_chunk_takes_the_unstarted_points_from_the_end(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch
 ):
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
@@ -304,10 +304,13 @@ def test_tasks_running_at_once_take_the_remaining_points_each_once(
     real_run_point = services._run_point
 
     def run_point(optimization, run, bars):
-        claim = OptimizationRun.objects.get(pk=run.pk).claimed_by
-        ran.append((claim, run.pk))
-        if run.pk == runs[0]:  # while the first task runs its first point, a second task runs its chunk and more
+        ran.append((OptimizationRun.objects.get(pk=run.pk).claimed_by, run.pk))
+        # Three workers: while the first task runs its first point the second starts, and while the second runs
+        # its first point the third (the last task to start) starts.
+        if run.pk == runs[0]:
             services.optimization_points_execute(run_ids=runs[2:4], claim="second")
+        if run.pk == runs[2]:
+            services.optimization_points_execute(run_ids=runs[4:], claim="third")
         return real_run_point(optimization, run, bars)
 
     monkeypatch.setattr(services, "_run_point", run_point)
@@ -315,9 +318,9 @@ def test_tasks_running_at_once_take_the_remaining_points_each_once(
         services.optimization_points_execute(run_ids=runs[:2], claim="first")
 
     assert sorted(pk for _, pk in ran) == sorted(runs)  # every point once
-    # The second takes the first task's unstarted point too: only a point a task has started is that task's.
-    assert ran == [("first", runs[0]), ("second", runs[2]), ("second", runs[3]), ("second", runs[5]),
-                   ("second", runs[4]), ("second", runs[1])]  # fmt: skip
+    # The third ends its chunk with every task started: it takes the second's and the first's unstarted points.
+    assert ran == [("first", runs[0]), ("second", runs[2]), ("third", runs[4]), ("third", runs[5]),
+                   ("third", runs[3]), ("third", runs[1])]  # fmt: skip
     assert Optimization.objects.get(pk=result.pk).status == Status.COMPLETED
 
 
@@ -326,18 +329,20 @@ def test_a_redelivered_task_fails_the_point_it_was_running_and_runs_the_rest_but
 ):
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list("pk", flat=True))
-    # Its worker died running the second point; another task is running the fifth.
+    # Task a's worker died running the second point; task b is running the fifth (both had started: with this
+    # redelivery every one of the three tasks has started, so task a goes on to the unstarted points).
     OptimizationRun.objects.filter(pk=runs[1]).update(status=Status.EXECUTING, claimed_by="task-a", started_at=now())
     OptimizationRun.objects.filter(pk=runs[4]).update(status=Status.EXECUTING, claimed_by="task-b", started_at=now())
+    Optimization.objects.filter(pk=result.pk).update(point_tasks_started=2)
 
-    services.optimization_points_execute(run_ids=runs[:2], claim="task-a")  # the broker redelivers task-a
+    services.optimization_points_execute(run_ids=runs[:2], claim="task-a")  # the broker redelivers task a
 
     statuses = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list(
         "status", "error", "claimed_by"))  # fmt: skip
     completed = (Status.COMPLETED, None, "task-a")
     assert statuses == [completed, (Status.FAILED, services.WORKER_LOST, "task-a"), completed, completed,
                         (Status.EXECUTING, None, "task-b"), completed]  # fmt: skip
-    assert Optimization.objects.get(pk=result.pk).status == Status.EXECUTING  # task-b's point is still running
+    assert Optimization.objects.get(pk=result.pk).status == Status.EXECUTING  # task b's point is still running
 
 
 def test_cancel_mid_optimization_stops_the_rest_and_refunds_exactly(owner, coin, django_capture_on_commit_callbacks):
