@@ -735,8 +735,8 @@ def optimization_points_execute(*, run_ids: list[int], claim: str) -> None:
             _point_execute(run_id, bars)
     if not optimizations.filter(point_tasks_started__gte=F("point_tasks")).exists():
         return  # a task is still queued: a free worker takes it
-    while (run_id := _point_steal(optimization_id, claim)) is not None:
-        _point_execute(run_id, bars)
+    while (stolen := _point_steal(optimization_id, claim)) is not None:
+        _point_execute(stolen, bars)
 
 
 def optimization_point_execute(*, run_id: int, claim: str) -> None:
@@ -748,8 +748,11 @@ def optimization_point_execute(*, run_id: int, claim: str) -> None:
 
 
 def _points_run(run_ids: list[int], claim: str) -> Any:
-    """The optimization of a task's points, once the points it had claimed in an earlier delivery have failed."""
+    """The optimization of a task's points (None when none exists), once the points the task had claimed in an
+    earlier delivery have failed."""
     optimization_id = OptimizationRun.objects.filter(pk__in=run_ids).values_list("optimization_id", flat=True).first()
+    if optimization_id is None:
+        return None
     lost = OptimizationRun.objects.filter(optimization_id=optimization_id, status=Status.EXECUTING, claimed_by=claim)
     for run_id in lost.values_list("pk", flat=True):
         _point_done(run_id, error=WORKER_LOST)
