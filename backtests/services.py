@@ -1213,6 +1213,12 @@ def _point_finish(
     and some point completed (the best run's probe is due; the optimization closes after it). When every point
     failed, the optimization closes here, charging nothing."""
     stats = statistics.compute(result) if result is not None else None  # pure: computed outside the lock
+    # Pure too (an optimization's blocks and mode never change): a point read with its optimization has them.
+    blocks = (
+        verdicts.return_blocks(result["daily_returns"], run.optimization.pbo_blocks)
+        if result is not None and run is not None and run.optimization.mode == OptimizationMode.GRID
+        else None
+    )
     with transaction.atomic():
         run = run or OptimizationRun.objects.get(pk=run_id)
         optimization = (
@@ -1229,11 +1235,7 @@ def _point_finish(
             status=Status.COMPLETED if ok else Status.FAILED,
             statistics=stats,
             returns=result["daily_returns"] if result is not None else [],
-            return_blocks=(
-                verdicts.return_blocks(result["daily_returns"], optimization.pbo_blocks)
-                if result is not None and optimization.mode == OptimizationMode.GRID
-                else None
-            ),
+            return_blocks=blocks,
             trade_count=len(result["trades"]) if result is not None else 0,
             decisions=kept_decisions(optimization.strategy, result) if result is not None else None,
             error=error,

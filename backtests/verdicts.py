@@ -191,10 +191,17 @@ def return_blocks(series: Sequence[Sequence[Any]], blocks: int) -> dict[str, Any
     the grid's matrix without a union. None when it has fewer days than `blocks`, or a day that is not a string."""
     if not all(isinstance(day, str) for day, _ in series):
         return None
-    days = sorted({day for day, _ in series})
+    days = [day for day, _ in series]
+    numbers = all(isinstance(value, int | float) and not isinstance(value, bool) for _, value in series)
+    if numbers and all(a < b for a, b in itertools.pairwise(days)):
+        # Days already ascending and distinct (the engine's series): its values are the matrix column as they are.
+        column = np.array([value for _, value in series], dtype=float)
+    else:
+        days = sorted(set(days))
+        column = returns_matrix([series])[:, 0]
     if len(days) < blocks:
         return None
-    sums, squares = block_sums(returns_matrix([series])[:, 0], blocks)
+    sums, squares = block_sums(column, blocks)
     return {
         "days": hashlib.sha256("\n".join(days).encode()).hexdigest(),
         "observations": len(days),

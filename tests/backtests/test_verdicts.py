@@ -114,6 +114,21 @@ def test_cscv_of_each_points_block_sums_is_cscv_of_the_matrix_bit_for_bit():
     assert verdicts.cscv_of_blocks(records) == verdicts.cscv(verdicts.returns_matrix(series), blocks=16)
 
 
+def test_return_blocks_of_a_series_out_of_order_or_with_a_repeated_day_are_those_of_its_matrix_column():
+    rng = np.random.default_rng(11)
+    days = [f"2024-{month:02d}-{day:02d}" for month in range(1, 13) for day in range(1, 29)][:100]
+    ordered = [[day, float(value)] for day, value in zip(days, rng.normal(0.0, 0.01, 100), strict=True)]
+    shuffled = [ordered[i] for i in rng.permutation(100)]
+    repeated = [*ordered, [days[40], 0.5]]  # the last return of a day is the one the matrix keeps
+
+    for series in (ordered, shuffled, repeated):
+        sums, squares = verdicts.block_sums(verdicts.returns_matrix([series])[:, 0], 16)
+        record = verdicts.return_blocks(series, 16)
+        assert (record["observations"], record["sums"], record["squares"]) == (100, sums.tolist(), squares.tolist())
+    assert verdicts.return_blocks(shuffled, 16) == verdicts.return_blocks(ordered, 16)
+    assert verdicts.return_blocks(repeated, 16)["days"] == verdicts.return_blocks(ordered, 16)["days"]
+
+
 def test_return_blocks_are_none_for_a_series_with_fewer_days_than_blocks_or_a_day_that_is_not_a_string():
     assert verdicts.return_blocks([["2024-01-02", 0.1], ["2024-01-03", 0.2]], 16) is None
     assert verdicts.return_blocks([[20240100 + day, 0.01] for day in range(1, 20)], 16) is None
