@@ -724,7 +724,7 @@ def optimization_points_execute(*, run_ids: list[int], claim: str) -> None:
 
     A redelivered task (its worker stopped mid-run) first fails the points it had claimed and not finished; a point
     another task claimed is that task's, even while it runs. A cancel stops the rest."""
-    optimization_id = _points_run(run_ids, claim)
+    optimization_id = _lost_points_failed(run_ids, claim)
     if optimization_id is None:
         return
     optimizations = Optimization.objects.filter(pk=optimization_id)
@@ -742,12 +742,12 @@ def optimization_points_execute(*, run_ids: list[int], claim: str) -> None:
 def optimization_point_execute(*, run_id: int, claim: str) -> None:
     """One grid point, claimed for task `claim` (a message queued before points were chunked, which takes no
     other)."""
-    _points_run([run_id], claim)
+    _lost_points_failed([run_id], claim)
     if _point_claim(OptimizationRun.objects.filter(pk=run_id), claim):
         _point_execute(run_id, {})
 
 
-def _points_run(run_ids: list[int], claim: str) -> Any:
+def _lost_points_failed(run_ids: list[int], claim: str) -> Any:
     """The optimization of a task's points (None when none exists), once the points the task had claimed in an
     earlier delivery have failed."""
     optimization_id = OptimizationRun.objects.filter(pk__in=run_ids).values_list("optimization_id", flat=True).first()

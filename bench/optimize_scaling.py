@@ -282,10 +282,9 @@ def simulated(measured: dict, workers: int) -> float:
     task has started, then, once every task has started, takes the others one at a time from the end of the grid
     (as optimization_points_execute does). Each point takes its measured time (a task's first point includes the
     task's start-up: its bars) and the mean gap after it. Claims are made in time order: the worker free first
-    claims first. Then the probe as one
-    task per cut: the last point's worker runs one cut after `prep`, the queued cuts (each with its measured gap)
-    go to the least-loaded workers once queued, and the close follows the last; otherwise the measured tail,
-    serial. Plus the first dispatch."""
+    claims first. Then the probe as one task per cut: the last point's worker runs one cut after `prep`, the
+    queued cuts (each with its measured gap) go to the least-loaded workers once queued, and the close follows the
+    last; otherwise the measured tail, serial. Plus the first dispatch."""
     from collections import deque
 
     from backtests.services import point_chunks
