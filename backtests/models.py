@@ -156,8 +156,9 @@ class Optimization(models.Model):
     total_iterations = models.PositiveIntegerField()
     completed_iterations = models.PositiveIntegerField(default=0)
     failed_iterations = models.PositiveIntegerField(default=0)
-    # The grid's chunk tasks and how many have started: a task takes other tasks' points only once every task has
-    # started (so no task is left in the queue with nothing to do; it would delay the probe's queued cuts).
+    # The grid's chunk tasks and how many deliveries of them have started (a redelivery counts again): a task takes
+    # other tasks' points only once the count reaches the tasks (so no task is left queued with nothing to do, ahead
+    # of the probe's queued cuts; after a redelivery one may be, which costs it a few ms, never a point).
     point_tasks = models.PositiveIntegerField(default=0)
     point_tasks_started = models.PositiveIntegerField(default=0)
     credits_per_iteration = models.PositiveIntegerField(default=0)
