@@ -473,8 +473,11 @@ def run(
     datas: list[dict[str, Any]],
     simulation: dict[str, Any],
     parameters: dict[str, Any],
+    summary: bool = False,
 ) -> dict[str, Any]:
-    """Run one backtest; `datas` are {name, ts_us, open, high, low, close, volume} lists, in data order."""
+    """Run one backtest; `datas` are {name, ts_us, open, high, low, close, volume} lists, in data order. A `summary`
+    (what a grid point keeps: its statistics' inputs, its returns and decisions) has the trades' count instead of
+    the trades, and no equity curve, orders or open positions."""
     known = set(strategy.params._getkeys())  # type: ignore[attr-defined]
     unknown = sorted(set(parameters) - known)
     if unknown:
@@ -487,7 +490,7 @@ def run(
     result = _execute(cerebro)
     analyzers = result.analyzers
     ledger = analyzers.ledger
-    return {
+    outcome = {
         "initial_cash": float(simulation["initial_cash"]),
         "final_value": cerebro.broker.getvalue(),
         "final_cash": cerebro.broker.getcash(),
@@ -496,10 +499,14 @@ def run(
         "daily_returns": [[day.isoformat(), ret] for day, ret in ledger.returns.items()],
         # bar by bar, at the data's own frequency (Backtrader's DrawDown arithmetic on the broker value)
         "max_drawdown": {"percentage": ledger.max_drawdown, "money": ledger.max_moneydown},
+        "decisions": cerebro.broker.decisions,
+    }
+    if summary:
+        return outcome | {"trade_count": len(ledger.trades)}
+    return outcome | {
         "trades": ledger.trades,
         "equity": ledger.equity_points(),
         "orders": ledger.orders,
-        "decisions": cerebro.broker.decisions,
         "open_positions": [
             {"symbol": data._name, "size": result.getposition(data).size, "price": result.getposition(data).price}
             for data in result.datas

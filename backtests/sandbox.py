@@ -302,9 +302,15 @@ def runtime_paths() -> list[str]:
     database kept elsewhere (the `mountns` layer covers them; their 0700/0600 modes hold without it). Never a
     path the child's interpreter or this package lives under."""
     database = settings.DATABASES["default"]
-    paths = [str(settings.LEROY_VAR_DIR), str(settings.LEROY_DATA_DIR)]
-    if database["ENGINE"].endswith("sqlite3"):
-        paths += [f"{database['NAME']}{suffix}" for suffix in ("", "-wal", "-shm", "-journal")]
+    var_dir, data_dir = str(settings.LEROY_VAR_DIR), str(settings.LEROY_DATA_DIR)
+    return list(_runtime_paths(var_dir, data_dir, database["ENGINE"], str(database["NAME"])))
+
+
+@functools.lru_cache(maxsize=8)  # resolving them walked the file system again for every job (2 ms)
+def _runtime_paths(var_dir: str, data_dir: str, engine: str, name: str) -> tuple[str, ...]:
+    paths = [var_dir, data_dir]
+    if engine.endswith("sqlite3"):
+        paths += [f"{name}{suffix}" for suffix in ("", "-wal", "-shm", "-journal")]
     needed = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix, Path(backtests.__file__).parent)]
     keep = []
     for path in paths:
@@ -313,7 +319,7 @@ def runtime_paths() -> list[str]:
         resolved = Path(path).resolve()
         if resolved != Path("/") and not any(n == resolved or resolved in n.parents for n in needed):
             keep.append(str(resolved))
-    return keep
+    return tuple(keep)
 
 
 SCRATCH_PREFIX = "leroy-sandbox-"
@@ -377,14 +383,15 @@ def run_job(
     on_start: Any = None,
     probe: int = 0,
     decisions: bool = False,
+    summary: bool = False,
     expected: list[dict[str, Any]] | None = None,
     cuts: list[int] | None = None,
 ) -> Outcome:
     """Run one backtest of `source` in a fresh sandbox child and return what it produced; `probe` > 0 adds the
     truncation probe with that many cuts (`result["lookahead_check"]`), `decisions` the run's order decisions
-    (`result["decisions"]`). With `expected` (the decisions a full run of this same job recorded) and `probe`,
-    only the probe's cut runs are run and `result` is just its `lookahead_check`; `cuts` (some of the probe's
-    cut timestamps) runs only those cuts."""
+    (`result["decisions"]`), `summary` a result without the run's records (`engine.run`'s). With `expected` (the
+    decisions a full run of this same job recorded) and `probe`, only the probe's cut runs are run and `result` is
+    just its `lookahead_check`; `cuts` (some of the probe's cut timestamps) runs only those cuts."""
     limits = limits or Limits()
     job = {
         "source": source,
@@ -393,6 +400,7 @@ def run_job(
         "parameters": parameters,
         "probe": probe,
         "decisions": decisions,
+        "summary": summary,
         "expected": expected,
         "cuts": cuts,
         "hide": runtime_paths(),

@@ -196,7 +196,7 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
             check = engine.lookahead_probe(fresh, decisions=job["expected"], k=int(job["probe"]), cuts=cuts, **run)
             outcome.update(ok=True, result={"lookahead_check": check})
             return _finished(outcome, prints)
-        result = engine.run(strategy, **run)
+        result = engine.run(strategy, **run, summary=bool(job.get("summary")))
         decisions = engine.as_recorded(result.pop("decisions"))
         if job.get("probe"):
             result["lookahead_check"] = engine.lookahead_probe(

@@ -8,6 +8,7 @@ completed points when it ends or is cancelled; the rest of the hold returns to t
 import calendar
 import hashlib
 import itertools
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -38,7 +39,7 @@ from backtests.models import (
 from backtests.policy import declared_parameters
 from backtests.probing import PROBE_CUTS
 from billing import services as billing
-from evidence.marketdata.selectors import bars_frame_version, bars_read
+from evidence.marketdata.selectors import bars_frame_version, bars_read, bars_stamp
 from evidence.models import Symbol
 from leroy.clock import now
 from leroy.errors import DomainError
@@ -271,19 +272,31 @@ def symbols_for(*, data_ids: list[str], frequency: str) -> list[Symbol]:
     return found
 
 
+# The bars a worker process read last, by window and by what they were read from: every point of a grid, its probe
+# and each of the probe's cuts read the same window, in one task or in the next ones on the same worker. Shared,
+# never mutated (the sandbox packs copies); a partition rewritten or re-recorded meanwhile misses (`bars_stamp`).
+_BARS_KEPT: OrderedDict[tuple[Any, ...], tuple[list[dict], str]] = OrderedDict()
+BARS_KEPT = 4
+
+
 def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datetime) -> tuple[list[dict], str]:
     """Plain-list bars for the sandbox and the data version (SHA-256 over every symbol's bars)."""
+    symbols = [Symbol.objects.get(ticker=ticker) for ticker in tickers]
+    stamps = [bars_stamp(symbol=symbol, frequency=frequency, start=start, end=end) for symbol in symbols]
+    key = (tuple(tickers), frequency, start, end, tuple(stamps))
+    if None not in stamps and (kept := _BARS_KEPT.get(key)) is not None:
+        _BARS_KEPT.move_to_end(key)
+        return kept
     datas, versions = [], []
-    for ticker in tickers:
-        symbol = Symbol.objects.get(ticker=ticker)
+    for symbol in symbols:
         frame = bars_read(symbol=symbol, frequency=frequency, start=start, end=end)
         if frame.is_empty():
             raise BacktestError(
-                "no_data", f"{ticker} has no {frequency} bars between {start:%Y-%m-%d} and {end:%Y-%m-%d}."
+                "no_data", f"{symbol.ticker} has no {frequency} bars between {start:%Y-%m-%d} and {end:%Y-%m-%d}."
             )
         datas.append(
             {
-                "name": ticker,
+                "name": symbol.ticker,
                 "ts_us": frame.get_column("ts").dt.epoch("us").to_list(),
                 **{
                     c: [float(v) for v in frame.get_column(c).to_list()]
@@ -292,7 +305,12 @@ def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datet
             }
         )
         versions.append(bars_frame_version(frame, ticker=symbol.ticker, frequency=frequency))
-    return datas, hashlib.sha256("|".join(versions).encode()).hexdigest()
+    loaded = datas, hashlib.sha256("|".join(versions).encode()).hexdigest()
+    if None not in stamps:
+        _BARS_KEPT[key] = loaded
+        while len(_BARS_KEPT) > BARS_KEPT:
+            _BARS_KEPT.popitem(last=False)
+    return loaded
 
 
 def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
@@ -715,12 +733,12 @@ def simulation_of(simulation_parameters: dict[str, Any]) -> dict[str, Any]:
 
 def optimization_points_execute(*, run_ids: list[int], claim: str) -> None:
     """Run a chunk of grid points in order, each claimed for this task (`claim`: its task id, the same when the
-    broker redelivers it) and recorded on its own, reading each window's bars once per task; then, once every chunk
-    task of the grid has started, take the points no task has started yet (those later in other chunks) one at a
-    time from the end of the grid. So a worker that finished its chunk runs what would otherwise wait behind a busy
-    one, and the grid spreads over any number of workers to within one point; before every task has started, a free
-    worker takes the next task from the queue instead (a task whose points were all taken would still be queued,
-    to run for nothing ahead of the probe's cuts).
+    broker redelivers it) and recorded on its own (the window's bars read once per worker process: `load_bars`);
+    then, once every chunk task of the grid has started, take the points no task has started yet (those later in
+    other chunks) one at a time from the end of the grid. So a worker that finished its chunk runs what would
+    otherwise wait behind a busy one, and the grid spreads over any number of workers to within one point; before
+    every task has started, a free worker takes the next task from the queue instead (a task whose points were all
+    taken would still be queued, to run for nothing ahead of the probe's cuts).
 
     A redelivered task (its worker stopped mid-run) first fails the points it had claimed and not finished; a point
     another task claimed is that task's, even while it runs. A cancel stops the rest."""
@@ -729,14 +747,13 @@ def optimization_points_execute(*, run_ids: list[int], claim: str) -> None:
         return
     optimizations = Optimization.objects.filter(pk=optimization_id)
     optimizations.update(point_tasks_started=F("point_tasks_started") + 1)
-    bars: dict[tuple[datetime, datetime], tuple[list[dict], str]] = {}
     for run_id in run_ids:
         if _point_claim(OptimizationRun.objects.filter(pk=run_id), claim):
-            _point_execute(run_id, bars)
+            _point_execute(run_id)
     if not optimizations.filter(point_tasks_started__gte=F("point_tasks")).exists():
         return  # a task is still queued: a free worker takes it
     while (stolen := _point_steal(optimization_id, claim)) is not None:
-        _point_execute(stolen, bars)
+        _point_execute(stolen)
 
 
 def optimization_point_execute(*, run_id: int, claim: str) -> None:
@@ -744,7 +761,7 @@ def optimization_point_execute(*, run_id: int, claim: str) -> None:
     other)."""
     _lost_points_failed([run_id], claim)
     if _point_claim(OptimizationRun.objects.filter(pk=run_id), claim):
-        _point_execute(run_id, {})
+        _point_execute(run_id)
 
 
 def _lost_points_failed(run_ids: list[int], claim: str) -> Any:
@@ -782,29 +799,24 @@ def _point_steal(optimization_id: Any, claim: str) -> int | None:
     return None  # every point is taken (or the optimization was cancelled)
 
 
-def _point_execute(run_id: int, bars: dict[tuple[datetime, datetime], tuple[list[dict], str]]) -> None:
-    """Run one claimed grid point; the last point to finish closes the optimization and settles its credits. `bars`
-    keeps the bars read per window across a task's points."""
+def _point_execute(run_id: int) -> None:
+    """Run one claimed grid point; the last point to finish closes the optimization and settles its credits."""
     run = OptimizationRun.objects.select_related("optimization__strategy").get(pk=run_id)
     optimization = run.optimization
     if optimization.status == Status.PENDING:  # once executing it never goes back: no update to try
         Optimization.objects.filter(pk=optimization.pk, status=Status.PENDING).update(
             status=Status.EXECUTING, started_at=now()
         )
-    _point_done(run_id, run=run, **_run_point(optimization, run, bars))
+    _point_done(run_id, run=run, **_run_point(optimization, run))
 
 
-def _run_point(
-    optimization: Optimization, run: OptimizationRun, bars: dict[tuple[datetime, datetime], tuple[list[dict], str]]
-) -> dict[str, Any]:
+def _run_point(optimization: Optimization, run: OptimizationRun) -> dict[str, Any]:
     """Run one point on its window's bars (and only those): {result | error, data_version}."""
     start, end = run_window(optimization, run)
     try:
-        if (start, end) not in bars:
-            bars[start, end] = load_bars(
-                tickers=optimization.tickers, frequency=optimization.frequency, start=start, end=end
-            )
-        datas, data_version = bars[start, end]
+        datas, data_version = load_bars(
+            tickers=optimization.tickers, frequency=optimization.frequency, start=start, end=end
+        )
     except BacktestError as error:
         return {"error": {"code": error.code, "message": error.message, "line": None}}
     outcome = sandbox.run_job(
@@ -813,6 +825,7 @@ def _run_point(
         simulation=simulation_of(optimization.simulation_parameters),
         parameters={**optimization.parameters, **run.parameters},
         decisions=run.fold is None,  # a grid point over the whole period: the probe may reuse its decisions
+        summary=True,  # a point keeps its statistics, returns and decisions, not its trades or equity curve
     )
     if not outcome.ok or outcome.result is None:
         return {"error": outcome.error or WORKER_LOST, "data_version": data_version}
@@ -1046,7 +1059,7 @@ def _walk_forward_test(optimization_id: Any) -> None:
             parameters=chosen.parameters, fold=fold["fold"], out_of_sample=True, status=Status.EXECUTING,
             started_at=now(),
         )  # fmt: skip
-        finish = _run_point(optimization, run, {})
+        finish = _run_point(optimization, run)
         result = finish.get("result")
         start, end = run_window(optimization, run)
         with transaction.atomic():
@@ -1054,7 +1067,7 @@ def _walk_forward_test(optimization_id: Any) -> None:
                 status=Status.COMPLETED if result is not None else Status.FAILED,
                 statistics=statistics.compute(result) if result is not None else None,
                 returns=result["daily_returns"] if result is not None else [],
-                trade_count=len(result["trades"]) if result is not None else 0,
+                trade_count=result["trade_count"] if result is not None else 0,
                 error=finish.get("error"), data_version=finish.get("data_version", ""), finished_at=now(),
             )  # fmt: skip
             if result is not None:
@@ -1236,7 +1249,7 @@ def _point_finish(
             statistics=stats,
             returns=result["daily_returns"] if result is not None else [],
             return_blocks=blocks,
-            trade_count=len(result["trades"]) if result is not None else 0,
+            trade_count=result["trade_count"] if result is not None else 0,
             decisions=kept_decisions(optimization.strategy, result) if result is not None else None,
             error=error,
             data_version=data_version,

@@ -2,6 +2,7 @@
 
 import hashlib
 from datetime import datetime
+from typing import Any
 
 import polars as pl
 
@@ -15,10 +16,8 @@ def symbol_get(*, ticker: str) -> Symbol | None:
     return Symbol.objects.filter(ticker=normalize_ticker(ticker)).first()
 
 
-def bars_read(
-    *, symbol: Symbol, frequency: str, start: datetime | None = None, end: datetime | None = None
-) -> pl.DataFrame:
-    """Stored bars with start <= ts <= end (both optional, aware), sorted by ts; an empty frame if none."""
+def _partitions(symbol: Symbol, frequency: str, start: datetime | None, end: datetime | None) -> Any:
+    """The partitions holding bars with start <= ts <= end, in time order."""
     if frequency not in FREQUENCIES:
         raise ValueError(f"unsupported frequency {frequency!r}; supported: {', '.join(FREQUENCIES)}")
     for bound in (start, end):
@@ -29,7 +28,14 @@ def bars_read(
         partitions = partitions.filter(last_ts__gte=start)
     if end is not None:
         partitions = partitions.filter(first_ts__lte=end)
-    paths = [p.path for p in partitions]
+    return partitions
+
+
+def bars_read(
+    *, symbol: Symbol, frequency: str, start: datetime | None = None, end: datetime | None = None
+) -> pl.DataFrame:
+    """Stored bars with start <= ts <= end (both optional, aware), sorted by ts; an empty frame if none."""
+    paths = list(_partitions(symbol, frequency, start, end).values_list("path", flat=True))
     if not paths:
         return pl.DataFrame(schema=BAR_SCHEMA)
     frame = store.scan_parquet(paths).select(BAR_COLUMNS)
@@ -38,6 +44,20 @@ def bars_read(
     if end is not None:
         frame = frame.filter(pl.col("ts") <= end)
     return frame.sort("ts").collect().cast(BAR_SCHEMA)  # type: ignore[arg-type]
+
+
+def bars_stamp(
+    *, symbol: Symbol, frequency: str, start: datetime | None = None, end: datetime | None = None
+) -> tuple[Any, ...] | None:
+    """What bars_read would read for the same arguments, as it is now: each partition's recorded SHA-256 and file
+    stamp (store.stamp). Equal stamps, equal bars; None when a file cannot be stamped (a remote store)."""
+    stamps = []
+    for path, sha256 in _partitions(symbol, frequency, start, end).values_list("path", "sha256"):
+        stamp = store.stamp(path)
+        if stamp is None:
+            return None
+        stamps.append((sha256, *stamp))
+    return tuple(stamps)
 
 
 def bars_data_version(

@@ -66,6 +66,21 @@ def read_bytes(relative: str) -> bytes:
     return fs.cat_file(_path(relative))
 
 
+def stamp(relative: str) -> tuple[str, int, int, int] | None:
+    """A local stored file's (path, inode, size, modification ns): every write replaces the file (a new inode), so
+    equal stamps are equal bytes to a reader that keeps what it read. None when the file is gone or the root is
+    remote (where a reader reads again)."""
+    root = local_root()
+    if root is None:
+        return None
+    path = root / relative
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return None
+    return str(path), status.st_ino, status.st_size, status.st_mtime_ns
+
+
 def scan_parquet(relatives: list[str]) -> pl.LazyFrame:
     """Stored Parquet files as one lazy frame (local files are scanned in place, remote ones fetched whole)."""
     root = local_root()

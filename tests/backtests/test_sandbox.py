@@ -682,6 +682,19 @@ def test_equal_jobs_give_the_same_result_bytes_as_before():
 GOLDEN = "33ac22e98fbd5d7c2f5d8e5341b5c67f9b05416275310470d5b96d6846afaa23"
 
 
+def test_a_summary_is_the_whole_result_without_its_records_and_with_the_trades_count():
+    datas = [walk("SUM", bars=300)]
+    whole = sandbox.run_job(source=SMA_CROSS, datas=datas, simulation=SIM, parameters={}, decisions=True)
+    summary = sandbox.run_job(
+        source=SMA_CROSS, datas=datas, simulation=SIM, parameters={}, decisions=True, summary=True
+    )
+
+    assert whole.ok is True, whole.error
+    assert len(whole.result["trades"]) == 7
+    records = ("trades", "equity", "orders", "open_positions")
+    assert summary.result == {k: v for k, v in whole.result.items() if k not in records} | {"trade_count": 7}
+
+
 def test_packed_bars_reach_the_child_as_the_same_lists():
     from backtests.sandbox_child import read_job
 

@@ -1,4 +1,5 @@
 import threading
+from collections import OrderedDict
 from datetime import date, timedelta
 
 import pytest
@@ -274,8 +275,9 @@ def test_points_are_queued_in_chunks_that_read_their_bars_once_and_tasks_run_one
     settings.LEROY_OPTIMIZATION_POINTS_PER_TASK = 2
     queued, reads = [], []
     monkeypatch.setattr(tasks.optimization_points, "delay", queued.append)
-    real_load_bars = services.load_bars
-    monkeypatch.setattr(services, "load_bars", lambda **kwargs: reads.append(kwargs) or real_load_bars(**kwargs))
+    monkeypatch.setattr(services, "_BARS_KEPT", OrderedDict())
+    real_bars_read = services.bars_read
+    monkeypatch.setattr(services, "bars_read", lambda **kwargs: reads.append(kwargs) or real_bars_read(**kwargs))
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list("pk", flat=True))
 
@@ -289,7 +291,7 @@ def test_points_are_queued_in_chunks_that_read_their_bars_once_and_tasks_run_one
     claims = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list(
         "claimed_by", flat=True))  # fmt: skip
     assert claims == ["task-0", "task-0", "task-1", "task-1", "task-2", "task-2"]  # none took another's point
-    assert len(reads) == 3 + 3  # once per task, and once per task of the best run's probe (one per cut)
+    assert len(reads) == 1  # by the first task: the others, the best run's probe and its cuts read what it kept
     assert (result.status, result.completed_iterations, result.lookahead_check["status"]) == (
         Status.COMPLETED, 6, "passed"
     )  # fmt: skip
@@ -303,7 +305,7 @@ def test_once_every_task_has_started_a_task_that_ends_its_chunk_takes_the_unstar
     ran: list[tuple[str, int]] = []
     real_run_point = services._run_point
 
-    def run_point(optimization, run, bars):
+    def run_point(optimization, run):
         ran.append((OptimizationRun.objects.get(pk=run.pk).claimed_by, run.pk))
         # Three workers: while the first task runs its first point the second starts, and while the second runs
         # its first point the third (the last task to start) starts.
@@ -311,7 +313,7 @@ def test_once_every_task_has_started_a_task_that_ends_its_chunk_takes_the_unstar
             services.optimization_points_execute(run_ids=runs[2:4], claim="second")
         if run.pk == runs[2]:
             services.optimization_points_execute(run_ids=runs[4:], claim="third")
-        return real_run_point(optimization, run, bars)
+        return real_run_point(optimization, run)
 
     monkeypatch.setattr(services, "_run_point", run_point)
     with django_capture_on_commit_callbacks(execute=True):  # the last point queues the probe's other cuts
@@ -469,6 +471,7 @@ def test_bars_are_read_once_per_symbol_and_versioned_as_bars_data_version_gives(
     from evidence.marketdata.selectors import bars_data_version
 
     start, end = services.day_bounds(date(2024, 1, 1), date(2024, 2, 29))
+    monkeypatch.setattr(services, "_BARS_KEPT", OrderedDict())
     scans = []
     real_scan = store.scan_parquet
     monkeypatch.setattr(store, "scan_parquet", lambda paths: scans.append(paths) or real_scan(paths))
@@ -479,6 +482,50 @@ def test_bars_are_read_once_per_symbol_and_versioned_as_bars_data_version_gives(
     assert [d["name"] for d in datas] == ["TSTUSD", "XAUUSD"]
     each = [bars_data_version(symbol=s, frequency="1d", start=start, end=end) for s in (coin, other_coin)]
     assert version == hashlib.sha256("|".join(each).encode()).hexdigest()
+
+
+def test_a_workers_bars_are_kept_until_a_partition_they_came_from_is_rewritten(coin, monkeypatch):
+    from backtests.dryrun import walk
+    from evidence.marketdata.importers import bars_import
+    from tests.backtests.conftest import frame_of
+
+    start, end = services.day_bounds(date(2024, 1, 1), date(2024, 12, 31))
+    monkeypatch.setattr(services, "_BARS_KEPT", OrderedDict())
+    reads = []
+    real_bars_read = services.bars_read
+    monkeypatch.setattr(services, "bars_read", lambda **kwargs: reads.append(kwargs) or real_bars_read(**kwargs))
+
+    first = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
+    again = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
+    # Ten more days of the same year: the year's partition file is replaced by one with them.
+    bars_import(
+        ticker="TSTUSD", frequency="1d", frame=frame_of(walk("TSTUSD", bars=130, seed=7)).tail(10), asset_class="crypto"
+    )
+    extended = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
+
+    assert len(reads) == 2
+    assert again is first
+    assert (len(first[0][0]["ts_us"]), len(extended[0][0]["ts_us"])) == (120, 130)
+    assert extended[0][0]["ts_us"][:120] == first[0][0]["ts_us"]
+    assert extended[1] != first[1]
+
+
+def test_bars_on_a_store_that_cannot_stamp_its_files_are_read_every_time(coin, monkeypatch):
+    from evidence.marketdata import store
+
+    start, end = services.day_bounds(date(2024, 1, 1), date(2024, 12, 31))
+    monkeypatch.setattr(services, "_BARS_KEPT", OrderedDict())
+    monkeypatch.setattr(store, "stamp", lambda relative: None)  # as on a remote store
+    reads = []
+    real_bars_read = services.bars_read
+    monkeypatch.setattr(services, "bars_read", lambda **kwargs: reads.append(kwargs) or real_bars_read(**kwargs))
+
+    first = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
+    again = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
+
+    assert len(reads) == 2
+    assert again == first
+    assert services._BARS_KEPT == {}
 
 
 def test_a_report_carries_the_probes_failure_and_its_hash_covers_it(
@@ -951,7 +998,7 @@ def test_recording_a_point_takes_six_statements(owner, coin, django_capture_on_c
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
     run = OptimizationRun.objects.select_related("optimization__strategy").get(optimization=result, iteration=1)
     OptimizationRun.objects.filter(pk=run.pk).update(status=Status.EXECUTING)
-    finish = services._run_point(result, run, {})
+    finish = services._run_point(result, run)
 
     with CaptureQueriesContext(connection) as queries:
         assert services._point_finish(run.pk, run=run, **finish) is False
@@ -962,3 +1009,4 @@ def test_recording_a_point_takes_six_statements(owner, coin, django_capture_on_c
     run.refresh_from_db()
     assert (run.status, run.statistics) == (Status.COMPLETED, services.statistics.compute(finish["result"]))
     assert Optimization.objects.filter(pk=result.pk, completed_iterations=1, failed_iterations=0).exists()
+
