@@ -4,6 +4,7 @@ from datetime import date, timedelta
 
 import pytest
 import time_machine
+from django.conf import settings
 
 from backtests import probing, services, tasks
 from backtests.models import DryRunPass, Optimization, OptimizationRun, ProbeCut, Report, Status, Strategy
@@ -1010,3 +1011,22 @@ def test_recording_a_point_takes_six_statements(owner, coin, django_capture_on_c
     assert (run.status, run.statistics) == (Status.COMPLETED, services.statistics.compute(finish["result"]))
     assert Optimization.objects.filter(pk=result.pk, completed_iterations=1, failed_iterations=0).exists()
 
+
+@pytest.mark.skipif(settings.LEROY_TEST_DATABASE != "PostgreSQL", reason="a PostgreSQL column setting")
+def test_the_large_json_a_run_writes_is_compressed_with_lz4_on_postgresql():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT attrelid::regclass::text, attname, attcompression FROM pg_attribute WHERE attrelid IN "
+            "('backtests_optimizationrun'::regclass, 'backtests_report'::regclass) AND attcompression <> '' "
+            "ORDER BY 1, 2"
+        )
+        compressed = cursor.fetchall()
+
+    assert compressed == [
+        ("backtests_optimizationrun", "decisions", "l"),
+        ("backtests_optimizationrun", "returns", "l"),
+        ("backtests_report", "equity", "l"),
+        ("backtests_report", "trades", "l"),
+    ]
