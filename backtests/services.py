@@ -275,8 +275,13 @@ def symbols_for(*, data_ids: list[str], frequency: str) -> list[Symbol]:
 # The bars a worker process read last, by window and by what they were read from: every point of a grid, its probe
 # and each of the probe's cuts read the same window, in one task or in the next ones on the same worker. Shared,
 # never mutated (the sandbox packs copies); a partition rewritten or re-recorded meanwhile misses (`bars_stamp`).
+# Bounded by bar rows (about 190 bytes a row as lists of floats): a window larger than that is not kept.
 _BARS_KEPT: OrderedDict[tuple[Any, ...], tuple[list[dict], str]] = OrderedDict()
-BARS_KEPT = 4
+BARS_KEPT_ROWS = 1_000_000
+
+
+def _rows(loaded: tuple[list[dict], str]) -> int:
+    return sum(len(data["ts_us"]) for data in loaded[0])
 
 
 def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datetime) -> tuple[list[dict], str]:
@@ -306,9 +311,9 @@ def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datet
         )
         versions.append(bars_frame_version(frame, ticker=symbol.ticker, frequency=frequency))
     loaded = datas, hashlib.sha256("|".join(versions).encode()).hexdigest()
-    if None not in stamps:
+    if None not in stamps and _rows(loaded) <= BARS_KEPT_ROWS:
         _BARS_KEPT[key] = loaded
-        while len(_BARS_KEPT) > BARS_KEPT:
+        while sum(map(_rows, _BARS_KEPT.values())) > BARS_KEPT_ROWS:
             _BARS_KEPT.popitem(last=False)
     return loaded
 

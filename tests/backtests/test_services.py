@@ -511,6 +511,24 @@ def test_a_workers_bars_are_kept_until_a_partition_they_came_from_is_rewritten(c
     assert extended[1] != first[1]
 
 
+def test_a_worker_keeps_bars_up_to_its_row_bound_dropping_the_least_recent_window_first(coin, monkeypatch):
+    monkeypatch.setattr(services, "_BARS_KEPT", OrderedDict())
+    monkeypatch.setattr(services, "BARS_KEPT_ROWS", 100)
+    first, second, large, longer = (
+        services.day_bounds(date(2024, 1, 1), date(2024, 1, 1) + timedelta(days=days)) for days in (39, 49, 150, 59)
+    )
+
+    def rows(window):
+        datas, _ = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=window[0], end=window[1])
+        return len(datas[0]["ts_us"])
+
+    assert [rows(first), rows(second), rows(large)] == [29, 35, 108]
+    assert [services._rows(kept) for kept in services._BARS_KEPT.values()] == [29, 35]  # 108 rows: not kept
+    rows(first)  # used again: now the most recent
+    assert rows(longer) == 43
+    assert [services._rows(kept) for kept in services._BARS_KEPT.values()] == [29, 43]  # 29 + 35 + 43 > 100
+
+
 def test_bars_on_a_store_that_cannot_stamp_its_files_are_read_every_time(coin, monkeypatch):
     from evidence.marketdata import store
 
