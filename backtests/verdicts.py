@@ -11,6 +11,7 @@ numpy and the standard library's normal distribution: no Django, deterministic f
 import hashlib
 import itertools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -189,13 +190,17 @@ def return_blocks(series: Sequence[Sequence[Any]], blocks: int) -> dict[str, Any
     """A grid point's `block_sums`, kept with the point when it finishes so that the grid's PBO reads S sums a point
     instead of every point's whole series; with the SHA-256 of its days, since only points whose days agree make
     the grid's matrix without a union. None when it has fewer days than `blocks`, or a day that is not a string."""
-    if not all(isinstance(day, str) for day, _ in series):
-        return None
     days = [day for day, _ in series]
-    numbers = all(isinstance(value, int | float) and not isinstance(value, bool) for _, value in series)
-    if numbers and all(a < b for a, b in itertools.pairwise(days)):
+    values = [value for _, value in series]
+    # Exact types first, as the engine's JSON gives them (C loops: a generator per item took 1.2 ms a point).
+    if set(map(type, days)) != {str} and not all(isinstance(day, str) for day in days):
+        return None
+    numbers = set(map(type, values)) <= {int, float} or all(
+        isinstance(value, int | float) and not isinstance(value, bool) for value in values
+    )
+    if numbers and all(map(operator.lt, days, days[1:])):
         # Days already ascending and distinct (the engine's series): its values are the matrix column as they are.
-        column = np.array([value for _, value in series], dtype=float)
+        column = np.array(values, dtype=float)
     else:
         days = sorted(set(days))
         column = returns_matrix([series])[:, 0]

@@ -129,6 +129,19 @@ def test_return_blocks_of_a_series_out_of_order_or_with_a_repeated_day_are_those
     assert verdicts.return_blocks(repeated, 16)["days"] == verdicts.return_blocks(ordered, 16)["days"]
 
 
+def test_return_blocks_read_a_str_subclass_day_and_an_int_or_bool_return_as_the_matrix_does():
+    class Day(str):
+        pass
+
+    days = [f"2024-{month:02d}-{day:02d}" for month in range(1, 13) for day in range(1, 29)][:40]
+    floats = [[day, float(i % 3 == 0)] for i, day in enumerate(days)]
+    mixed = [[Day(day), (i % 3 == 0) if i % 2 else int(i % 3 == 0)] for i, day in enumerate(days)]
+
+    assert {type(value) for _, value in mixed} == {bool, int}
+    assert verdicts.return_blocks(mixed, 16) == verdicts.return_blocks(floats, 16)
+    assert verdicts.return_blocks(floats, 16)["sums"][0] == 1.0
+
+
 def test_return_blocks_are_none_for_a_series_with_fewer_days_than_blocks_or_a_day_that_is_not_a_string():
     assert verdicts.return_blocks([["2024-01-02", 0.1], ["2024-01-03", 0.2]], 16) is None
     assert verdicts.return_blocks([[20240100 + day, 0.01] for day in range(1, 20)], 16) is None
