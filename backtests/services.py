@@ -8,6 +8,7 @@ completed points when it ends or is cancelled; the rest of the hold returns to t
 import calendar
 import hashlib
 import itertools
+import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, time, timedelta
@@ -277,6 +278,7 @@ def symbols_for(*, data_ids: list[str], frequency: str) -> list[Symbol]:
 # never mutated (the sandbox packs copies); a partition rewritten or re-recorded meanwhile misses (`bars_stamp`).
 # Bounded by bar rows (about 190 bytes a row as lists of floats): a window larger than that is not kept.
 _BARS_KEPT: OrderedDict[tuple[Any, ...], tuple[list[dict], str]] = OrderedDict()
+_BARS_LOCK = threading.Lock()  # a worker may run tasks on threads (Celery's threads pool)
 BARS_KEPT_ROWS = 1_000_000
 
 
@@ -289,9 +291,11 @@ def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datet
     symbols = [Symbol.objects.get(ticker=ticker) for ticker in tickers]
     stamps = [bars_stamp(symbol=symbol, frequency=frequency, start=start, end=end) for symbol in symbols]
     key = (tuple(tickers), frequency, start, end, tuple(stamps))
-    if None not in stamps and (kept := _BARS_KEPT.get(key)) is not None:
-        _BARS_KEPT.move_to_end(key)
-        return kept
+    if None not in stamps:
+        with _BARS_LOCK:
+            if (kept := _BARS_KEPT.get(key)) is not None:
+                _BARS_KEPT.move_to_end(key)
+                return kept
     datas, versions = [], []
     for symbol in symbols:
         frame = bars_read(symbol=symbol, frequency=frequency, start=start, end=end)
@@ -312,9 +316,10 @@ def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datet
         versions.append(bars_frame_version(frame, ticker=symbol.ticker, frequency=frequency))
     loaded = datas, hashlib.sha256("|".join(versions).encode()).hexdigest()
     if None not in stamps and _rows(loaded) <= BARS_KEPT_ROWS:
-        _BARS_KEPT[key] = loaded
-        while sum(map(_rows, _BARS_KEPT.values())) > BARS_KEPT_ROWS:
-            _BARS_KEPT.popitem(last=False)
+        with _BARS_LOCK:
+            _BARS_KEPT[key] = loaded
+            while sum(map(_rows, _BARS_KEPT.values())) > BARS_KEPT_ROWS:
+                _BARS_KEPT.popitem(last=False)
     return loaded
 
 
