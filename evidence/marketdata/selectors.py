@@ -5,6 +5,7 @@ from datetime import datetime
 from typing import Any
 
 import polars as pl
+from django.db.models import QuerySet
 
 from evidence.marketdata import store
 from evidence.marketdata.store import BAR_COLUMNS, BAR_SCHEMA, frame_sha256
@@ -16,7 +17,7 @@ def symbol_get(*, ticker: str) -> Symbol | None:
     return Symbol.objects.filter(ticker=normalize_ticker(ticker)).first()
 
 
-def _partitions(symbol: Symbol, frequency: str, start: datetime | None, end: datetime | None) -> Any:
+def _partitions(symbol: Symbol, frequency: str, start: datetime | None, end: datetime | None) -> QuerySet[BarPartition]:
     """The partitions holding bars with start <= ts <= end, in time order."""
     if frequency not in FREQUENCIES:
         raise ValueError(f"unsupported frequency {frequency!r}; supported: {', '.join(FREQUENCIES)}")
