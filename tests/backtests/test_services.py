@@ -529,6 +529,19 @@ def test_a_worker_keeps_bars_up_to_its_row_bound_dropping_the_least_recent_windo
     assert [services._rows(kept) for kept in services._BARS_KEPT.values()] == [29, 43]  # 29 + 35 + 43 > 100
 
 
+def test_a_window_without_bars_is_refused_as_no_data_and_nothing_is_kept(coin, monkeypatch):
+    monkeypatch.setattr(services, "_BARS_KEPT", OrderedDict())
+    start, end = services.day_bounds(date(2030, 1, 1), date(2030, 12, 31))
+
+    with pytest.raises(services.BacktestError) as refused:
+        services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
+
+    assert (refused.value.code, refused.value.message) == (
+        "no_data", "TSTUSD has no 1d bars between 2030-01-01 and 2030-12-31."
+    )  # fmt: skip
+    assert services._BARS_KEPT == {}
+
+
 def test_bars_on_a_store_that_cannot_stamp_its_files_are_read_every_time(coin, monkeypatch):
     from evidence.marketdata import store
 
