@@ -195,7 +195,7 @@ class OptimizationRun(models.Model):
     # The task that claimed it (its Celery task id): a redelivered task fails what it had claimed and not finished.
     claimed_by = models.CharField(max_length=64, blank=True, default="")
     statistics = models.JSONField(null=True, blank=True)
-    returns = models.JSONField(default=list)  # [[day, return], ...]: the daily series CSCV splits
+    returns = models.BinaryField(default=b"")  # series.pack of [[day, return], ...]: the daily series CSCV splits
     # A grid point's returns as CSCV splits them (verdicts.return_blocks): what the grid's PBO reads when they align.
     return_blocks = models.JSONField(null=True, blank=True)
     trade_count = models.PositiveIntegerField(default=0)

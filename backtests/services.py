@@ -22,7 +22,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
 from accounts.models import User
-from backtests import probing, sandbox, selectors, statistics, verdicts
+from backtests import probing, sandbox, selectors, series, statistics, verdicts
 from backtests.dryrun import dry_run_datas
 from backtests.models import (
     DryRun,
@@ -821,7 +821,7 @@ def _point_execute(run_id: int) -> None:
 
 
 def _run_point(optimization: Optimization, run: OptimizationRun) -> dict[str, Any]:
-    """Run one point on its window's bars (and only those): {result | error, data_version}."""
+    """Run one point on its window's bars (and only those): {result and its packed returns | error, data_version}."""
     start, end = run_window(optimization, run)
     try:
         datas, data_version = load_bars(
@@ -839,7 +839,14 @@ def _run_point(optimization: Optimization, run: OptimizationRun) -> dict[str, An
     )
     if not outcome.ok or outcome.result is None:
         return {"error": outcome.error or WORKER_LOST, "data_version": data_version}
-    return {"result": outcome.result, "data_version": data_version}
+    try:
+        returns = series.pack(outcome.result["daily_returns"])
+    except ValueError:
+        return {"error": MALFORMED_RETURNS, "data_version": data_version}
+    return {"result": outcome.result, "returns": returns, "data_version": data_version}
+
+
+MALFORMED_RETURNS = {"code": "sandbox_error", "message": "the run returned malformed daily returns", "line": None}
 
 
 MAX_KEPT_DECISIONS = 20_000  # a point deciding more often is rerun in full by the probe rather than stored
@@ -1076,7 +1083,7 @@ def _walk_forward_test(optimization_id: Any) -> None:
             OptimizationRun.objects.filter(pk=run.pk).update(
                 status=Status.COMPLETED if result is not None else Status.FAILED,
                 statistics=statistics.compute(result) if result is not None else None,
-                returns=result["daily_returns"] if result is not None else [],
+                returns=finish.get("returns", b""),
                 trade_count=result["trade_count"] if result is not None else 0,
                 error=finish.get("error"), data_version=finish.get("data_version", ""), finished_at=now(),
             )  # fmt: skip
@@ -1110,7 +1117,7 @@ def walk_forward_result(optimization: Optimization) -> dict[str, Any]:
             "test_status": test.status if test else None, "test_error": test.error if test else None,
         })  # fmt: skip
         if scored is not None:
-            stitched += scored.returns
+            stitched += series.unpack(scored.returns)
         if chosen_statistics is not None and chosen_statistics.get("cagr") is not None:
             in_sample.append(chosen_statistics["cagr"])
     equity, value = [], float(optimization.simulation_parameters["initial_cash"])
@@ -1139,7 +1146,7 @@ def optimization_pbo(optimization: Optimization) -> tuple[dict[str, Any] | None,
         kept = list(completed.values_list("return_blocks", flat=True))
         if verdicts.blocks_align(kept, optimization.pbo_blocks):
             return verdicts.cscv_of_blocks(kept, min_block_observations=minimum), None
-        matrix = verdicts.returns_matrix(list(completed.values_list("returns", flat=True)))
+        matrix = verdicts.returns_matrix([series.unpack(kept) for kept in completed.values_list("returns", flat=True)])
         return verdicts.cscv(matrix, blocks=optimization.pbo_blocks, min_block_observations=minimum), None
     except verdicts.CscvRefused as refused:
         return None, str(refused)
@@ -1167,7 +1174,7 @@ def optimization_verdict(
         return None
     computed, refusal = pbo or optimization_pbo(optimization)
     return verdict_of(
-        strategy=optimization.strategy, daily_returns=best.returns, trades=best.trade_count,
+        strategy=optimization.strategy, daily_returns=series.unpack(best.returns), trades=best.trade_count,
         lookahead=check["status"], pbo=computed, pbo_refusal=refusal,
     )  # fmt: skip
 
@@ -1228,6 +1235,7 @@ def _point_finish(
     run_id: int,
     *,
     result: dict[str, Any] | None = None,
+    returns: bytes = b"",
     error: dict[str, Any] | None = None,
     data_version: str = "",
     run: OptimizationRun | None = None,
@@ -1257,7 +1265,7 @@ def _point_finish(
         OptimizationRun.objects.filter(pk=run_id).update(
             status=Status.COMPLETED if ok else Status.FAILED,
             statistics=stats,
-            returns=result["daily_returns"] if result is not None else [],
+            returns=returns,
             return_blocks=blocks,
             trade_count=result["trade_count"] if result is not None else 0,
             decisions=kept_decisions(optimization.strategy, result) if result is not None else None,

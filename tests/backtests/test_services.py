@@ -6,7 +6,7 @@ import pytest
 import time_machine
 from django.conf import settings
 
-from backtests import probing, services, tasks
+from backtests import probing, series, services, tasks
 from backtests.models import DryRunPass, Optimization, OptimizationRun, ProbeCut, Report, Status, Strategy
 from billing.models import Transfer
 from billing.selectors import credit_usage
@@ -658,10 +658,10 @@ def test_the_grids_pbo_from_the_points_block_sums_is_the_pbo_of_their_whole_seri
 
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
     runs = list(OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED).order_by("iteration"))
-    whole = verdicts.cscv(verdicts.returns_matrix([run.returns for run in runs]), blocks=16)
+    whole = verdicts.cscv(verdicts.returns_matrix([series.unpack(run.returns) for run in runs]), blocks=16)
 
     assert len(runs) == 6
-    assert all(run.return_blocks["observations"] == len(run.returns) for run in runs)
+    assert all(run.return_blocks["observations"] == len(series.unpack(run.returns)) for run in runs)
     assert verdicts.blocks_align([run.return_blocks for run in runs], 16)
     assert result.verdict["pbo"] == whole  # exactly: the same sums, in the same layout
     # A point without its sums (a row from before they were kept): the whole series are read, with the same PBO.
@@ -676,15 +676,15 @@ def test_points_whose_days_differ_are_aligned_on_the_union_of_their_days(
 
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
     runs = list(OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED).order_by("iteration"))
-    shorter = runs[0].returns[1:]  # one point without the first day: its column is 0 there
+    shorter = series.unpack(runs[0].returns)[1:]  # one point without the first day: its column is 0 there
     OptimizationRun.objects.filter(pk=runs[0].pk).update(
-        returns=shorter, return_blocks=verdicts.return_blocks(shorter, 16)
+        returns=series.pack(shorter), return_blocks=verdicts.return_blocks(shorter, 16)
     )
-    series = [shorter, *[run.returns for run in runs[1:]]]
+    columns = [shorter, *[series.unpack(run.returns) for run in runs[1:]]]
 
     kept = OptimizationRun.objects.filter(optimization=result, status=Status.COMPLETED).order_by("iteration")
     assert not verdicts.blocks_align(list(kept.values_list("return_blocks", flat=True)), 16)
-    assert services.optimization_pbo(result) == (verdicts.cscv(verdicts.returns_matrix(series), blocks=16), None)
+    assert services.optimization_pbo(result) == (verdicts.cscv(verdicts.returns_matrix(columns), blocks=16), None)
 
 
 def test_a_grid_too_small_for_cscv_is_refused_in_the_verdict_and_its_credits_refunded(
@@ -795,7 +795,8 @@ def test_a_failed_probe_run_closes_the_optimization_with_the_probe_not_run_and_t
         "iteration": best.iteration, "parameters": best.parameters,
     })  # fmt: skip
     assert result.verdict == services.verdict_of(
-        strategy=result.strategy, daily_returns=best.returns, trades=best.trade_count, lookahead="not_run",
+        strategy=result.strategy, daily_returns=series.unpack(best.returns), trades=best.trade_count,
+        lookahead="not_run",
         pbo=pbo, pbo_refusal=refusal,
     )  # fmt: skip
     assert result.credits_charged == 6 * result.credits_per_iteration + result.credits_pbo * (pbo is not None)
@@ -1023,6 +1024,60 @@ def test_closing_an_optimization_reads_no_points_returns_or_decisions_and_hashes
     assert len(points) == 6
 
 
+def test_a_point_whose_run_returns_malformed_daily_returns_fails_and_records_nothing_of_them(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    from backtests.models import Trial
+
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
+    run = OptimizationRun.objects.select_related("optimization__strategy").get(optimization=result, iteration=1)
+    OptimizationRun.objects.filter(pk=run.pk).update(status=Status.EXECUTING)
+    run_job = services.sandbox.run_job
+
+    def tampered(**kwargs):
+        outcome = run_job(**kwargs)
+        outcome.result["daily_returns"][0][0] = "20240102"  # not an ISO day as the engine writes them
+        return outcome
+
+    monkeypatch.setattr(services.sandbox, "run_job", tampered)
+    finish = services._run_point(result, run)
+
+    assert finish == {"error": services.MALFORMED_RETURNS, "data_version": finish["data_version"]}
+    assert services._point_finish(run.pk, run=run, **finish) is False
+    run.refresh_from_db()
+    assert (run.status, run.error, bytes(run.returns), run.statistics) == (
+        Status.FAILED, services.MALFORMED_RETURNS, b"", None
+    )  # fmt: skip
+    assert Trial.objects.filter(run=run).exists() is False
+    assert Optimization.objects.filter(pk=result.pk, completed_iterations=0, failed_iterations=1).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_point_returns_to_packed_bytes_and_back_keeps_every_series(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
+    runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
+    kept = {run.pk: [[f"2024-01-{day:02d}", run.pk / day] for day in range(1, 30)] for run in runs[:-1]}
+    for pk, points in kept.items():
+        OptimizationRun.objects.filter(pk=pk).update(returns=series.pack(points))
+    kept[runs[-1].pk] = []  # a point that kept none
+    OptimizationRun.objects.filter(pk=runs[-1].pk).update(returns=b"")
+    packed, json = ("backtests", "0013_packed_point_returns"), ("backtests", "0012_lz4_for_large_json")
+
+    MigrationExecutor(connection).migrate([json])
+    before = MigrationExecutor(connection).loader.project_state([json]).apps.get_model("backtests", "OptimizationRun")
+    as_json = dict(before.objects.values_list("pk", "returns"))
+    MigrationExecutor(connection).migrate([packed])
+
+    assert as_json == kept
+    after = {run.pk: series.unpack(run.returns) for run in OptimizationRun.objects.filter(optimization=result)}
+    assert after == kept
+
+
 def test_recording_a_point_takes_six_statements(owner, coin, django_capture_on_commit_callbacks):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -1043,16 +1098,17 @@ def test_recording_a_point_takes_six_statements(owner, coin, django_capture_on_c
     assert Optimization.objects.filter(pk=result.pk, completed_iterations=1, failed_iterations=0).exists()
 
 
-# Column compression is PostgreSQL's own setting (migration 0012 leaves other databases as they are): this runs in
-# .ci/run's PostgreSQL pass and is skipped by its SQLite pass.
+# Column compression is PostgreSQL's own setting (migrations 0012 and 0013 leave other databases as they are):
+# this runs in .ci/run's PostgreSQL pass and is skipped by its SQLite pass.
 @pytest.mark.skipif(settings.LEROY_TEST_DATABASE != "PostgreSQL", reason="a PostgreSQL column setting")
-def test_the_large_json_a_run_writes_is_compressed_with_lz4_on_postgresql():
+def test_the_large_values_a_run_writes_are_compressed_with_lz4_on_postgresql():
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT attrelid::regclass::text, attname, attcompression FROM pg_attribute WHERE attrelid IN "
             "('backtests_optimizationrun'::regclass, 'backtests_report'::regclass) AND attcompression <> '' "
+            "AND NOT attisdropped "
             "ORDER BY 1, 2"
         )
         compressed = cursor.fetchall()

@@ -6,7 +6,7 @@ from asgiref.sync import sync_to_async
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from backtests import selectors, services, statistics
+from backtests import selectors, series, services, statistics
 from backtests.dryrun import walk
 from backtests.models import DryRunPass, Optimization, OptimizationRun, Status, Strategy, Trial
 from billing.selectors import credit_usage
@@ -75,9 +75,10 @@ def test_walk_forward_scores_each_folds_choice_on_its_test_window(owner, coin, d
         assert (fold["in_sample"], fold["out_of_sample"], fold["test_status"]) == (
             chosen.statistics, test.statistics, "COMPLETED"
         )  # fmt: skip
-        assert fold["test_start"][:10] <= test.returns[0][0] and test.returns[-1][0] < fold["test_end"][:10]
-        assert chosen.returns[-1][0] < fold["train_end"][:10]  # the train run read no bar of its test window
-    stitched = [point for k in (1, 2, 3) for point in tests[k].returns]
+        tested = series.unpack(test.returns)
+        assert fold["test_start"][:10] <= tested[0][0] and tested[-1][0] < fold["test_end"][:10]
+        assert series.unpack(chosen.returns)[-1][0] < fold["train_end"][:10]  # it read no bar of its test window
+    stitched = [point for k in (1, 2, 3) for point in series.unpack(tests[k].returns)]
     assert report["oos_returns"] == stitched
     final = 100_000.0
     for _, ret in stitched:
