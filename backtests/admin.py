@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from backtests import series
 from backtests.models import DryRun, DryRunPass, Optimization, OptimizationRun, ProbeCut, Report, Strategy, Trial
 from backtests.pages import report_statistics
 from leroy.admin import ReadOnlyAdmin
@@ -113,11 +114,17 @@ class OptimizationRunAdmin(ReadOnlyAdmin):
     list_filter = ["status"]
     search_fields = ["optimization__name", "optimization__user__email"]
     exclude = ["statistics"]
-    readonly_fields = ["statistics_table"]
+    readonly_fields = ["statistics_table", "daily_returns"]
 
     @admin.display(description="Statistics")
     def statistics_table(self, run: OptimizationRun) -> SafeString:
         return statistics_table(run.statistics)
+
+    @admin.display(description="Daily returns")
+    def daily_returns(self, run: OptimizationRun) -> str:
+        """The stored series (packed bytes) as how many days it covers, from when to when."""
+        kept = series.unpack(run.returns)
+        return f"{len(kept):,} days, {kept[0][0]} to {kept[-1][0]}" if kept else "none kept"
 
 
 @admin.register(ProbeCut)

@@ -70,6 +70,33 @@ def test_report_admin_shows_statistics_as_a_table_and_strategies_are_plural(clie
     assert "Strategies" in index and "Strategys" not in index
 
 
+def test_optimization_run_admin_shows_the_days_its_packed_returns_cover(client, db):
+    from datetime import UTC, date, datetime
+
+    from backtests import series
+    from backtests.models import Optimization, OptimizationRun, Strategy
+
+    staff = User.objects.create_superuser(email="admin@example.com", password="x-long-password")
+    client.force_login(staff)
+    at = datetime(2026, 11, 2, tzinfo=UTC)
+    strategy = Strategy.objects.create(user=staff, name="S", code="x", code_sha256="a" * 64, created_at=at)
+    optimization = Optimization.objects.create(
+        user=staff, strategy=strategy, name="grid", data_ids=["SPY"], tickers=["SPY"], frequency="1d",
+        start_date=date(2026, 1, 2), end_date=date(2026, 2, 2), grids=[], parameters={}, simulation_parameters={},
+        target_metric="sharpe", target_direction="maximize", total_iterations=2, created_at=at,
+    )  # fmt: skip
+    kept = [["2026-01-02", 0.01], ["2026-01-05", -0.02], ["2026-01-06", 0.0]]
+    runs = OptimizationRun.objects
+    run = runs.create(optimization=optimization, iteration=1, parameters={}, returns=series.pack(kept))
+    empty = runs.create(optimization=optimization, iteration=2, parameters={})
+
+    page = client.get(reverse("admin:backtests_optimizationrun_change", args=[run.pk])).content.decode()
+    none = client.get(reverse("admin:backtests_optimizationrun_change", args=[empty.pk])).content.decode()
+
+    assert '<div class="readonly">3 days, 2026-01-02 to 2026-01-06</div>' in page
+    assert '<div class="readonly">none kept</div>' in none
+
+
 def test_ledger_admin_is_read_only(client, db):
     from billing.models import LedgerAccount, Transfer
 
