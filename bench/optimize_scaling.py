@@ -10,11 +10,13 @@ Celery worker with `--concurrency N`, submits the grid and waits until the optim
 includes the whole optimization, from the submit to the close it records: the points, the best run's look-ahead
 probe and the close.
 
-Like against like, and in an order that a drift of the machine's speed (1.5x within a minute here) meets on both
-sides of each ratio: 10 plain runs, the grid on 1 worker, on 2, on 2, on 1, 10 plain runs. The speedup is the
-mean 1-worker time over the mean 2-worker time; the per-point ratio is the mean 1-worker time per point over the
-mean of the 20 plain runs (the best plain run's ratio is printed too: a best-of-N against a mean overstates it by
-the run-to-run spread). The machine's own ceiling, `plain_two_process_speedup`, is plain Backtrader in one process
+Like against like, and in an order that a drift of the machine's speed (1.5x within a minute here, and one plain
+run 0.21-0.36 s within a minute) meets on both sides of each ratio: the grid on 1 worker, on 2, on 2, on 1. Each
+1-worker grid has its own baseline right beside it: 5 plain runs just before its submit and 5 just after its
+close, with its worker up and idle. The speedup is the mean 1-worker time over the mean 2-worker time; the
+per-point ratio is the mean over the two 1-worker grids of the grid's time per point over the mean of its own 10
+plain runs (the best plain run's ratio is printed too: a best-of-N against a mean overstates it by the run-to-run
+spread). The machine's own ceiling, `plain_two_process_speedup`, is plain Backtrader in one process
 and in two at once (short blocks in the order 1, 2, 2, 1, three times): Leroy's 2-worker speedup cannot exceed
 it.
 
@@ -161,7 +163,10 @@ def setup(bars: int):
     return user, services.strategy_create(user=user, name="bench", code=SMA_CROSS)
 
 
-def run_grid(user, strategy, workers: int) -> tuple[float, dict[str, float]]:
+def run_grid(user, strategy, workers: int, plain: dict | None = None) -> tuple[float, dict[str, Any], list[float]]:
+    """The grid on a worker of `workers` processes: its time from the submit to the recorded close, its phases, and
+    (given `plain`'s bars) 5 plain runs just before the submit and 5 just after the close, beside the worker."""
+    from backtest_overhead import direct, timed
     from django.utils.dateparse import parse_datetime
 
     from backtests import services
@@ -174,6 +179,7 @@ def run_grid(user, strategy, workers: int) -> tuple[float, dict[str, float]]:
     )  # fmt: skip
     try:
         wait_idle(worker.pid)  # the pool, its templates and their imports are up before the clock starts
+        baseline = [timed(direct, plain)[0] for _ in range(5)] if plain is not None else []
         began, submitted = time.perf_counter(), time.time()
         optimization = services.optimization_submit(
             user=user, strategy_id=str(strategy.pk), name=f"{workers} workers",
@@ -197,7 +203,8 @@ def run_grid(user, strategy, workers: int) -> tuple[float, dict[str, float]]:
         done = optimization.status == Status.COMPLETED and optimization.completed_iterations == points
         assert done, optimization.error
         assert Optimization.objects.filter(pk=optimization.pk, total_iterations=points).exists()
-        return elapsed, phases(optimization)
+        baseline += [timed(direct, plain)[0] for _ in range(5)] if plain is not None else []
+        return elapsed, phases(optimization), baseline
     finally:  # any exit, a timeout or Ctrl-C included: the worker's whole process group goes
         serving.stop_group(worker, grace=30)
 
@@ -380,7 +387,7 @@ def main() -> None:
 
 def measure() -> None:
     args = ARGS
-    from backtest_overhead import direct, timed
+    from backtest_overhead import direct
     from django.conf import settings
     from django.db import connections
 
@@ -389,23 +396,28 @@ def measure() -> None:
     user, strategy = setup(args.bars)
     data = walk("BENCHUSD", bars=args.bars)
     direct(data)  # warm
-    # The order 1, 2, 2, 1 worker(s), with 10 plain runs before and 10 after: a drift of the machine's speed (it
-    # moves by 1.5x within a minute here) meets both sides of each ratio alike.
-    plain_runs = [timed(direct, data)[0] for _ in range(10)]
-    one_first, measured = run_grid(user, strategy, 1)
-    two_first, measured_two = run_grid(user, strategy, 2)
+    # The order 1, 2, 2, 1 worker(s): a drift of the machine's speed meets both sides of the speedup alike; each
+    # 1-worker grid is set against the plain runs just before and after it.
+    one_first, measured, plain_first = run_grid(user, strategy, 1, plain=data)
+    two_first, measured_two, _ = run_grid(user, strategy, 2)
     two = (two_first + run_grid(user, strategy, 2)[0]) / 2
-    one = (one_first + run_grid(user, strategy, 1)[0]) / 2
-    plain_runs += [timed(direct, data)[0] for _ in range(10)]
+    one_last, _, plain_last = run_grid(user, strategy, 1, plain=data)
+    one = (one_first + one_last) / 2
+    plain_runs = plain_first + plain_last
     plain, plain_best = sum(plain_runs) / len(plain_runs), min(plain_runs)
+    points = ARGS.points
+    # Each 1-worker grid's time per point over the mean of its own plain runs; the two grids' ratios averaged.
+    ratios = [
+        grid / points / (sum(runs) / len(runs)) for grid, runs in [(one_first, plain_first), (one_last, plain_last)]
+    ]
+    ratio = sum(ratios) / len(ratios)
     ceiling = plain_parallel_speedup(data)
     per_task = getattr(settings, "LEROY_OPTIMIZATION_POINTS_PER_TASK", 1)  # 1: before points were chunked
-    points = ARGS.points
     print(f"optimize_scaling points={points} bars={args.bars} points_per_task={per_task} broker={BROKER} "
           f"database={connections['default'].vendor} "
           f"one_worker={one:.2f}s two_workers={two:.2f}s speedup={one / two:.2f}x "
           f"plain_two_process_speedup={ceiling:.2f}x plain_run_mean={plain:.3f}s plain_run_best={plain_best:.3f}s "
-          f"per_point_one_worker={one / points:.3f}s per_point_ratio={one / points / plain:.2f}x "
+          f"per_point_one_worker={one / points:.3f}s per_point_ratio={ratio:.2f}x "
           f"per_point_ratio_vs_best={one / points / plain_best:.2f}x "
           f"cpus={os.cpu_count()}")  # fmt: skip
     one_model, eight = simulated(measured, 1), simulated(measured, 8)
