@@ -36,6 +36,7 @@ from typing import Any
 from django.conf import settings
 
 import backtests
+from backtests import series
 from backtests.policy import MAX_PRINT_BYTES, clean_error, clean_strings, clip
 
 IN_PROCESS_LAYERS = ("ast", "restricted_python")
@@ -69,6 +70,7 @@ class Outcome:
     prints: str = ""
     prints_truncated: bool = False
     seconds: float = 0.0
+    returns: bytes | None = None  # a run's daily returns as `series.pack` lays them out (its result has them too)
 
 
 class Job:
@@ -508,11 +510,10 @@ def _supervise(
     # Decoded before the exit status arrives (the job closes its streams once it has written, then it, its init
     # and its supervisor exit): used, or what it raised raised, only where it was before, on a clean exit.
     parsed: Any = None
+    returns: bytes | None = None
     if running.killed_by is None:
         try:
-            decoded = json.loads(stdout)
-            # The child's words are untrusted too: every string is escaped and capped again here.
-            parsed = decoded if PLAIN_ASCII_JSON.fullmatch(stdout) else clean_strings(decoded)
+            parsed, returns = read_outcome(bytes(stdout))
         except Exception as raised:  # kept: raised below if the exit was clean, as it was before
             parsed = raised
     returncode = process.wait(timeout=max(1.0, deadline - time.monotonic()) if running.killed_by is None else 10)
@@ -538,8 +539,36 @@ def _supervise(
             prints=prints,
             prints_truncated=cut or outcome.get("prints_truncated") is True,
             seconds=seconds,
+            returns=returns if outcome["ok"] else None,
         )
     return Outcome(False, layers_seen, error=_failure(running, returncode, bytes(stderr)), seconds=seconds)
+
+
+RETURNS_MARK = b"\0"  # as sandbox_child writes it: JSON text never holds a NUL byte
+
+
+def read_outcome(stdout: bytes) -> tuple[Any, bytes | None]:
+    """A child's outcome and a run's packed daily returns: the JSON before RETURNS_MARK (the child's words are
+    untrusted too: every string is escaped and capped again here), and after it the `packed_days` days its result
+    had, put back in their place (null until then) as `daily_returns`. ValueError for anything else: returns in
+    the JSON, a count that is not the bytes', a day outside the calendar."""
+    head, mark, tail = stdout.partition(RETURNS_MARK)
+    decoded = json.loads(head)
+    outcome = decoded if PLAIN_ASCII_JSON.fullmatch(head) else clean_strings(decoded)
+    given = outcome.get("result") if isinstance(outcome, dict) else None
+    result: dict[str, Any] = given if isinstance(given, dict) else {}
+    days = outcome.pop("packed_days", None) if isinstance(outcome, dict) else None
+    placed = "daily_returns" in result
+    if not mark:
+        if days is not None or placed:
+            raise ValueError("daily returns that did not come packed after the outcome")
+        return outcome, None
+    if not placed or result["daily_returns"] is not None or type(days) is not int:
+        raise ValueError("packed daily returns without their place in the outcome")
+    if len(tail) != days * series.DAY_BYTES:
+        raise ValueError(f"{days} packed days announced, {len(tail)} bytes sent")
+    result["daily_returns"] = series.unpack(tail)
+    return outcome, tail
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

@@ -41,9 +41,11 @@ import array  # noqa: E402
 import errno  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import socket  # noqa: E402
 import struct  # noqa: E402
 import traceback  # noqa: E402
+from datetime import date  # noqa: E402
 from typing import Any  # noqa: E402
 
 from backtests import engine  # noqa: E402 - imports backtrader before any privilege is dropped
@@ -229,6 +231,29 @@ def _finished(outcome: dict[str, Any], prints: PrintBuffer) -> dict[str, Any]:
     return outcome
 
 
+RETURNS_MARK = b"\0"  # JSON text never holds a NUL byte: after it come the run's packed daily returns
+
+
+def packed_returns(outcome: dict[str, Any]) -> bytes | None:
+    """A run's daily returns taken out of its result (null in their place; `packed_days` says how many) and packed
+    as `backtests.series` lays them out: little-endian int32 day ordinals, then float64 returns (the parent checks
+    and unpacks them). As JSON, 2,516 days cost this process ~6.5 ms of its run; packed, ~1 ms. A non-finite return
+    is refused, as the JSON encoder refused it."""
+    result = outcome.get("result")
+    if not isinstance(result, dict) or "daily_returns" not in result:
+        return None
+    series, result["daily_returns"] = result["daily_returns"], None
+    ordinals = array.array("i", [date.fromisoformat(day).toordinal() for day, _ in series])
+    values = array.array("d", [value for _, value in series])
+    if not all(map(math.isfinite, values)):
+        raise ValueError("Out of range float values are not JSON compliant")
+    if sys.byteorder == "big":
+        ordinals.byteswap()
+        values.byteswap()
+    outcome["packed_days"] = len(series)
+    return ordinals.tobytes() + values.tobytes()
+
+
 def read_job(raw: bytes) -> dict[str, Any]:
     """The job as `sandbox.pack_job` wrote it: its JSON, with the packed bar columns put back as lists."""
     (length,) = struct.unpack_from("=I", raw)
@@ -247,9 +272,13 @@ def main(parent: int) -> None:
     sys.stdin.close()
     active = harden(set(job["layers"]), job["limits"], parent, job.get("hide", []))
     outcome = execute(job, active)
+    returns = packed_returns(outcome)
     # Not escaped here: the parent escapes every string it reads from a child (this one included).
     sys.stdout.write(json.dumps(engine.plain(outcome), allow_nan=False, default=str))
     sys.stdout.flush()
+    if returns is not None:
+        sys.stdout.buffer.write(RETURNS_MARK + returns)
+        sys.stdout.buffer.flush()
     # Done: the parent's read ends here, so it decodes the result while this process and its supervisors exit.
     os.close(1)
     os.close(2)

@@ -1,4 +1,5 @@
-"""A run's daily returns as a grid point stores them: packed bytes, the same series back when unpacked.
+"""A run's daily returns as a grid point stores them (and a sandbox child sends them): packed bytes, the same
+series back when unpacked.
 
 The engine's series is `[[day, return], ...]` (ISO dates, floats). Packed, it is n little-endian int32 day
 ordinals (proleptic Gregorian, as `date.toordinal`) followed by n little-endian float64 returns: 12 bytes a day, no
@@ -47,7 +48,10 @@ def unpack(packed: bytes | memoryview) -> list[list[Any]]:
     if len(raw) % DAY_BYTES:
         raise ValueError(f"a packed series is a multiple of {DAY_BYTES} bytes, not {len(raw)}")
     count = len(raw) // DAY_BYTES
-    ordinals = np.frombuffer(raw, dtype=DAY, count=count).astype(np.int64) - EPOCH
+    ordinals = np.frombuffer(raw, dtype=DAY, count=count).astype(np.int64)
+    if count and (ordinals.min() < FIRST or ordinals.max() > LAST):
+        raise ValueError("a packed series has a day out of the calendar's range")
+    ordinals -= EPOCH
     days = np.datetime_as_string(ordinals.astype("datetime64[D]")).tolist()
     values = np.frombuffer(raw, dtype=RETURN, offset=DAY.itemsize * count).tolist()
     return [[day, value] for day, value in zip(days, values, strict=True)]

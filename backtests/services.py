@@ -839,14 +839,12 @@ def _run_point(optimization: Optimization, run: OptimizationRun) -> dict[str, An
     )
     if not outcome.ok or outcome.result is None:
         return {"error": outcome.error or WORKER_LOST, "data_version": data_version}
-    try:
-        returns = series.pack(outcome.result["daily_returns"])
-    except ValueError:
-        return {"error": MALFORMED_RETURNS, "data_version": data_version}
-    return {"result": outcome.result, "returns": returns, "data_version": data_version}
+    if outcome.returns is None:  # every run's result has them: a child that sent none is not believed
+        return {"error": MISSING_RETURNS, "data_version": data_version}
+    return {"result": outcome.result, "returns": outcome.returns, "data_version": data_version}
 
 
-MALFORMED_RETURNS = {"code": "sandbox_error", "message": "the run returned malformed daily returns", "line": None}
+MISSING_RETURNS = {"code": "sandbox_error", "message": "the run returned no daily returns", "line": None}
 
 
 MAX_KEPT_DECISIONS = 20_000  # a point deciding more often is rerun in full by the probe rather than stored

@@ -695,6 +695,53 @@ def test_a_summary_is_the_whole_result_without_its_records_and_with_the_trades_c
     assert summary.result == {k: v for k, v in whole.result.items() if k not in records} | {"trade_count": 7}
 
 
+def test_a_runs_daily_returns_come_packed_after_its_outcome_and_back_in_their_place():
+    from backtests import series
+
+    outcome = sandbox.run_job(source=SMA_CROSS, datas=[walk("RET", bars=300)], simulation=SIM, parameters={})
+
+    assert outcome.ok is True, outcome.error
+    assert list(outcome.result).index("daily_returns") == 5  # where the engine puts them
+    assert len(outcome.result["daily_returns"]) == 300
+    assert outcome.returns == series.pack(outcome.result["daily_returns"])
+    probe_only = sandbox.run_job(source=SMA_CROSS, datas=[walk("RET", bars=300)], simulation=SIM, parameters={},
+                                 probe=3, expected=[])  # fmt: skip
+    assert (probe_only.ok, probe_only.returns, list(probe_only.result)) == (True, None, ["lookahead_check"])
+
+
+def test_a_child_that_sends_returns_it_cannot_account_for_is_not_believed():
+    from backtests import series
+
+    packed = series.pack([["2024-01-02", 0.5], ["2024-01-03", -0.25]])
+    head = {"ok": True, "layers": [], "result": {"final_value": 1.0, "daily_returns": None}, "packed_days": 2}
+
+    def sent(outcome: dict, tail: bytes | None = packed) -> bytes:
+        return json.dumps(outcome).encode() + (b"" if tail is None else b"\0" + tail)
+
+    outcome, returns = sandbox.read_outcome(sent(head))
+    assert (outcome, returns) == ({"ok": True, "layers": [], "result": {
+        "final_value": 1.0, "daily_returns": [["2024-01-02", 0.5], ["2024-01-03", -0.25]]}}, packed)  # fmt: skip
+    hostile = {
+        "returns in the JSON": sent(head | {"result": {"daily_returns": [["2024-01-02", 9.0]]}}, None),
+        "returns in the JSON beside packed ones": sent(head | {"result": {"daily_returns": [["2024-01-02", 9.0]]}}),
+        "announced, not sent": sent(head, None),
+        "sent, not announced": sent({k: v for k, v in head.items() if k != "packed_days"}),
+        "more days than announced": sent(head | {"packed_days": 1}),
+        "fewer days than announced": sent(head | {"packed_days": 3}),
+        "a count that is not an integer": sent(head | {"packed_days": 2.0}),
+        "a count that is a boolean": sent(head | {"packed_days": True}, packed[:4] + packed[8:16]),
+        "no place for them": sent(head | {"result": {"final_value": 1.0}}),
+        "no result": sent({"ok": False, "layers": [], "packed_days": 2}),
+        "half a day": sent(head, packed + b"\0"),
+        "a day before the calendar": sent(head | {"packed_days": 1}, (0).to_bytes(4, "little") + packed[16:24]),
+        "a day after it": sent(head | {"packed_days": 1}, (2**31 - 1).to_bytes(4, "little") + packed[16:24]),
+    }
+    for name, stdout in hostile.items():
+        with pytest.raises(ValueError):
+            sandbox.read_outcome(stdout)
+            pytest.fail(name)
+
+
 def test_packed_bars_reach_the_child_as_the_same_lists():
     from backtests.sandbox_child import read_job
 

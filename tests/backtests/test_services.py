@@ -1024,29 +1024,27 @@ def test_closing_an_optimization_reads_no_points_returns_or_decisions_and_hashes
     assert len(points) == 6
 
 
-def test_a_point_whose_run_returns_malformed_daily_returns_fails_and_records_nothing_of_them(
+def test_a_point_whose_child_sent_no_daily_returns_fails_and_records_nothing_of_them(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch
 ):
+    import dataclasses
+
     from backtests.models import Trial
 
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
     run = OptimizationRun.objects.select_related("optimization__strategy").get(optimization=result, iteration=1)
     OptimizationRun.objects.filter(pk=run.pk).update(status=Status.EXECUTING)
     run_job = services.sandbox.run_job
+    unaccounted = lambda **kwargs: dataclasses.replace(run_job(**kwargs), returns=None)  # noqa: E731
+    monkeypatch.setattr(services.sandbox, "run_job", unaccounted)
 
-    def tampered(**kwargs):
-        outcome = run_job(**kwargs)
-        outcome.result["daily_returns"][0][0] = "20240102"  # not an ISO day as the engine writes them
-        return outcome
-
-    monkeypatch.setattr(services.sandbox, "run_job", tampered)
     finish = services._run_point(result, run)
 
-    assert finish == {"error": services.MALFORMED_RETURNS, "data_version": finish["data_version"]}
+    assert finish == {"error": services.MISSING_RETURNS, "data_version": finish["data_version"]}
     assert services._point_finish(run.pk, run=run, **finish) is False
     run.refresh_from_db()
     assert (run.status, run.error, bytes(run.returns), run.statistics) == (
-        Status.FAILED, services.MALFORMED_RETURNS, b"", None
+        Status.FAILED, services.MISSING_RETURNS, b"", None
     )  # fmt: skip
     assert Trial.objects.filter(run=run).exists() is False
     assert Optimization.objects.filter(pk=result.pk, completed_iterations=0, failed_iterations=1).exists()
