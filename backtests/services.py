@@ -1144,7 +1144,7 @@ def optimization_pbo(optimization: Optimization) -> tuple[dict[str, Any] | None,
         kept = list(completed.values_list("return_blocks", flat=True))
         if verdicts.blocks_align(kept, optimization.pbo_blocks):
             return verdicts.cscv_of_blocks(kept, min_block_observations=minimum), None
-        matrix = verdicts.returns_matrix([series.unpack(kept) for kept in completed.values_list("returns", flat=True)])
+        matrix = verdicts.returns_matrix([series.unpack(row) for row in completed.values_list("returns", flat=True)])
         return verdicts.cscv(matrix, blocks=optimization.pbo_blocks, min_block_observations=minimum), None
     except verdicts.CscvRefused as refused:
         return None, str(refused)

@@ -9,30 +9,26 @@ from backtests import series
 BATCH = 500
 
 
-def packed(apps, schema_editor):
+def _rewrite(apps, source: str, target: str, convert) -> None:
+    """Every run's `target` column set to `convert` of its `source` column, a batch at a time."""
     OptimizationRun = apps.get_model("backtests", "OptimizationRun")
-    runs = OptimizationRun.objects.only("pk", "returns").order_by("pk")
     changed = []
-    for run in runs.iterator(chunk_size=BATCH):
-        # Only the engine wrote these series: one that does not pack would be a defect to see, not to drop.
-        run.packed_returns = series.pack(run.returns or [])
+    for run in OptimizationRun.objects.only("pk", source).order_by("pk").iterator(chunk_size=BATCH):
+        setattr(run, target, convert(getattr(run, source)))
         changed.append(run)
         if len(changed) == BATCH:
-            OptimizationRun.objects.bulk_update(changed, ["packed_returns"])
+            OptimizationRun.objects.bulk_update(changed, [target])
             changed = []
-    OptimizationRun.objects.bulk_update(changed, ["packed_returns"])
+    OptimizationRun.objects.bulk_update(changed, [target])
+
+
+def packed(apps, schema_editor):
+    # Only the engine wrote these series: one that does not pack would be a defect to see, not to drop.
+    _rewrite(apps, "returns", "packed_returns", lambda returns: series.pack(returns or []))
 
 
 def unpacked(apps, schema_editor):
-    OptimizationRun = apps.get_model("backtests", "OptimizationRun")
-    changed = []
-    for run in OptimizationRun.objects.only("pk", "packed_returns").order_by("pk").iterator(chunk_size=BATCH):
-        run.returns = series.unpack(run.packed_returns)
-        changed.append(run)
-        if len(changed) == BATCH:
-            OptimizationRun.objects.bulk_update(changed, ["returns"])
-            changed = []
-    OptimizationRun.objects.bulk_update(changed, ["returns"])
+    _rewrite(apps, "packed_returns", "returns", series.unpack)
 
 
 def lz4(apps, schema_editor):
