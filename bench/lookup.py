@@ -1,14 +1,16 @@
-"""Tier-lookup latency on the active Market Memory artifact (run `make demo` or build_market_memory first).
+"""Tier-lookup latency on an active Market Memory artifact, against a baseline measured in the same run.
 
 A request is one setup across 4 horizons x 5 tiers (plus the symbol baselines used for lift), resolved in one
 VALUES-CTE query and reduced to the strongest tier per horizon. Requests reuse real served keys weighted as stored,
-plus 10 % unseen active sets. Prints one line: p50/p99 of the request against a baseline measured in the same run,
-the same keys fetched as separate point queries.
+plus 10 % unseen active sets. Prints one line: p50/p99 of the request against the baseline, the same keys fetched
+as separate point queries.
 
-    .venv/bin/python bench/lookup.py [--requests 5000]
+By default the bench builds its own throwaway Leroy in a temporary var dir (SQLite): it loads a synthetic universe
+(`--symbols`, `--sessions`; 10 x 250 has cross-ticker setup keys with production's 30 distinct sessions, 10 x 120
+does not), builds and activates Market Memory, and removes the directory on any exit. `--existing` times the
+active artifact of the configured Leroy instead (after `make demo` or `build_market_memory`).
 
-The artifact needs cross-ticker setup keys (tier 4) with the minimum distinct sessions: a demo universe of 10
-symbols x 250 sessions has them, 10 x 120 does not.
+    .venv/bin/python bench/lookup.py [--requests 5000] [--symbols 10] [--sessions 250] [--existing]
 """
 
 import argparse
@@ -20,17 +22,44 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cleanup import check_tree  # bench/ is the script's directory
+from cleanup import check_tree, exit_on_signals, scratch_directory  # bench/ is the script's directory
 
+parser = argparse.ArgumentParser()
+parser.add_argument("--requests", type=int, default=5000)
+parser.add_argument("--symbols", type=int, default=10)
+parser.add_argument("--sessions", type=int, default=250)
+parser.add_argument("--existing", action="store_true", help="time the configured Leroy's active artifact")
+ARGS = parser.parse_args()
+exit_on_signals()
+if not ARGS.existing:
+    VAR = scratch_directory("leroy-bench-lookup-")
+    for name in [k for k in os.environ if k.startswith("LEROY_") or k in ("DATABASE_URL", "REDIS_URL")]:
+        del os.environ[name]
+    os.environ.update(
+        LEROY_VAR_DIR=VAR,
+        DATABASE_URL=f"sqlite:///{VAR}/bench.sqlite3",
+        SECRET_KEY="bench-only-secret-key-" + "x" * 40,
+    )
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
 
-import django
+import django  # noqa: E402
 
 django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import DatabaseError  # noqa: E402
 
 from evidence.memory.artifact import KEY_COLUMNS  # noqa: E402
 from evidence.memory.selectors import MemoryUnavailable, memory_reader  # noqa: E402
 from evidence.vocabulary import SIDES  # noqa: E402
+
+
+def prepare() -> None:
+    """A throwaway universe with an active artifact (untimed)."""
+    quiet = open(os.devnull, "w")  # noqa: SIM115
+    call_command("migrate", verbosity=0)
+    call_command("load_demo_data", symbols=ARGS.symbols, sessions=ARGS.sessions, stdout=quiet)
+    call_command("build_market_memory", stdout=quiet, stderr=quiet)
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -39,13 +68,13 @@ def percentile(samples: list[float], q: float) -> float:
 
 def main() -> None:
     check_tree()
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=5000)
-    args = parser.parse_args()
+    args = ARGS
+    if not args.existing:
+        prepare()
     try:
         reader = memory_reader(refresh=True)
-    except MemoryUnavailable:
-        sys.exit("no active Market Memory artifact: run `manage.py build_market_memory` first")
+    except (MemoryUnavailable, DatabaseError):  # no artifact, or a database never migrated
+        sys.exit("no active Market Memory artifact: run `make demo` or `manage.py build_market_memory` first")
     db = reader._db()
     seeds = db.execute("SELECT symbol, side, mask, regime FROM stats WHERE tier = 4 AND period = 0").fetchall()
     symbols = [row[0] for row in db.execute("SELECT DISTINCT symbol FROM stats WHERE tier = 6")]
@@ -54,7 +83,7 @@ def main() -> None:
         # universe never reaches (10 symbols x 120 sessions leave under 60 dates after the warm-up, split by regime).
         sys.exit(
             f"no cross-ticker setup key with {reader.min_sessions} distinct sessions in {reader.version}: build a "
-            "longer universe, e.g. `load_demo_data --symbols 10 --sessions 250`"
+            "longer universe, e.g. `--symbols 10 --sessions 250`"
         )
     rng = random.Random(7)
     requests = []

@@ -1,7 +1,6 @@
 """Build the Market Memory artifact from the bar store and activate it; prints progress, then the artifact JSON."""
 
 import json
-import sys
 from datetime import date
 from typing import Any
 
@@ -50,7 +49,7 @@ class Command(BaseCommand):
         )
 
     def _progress(self, step: dict[str, Any]) -> None:
-        sys.stderr.write(
+        self.stderr.write(
             f"[{step['symbols_done']}/{step['symbols_total']}] {step['symbol']}: {step['rows']:,} rows, "
-            f"{step['elapsed_s']} s elapsed, ETA {step['eta_s']} s\n"
+            f"{step['elapsed_s']} s elapsed, ETA {step['eta_s']} s"
         )
