@@ -11,6 +11,11 @@ account's plan allows every lookup. Cache hits are timed apart (one request repe
 `usage.cache` is counted, so a hit can never pass for an evaluation. The server runs in its own process group and
 is killed, with the bench database dropped, on any exit (including Ctrl-C and SIGTERM).
 
+Each phase also prints the cores each uvicorn worker used during it (`workers=` CPU seconds over the phase's wall
+time, from /proc): the workers share one listening socket and each phase's client opens its connections at once,
+so one worker may have taken all of them (`workers=0.98+0.01`) and served that phase on one core; compare phases
+whose workers split the load alike.
+
     .venv/bin/python bench/mcp_throughput.py [--requests 2000] [--concurrency 16] [--symbols 5]
 """
 
@@ -73,6 +78,30 @@ def prepare_env(var_dir: str) -> dict[str, str]:
         env["REDIS_URL"] = os.environ.get("LEROY_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
         subprocess.run([PY, "-c", f"import redis; redis.Redis.from_url({env['REDIS_URL']!r}).flushdb()"], check=True)
     return env
+
+
+def workers_cpu(server: int) -> dict[int, float]:
+    """CPU seconds so far of each uvicorn worker process (the server's spawned children), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            spawned = b"spawn_main" in (stat.parent / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == server and spawned:
+            used[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+def phase(server: int, work) -> tuple:  # type: ignore[no-untyped-def]
+    """`drive`'s figures and the cores each worker used meanwhile, busiest first (e.g. "0.97+0.92")."""
+    before, started = workers_cpu(server), time.perf_counter()
+    figures = asyncio.run(work)
+    elapsed, after = time.perf_counter() - started, workers_cpu(server)
+    cores = sorted(((used - before.get(pid, 0.0)) / elapsed for pid, used in after.items()), reverse=True)
+    return *figures, "+".join(f"{core:.2f}" for core in cores)
 
 
 def psql(sql: str) -> None:
@@ -198,27 +227,29 @@ def main() -> None:
                         break
                 time.sleep(0.1)
             asyncio.run(drive(url, "test_simple_text", {}, None, 50, 4))  # warm both workers
-            public = asyncio.run(drive(url, "test_simple_text", {}, None, args.requests, args.concurrency))
-            keyed = asyncio.run(drive(url, args.subscriber_tool, {}, key, args.requests, args.concurrency))
+            public = phase(server.pid, drive(url, "test_simple_text", {}, None, args.requests, args.concurrency))
+            keyed = phase(server.pid, drive(url, args.subscriber_tool, {}, key, args.requests, args.concurrency))
             answered = '"evaluation_id"'
             setups = distinct_setups(tickers, args.requests + 20)
             asyncio.run(drive(url, "evaluate_current_setup", setups[-20:], key, 20, 4, answered))  # warm the readers
-            evaluate = asyncio.run(
-                drive(url, "evaluate_current_setup", setups, key, args.requests, args.concurrency, answered)
+            evaluate = phase(
+                server.pid, drive(url, "evaluate_current_setup", setups, key, args.requests, args.concurrency, answered)
             )
-            repeated = asyncio.run(
-                drive(url, "evaluate_current_setup", setups[0], key, args.requests, args.concurrency, answered)
+            repeated = phase(
+                server.pid,
+                drive(url, "evaluate_current_setup", setups[0], key, args.requests, args.concurrency, answered),
             )
         finally:
             serving.stop_group(server, grace=30)
     database = "postgresql" if "DATABASE_URL" in env else "sqlite"
     print(
         f"mcp_throughput db={database} n={args.requests} c={args.concurrency} symbols={len(tickers)} "
-        f"noop_public: {public[0]:.0f} req/s p50={public[1]:.1f}ms p99={public[2]:.1f}ms | "
-        f"{args.subscriber_tool}_keyed: {keyed[0]:.0f} req/s p50={keyed[1]:.1f}ms p99={keyed[2]:.1f}ms | "
-        f"evaluate distinct uncached: {evaluate[0]:.0f} req/s p50={evaluate[1]:.1f}ms p99={evaluate[2]:.1f}ms "
-        f"cache_hits={evaluate[3]} | evaluate one request repeated: {repeated[0]:.0f} req/s "
-        f"cache_hits={repeated[3]}/{args.requests} | keyed/noop={keyed[0] / public[0]:.2f} "
+        f"noop_public: {public[0]:.0f} req/s p50={public[1]:.1f}ms p99={public[2]:.1f}ms workers={public[4]} | "
+        f"{args.subscriber_tool}_keyed: {keyed[0]:.0f} req/s p50={keyed[1]:.1f}ms p99={keyed[2]:.1f}ms "
+        f"workers={keyed[4]} | evaluate distinct uncached: {evaluate[0]:.0f} req/s p50={evaluate[1]:.1f}ms "
+        f"p99={evaluate[2]:.1f}ms cache_hits={evaluate[3]} workers={evaluate[4]} | evaluate one request repeated: "
+        f"{repeated[0]:.0f} req/s cache_hits={repeated[3]}/{args.requests} workers={repeated[4]} | "
+        f"keyed/noop={keyed[0] / public[0]:.2f} "
         f"evaluate_uncached/noop={evaluate[0] / public[0]:.2f} evaluate_cached/noop={repeated[0] / public[0]:.2f}"
     )
 
