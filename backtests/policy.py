@@ -29,6 +29,8 @@ from RestrictedPython.Guards import (
 MAX_SOURCE_BYTES = 64 * 1024
 MAX_PRINT_BYTES = 64 * 1024  # the documented cap on what `print` returns (UTF-8 bytes)
 MAX_ERROR_BYTES = 4 * 1024  # the cap on an error message
+# Between a child's outcome JSON and a run's packed daily returns on its stdout (JSON text never holds a NUL byte).
+RETURNS_MARK = b"\0"
 STRATEGY_MODULE = "strategy"
 STRATEGY_FILENAME = "<strategy>"
 

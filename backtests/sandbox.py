@@ -37,7 +37,7 @@ from django.conf import settings
 
 import backtests
 from backtests import series
-from backtests.policy import MAX_PRINT_BYTES, clean_error, clean_strings, clip
+from backtests.policy import MAX_PRINT_BYTES, RETURNS_MARK, clean_error, clean_strings, clip
 
 IN_PROCESS_LAYERS = ("ast", "restricted_python")
 CHILD_LAYERS = ("netns", "mountns", "rlimits", "uid_drop", "no_new_privs", "seccomp")
@@ -542,9 +542,6 @@ def _supervise(
             returns=returns if outcome["ok"] else None,
         )
     return Outcome(False, layers_seen, error=_failure(running, returncode, bytes(stderr)), seconds=seconds)
-
-
-RETURNS_MARK = b"\0"  # as sandbox_child writes it: JSON text never holds a NUL byte
 
 
 def read_outcome(stdout: bytes) -> tuple[Any, bytes | None]:

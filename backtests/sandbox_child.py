@@ -51,6 +51,7 @@ from typing import Any  # noqa: E402
 from backtests import engine  # noqa: E402 - imports backtrader before any privilege is dropped
 from backtests.policy import (  # noqa: E402
     MAX_PRINT_BYTES,
+    RETURNS_MARK,
     PolicyViolation,
     PrintBuffer,
     Refused,
@@ -229,9 +230,6 @@ def _finished(outcome: dict[str, Any], prints: PrintBuffer) -> dict[str, Any]:
     outcome["prints"] = prints.text()
     outcome["prints_truncated"] = prints.truncated
     return outcome
-
-
-RETURNS_MARK = b"\0"  # JSON text never holds a NUL byte: after it come the run's packed daily returns
 
 
 def packed_returns(outcome: dict[str, Any]) -> bytes | None:

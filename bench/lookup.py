@@ -1,6 +1,6 @@
 """Tier-lookup latency on an active Market Memory artifact, against a baseline measured in the same run.
 
-A request is one setup across 4 horizons x 5 tiers (plus the symbol baselines used for lift), resolved in one
+A request is one setup across 4 horizons x 5 tiers plus the symbol's baseline per horizon (24 keys), resolved in one
 VALUES-CTE query and reduced to the strongest tier per horizon. Requests reuse real served keys weighted as stored,
 plus 10 % unseen active sets. Prints one line: p50/p99 of the whole request, of its one-query fetch alone, and of
 the baseline, the same keys fetched as separate point queries (compare the fetch with it: the request also derives
@@ -99,14 +99,9 @@ def main() -> None:
         reader.lookup(symbol=symbol, side=side, mask=mask, regime=regime)
 
     def keys_of(item: tuple) -> list[tuple]:
-        """The 24 keys a request resolves (4 horizons x 5 tiers and the symbol's own baseline), as `resolve` builds
-        them."""
+        """The 24 keys a request resolves (4 horizons x 5 tiers and the symbol's own baseline)."""
         symbol, side, mask, regime = item
-        s, band, c = SIDES.index(side), min(mask.bit_count(), 4), reader.pool(symbol)
-        return [key for h in (5, 15, 30, 60)
-                for key in ((0, 5, s, h, c, symbol, mask, regime, -1), (0, 4, s, h, c, "", mask, regime, -1),
-                            (0, 3, s, h, c, "", mask, -1, -1), (0, 2, s, h, c, "", -1, regime, band),
-                            (0, 1, s, h, c, "", -1, -1, -1), (0, 6, s, h, c, symbol, -1, -1, -1))]  # fmt: skip
+        return reader.resolve_keys(symbol=symbol, side=side, mask=mask, regime=regime)
 
     def fetch(item: tuple) -> None:
         reader._fetch(keys_of(item))
@@ -130,7 +125,7 @@ def main() -> None:
         results[name] = (percentile(samples, 50), percentile(samples, 99))
     (p50, p99), (f50, f99), (b50, b99) = results["request"], results["fetch"], results["point"]
     print(
-        f"lookup: 20-key tier request p50 {p50:.0f} us / p99 {p99:.0f} us over {args.requests} requests, of which "
+        f"lookup: 24-key tier request p50 {p50:.0f} us / p99 {p99:.0f} us over {args.requests} requests, of which "
         f"its one-query fetch p50 {f50:.0f} us / p99 {f99:.0f} us (baseline, the same 24 keys as separate point "
         f"queries: p50 {b50:.0f} us / p99 {b99:.0f} us, {b50 / f50:.1f}x the fetch); artifact {reader.version}"
     )

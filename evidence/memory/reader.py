@@ -187,6 +187,25 @@ class MemoryReader:
         # The key columns come first in the table, so a row's first nine values are its key.
         return {tuple(row[:9]): dict(zip(names, row, strict=True)) for row in rows}
 
+    def resolve_keys(
+        self, *, symbol: str, side: str, mask: int, regime: int, horizons: tuple[int, ...] = HORIZONS, period: int = 0
+    ) -> list[tuple[Any, ...]]:
+        """The keys `resolve` reads for a setup: per horizon, tiers 5 to 1, then the symbol's own baseline."""
+        s = SIDES.index(side)
+        band = min(mask.bit_count(), BAND_MAX)
+        pool = self.pool(symbol)  # pooled tiers pool only the symbol's asset class
+        keys = []
+        for h in horizons:
+            keys += [
+                (period, 5, s, h, pool, symbol, mask, regime, -1),
+                (period, 4, s, h, pool, "", mask, regime, -1),
+                (period, 3, s, h, pool, "", mask, -1, -1),
+                (period, 2, s, h, pool, "", -1, regime, band),
+                (period, 1, s, h, pool, "", -1, -1, -1),
+                (period, SYMBOL_BASELINE, s, h, pool, symbol, -1, -1, -1),
+            ]
+        return keys
+
     def resolve(
         self,
         *,
@@ -201,19 +220,8 @@ class MemoryReader:
         """Per horizon, the strongest tier >= 2 whose key has at least the minimum distinct sessions (never pooled),
         the stronger tiers that were not usable (with their counts where stored), and the direction-only baseline
         (tier 1), which is the lift reference and never the match; `context=False` skips the last two."""
-        s = SIDES.index(side)
-        band = min(mask.bit_count(), BAND_MAX)
-        pool = self.pool(symbol)  # pooled tiers pool only the symbol's asset class
-        keys = []
-        for h in horizons:
-            keys += [
-                (period, 5, s, h, pool, symbol, mask, regime, -1),
-                (period, 4, s, h, pool, "", mask, regime, -1),
-                (period, 3, s, h, pool, "", mask, -1, -1),
-                (period, 2, s, h, pool, "", -1, regime, band),
-                (period, 1, s, h, pool, "", -1, -1, -1),
-                (period, SYMBOL_BASELINE, s, h, pool, symbol, -1, -1, -1),
-            ]
+        s, pool = SIDES.index(side), self.pool(symbol)
+        keys = self.resolve_keys(symbol=symbol, side=side, mask=mask, regime=regime, horizons=horizons, period=period)
         found = self._fetch(keys)
         out: dict[int, Resolution] = {}
         for h in horizons:
