@@ -5,9 +5,9 @@ manifest.
 The map writes each symbol's feature-store file (its states and labels included) and, per pooled key, the key's
 distinct sessions in that symbol; their sum over symbols bounds the key's distinct sessions, so the reduce prunes
 every key that cannot reach the minimum sample, then computes the rest from the symbols' returns, read back off the
-feature-store files: every statistic is an integer sum over int64 labels (1e-8 units), so rebuilds are
-byte-identical, and distinct sessions and symbols are counted over the key's rows across all its symbols (exact:
-two symbols trading the same day count one session).
+feature-store files one (side, horizon) part at a time (every key lies in one): every statistic is an integer sum
+over int64 labels (1e-8 units), so rebuilds are byte-identical, and distinct sessions and symbols are counted over
+the key's rows across all its symbols (exact: two symbols trading the same day count one session).
 """
 
 import hashlib
@@ -277,25 +277,38 @@ def _rows(frame: pl.DataFrame, ticker: str, plan: BuildPlan) -> pl.DataFrame:
     )
 
 
-def _long(rows: pl.DataFrame, class_index: int) -> pl.DataFrame:
-    """One row per (ready row, side, horizon) with a mature label: its packed key, its session as a day ordinal and
-    its side-oriented returns (sell = negated)."""
-    parts = []
-    for side_index, side in enumerate(SIDES):
+# Every packed key carries its side and horizon, so the rows of any key of any tier lie in one (side, horizon) part:
+# the reduce takes its statistics one part at a time, holding an eighth of the returns.
+PARTS = tuple((side_index, horizon) for side_index in range(len(SIDES)) for horizon in HORIZONS)
+
+
+def _long(rows: pl.DataFrame, class_index: int, parts: tuple[tuple[int, int], ...] = PARTS) -> pl.DataFrame:
+    """One row per (ready row, side, horizon) with a mature label, for the (side index, horizon) `parts`: its packed
+    key, its session as a day ordinal and its side-oriented returns (sell = negated)."""
+    frames = []
+    for side_index, h in parts:
+        side = SIDES[side_index]
         sign = 1 if side == "buy" else -1
-        for h in HORIZONS:
-            fav = pl.col(f"hi_{h}") if side == "buy" else -pl.col(f"lo_{h}")
-            adv = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
-            parts.append(
-                rows.filter(pl.col(f"lbl_{h}").is_not_null()).select(
-                    key=_row_key(side_index, h, class_index),
-                    session=pl.col("session").cast(pl.Int32),
-                    r=pl.col(f"lbl_{h}") * sign,
-                    fav=fav,
-                    adv=adv,
-                )
+        fav = pl.col(f"hi_{h}") if side == "buy" else -pl.col(f"lo_{h}")
+        adv = -pl.col(f"lo_{h}") if side == "buy" else pl.col(f"hi_{h}")
+        frames.append(
+            rows.filter(pl.col(f"lbl_{h}").is_not_null()).select(
+                key=_row_key(side_index, h, class_index),
+                session=pl.col("session").cast(pl.Int32),
+                r=pl.col(f"lbl_{h}") * sign,
+                fav=fav,
+                adv=adv,
             )
-    return pl.concat(parts)
+        )
+    return pl.concat(frames)
+
+
+def _part_of(side_index: int, horizon: int, key: pl.Expr | None = None) -> pl.Expr:
+    """Whether packed keys (the column "key" by default) are of the (side index, horizon) part."""
+    key = pl.col("key") if key is None else key
+    at = {name: 1 << offset for name, (offset, _) in KEY_FIELDS.items()}
+    part = side_index * at["side"] + HORIZONS.index(horizon) * at["horizon"]  # type: ignore[arg-type]
+    return (key & _bits("side", "horizon")) == part
 
 
 def _reservoir_candidates(rows: pl.DataFrame, class_index: int) -> pl.DataFrame:
@@ -424,20 +437,24 @@ def _symbol_rows(plan: BuildPlan) -> list[pl.DataFrame]:
     ]
 
 
-def _returns(plan: BuildPlan, symbol_rows: list[pl.DataFrame]) -> pl.DataFrame:
-    """Every symbol's mature side-oriented returns on packed keys, tagged with its index."""
+def _returns(plan: BuildPlan, symbol_rows: list[pl.DataFrame], part: tuple[int, int]) -> pl.DataFrame:
+    """Every symbol's mature side-oriented returns of one (side index, horizon) part, on packed keys, tagged with its
+    index."""
     classes = class_indexes(plan)
-    return _tagged([_long(rows, classes[t]) for t, rows in zip(plan.tickers, symbol_rows, strict=True)])
+    return _tagged([_long(rows, classes[t], (part,)) for t, rows in zip(plan.tickers, symbol_rows, strict=True)])
 
 
-def _summed(build_dir: str, plan: BuildPlan, returns: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, int]]:
-    """The served keys' statistics (sums, exact distinct sessions and symbols, medians) on INT_KEYS and their packed
-    "key", and how many keys each tier built.
+ALWAYS_SERVED = tier_of().is_in([SYMBOL_BASELINE, REGIME_TABLE])
+
+
+def _candidates(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int, int]]:
+    """The keys that may reach the minimum sample (packed, with their symbol indexes: -1 for the tiers that pool
+    symbols), and how many keys each tier built.
 
     A pooled key's partials sum their per-symbol distinct sessions: an upper bound of the key's distinct sessions
     (two symbols trading the same day count that day once). A key whose bound is below the minimum sample can never
     be served, so only the others (and every key of the always-served tiers) are counted from the returns (their
-    count is what the manifest reports)."""
+    count is what the manifest reports). The partials are read here and dropped on return."""
     partials = _read_partials(build_dir, plan, "bounds.arrow").lazy()
     # Lazy: the plans share one scan of the partials.
     bounds = partials.group_by("key").agg(pl.col("n_session_rows").sum())
@@ -445,8 +462,7 @@ def _summed(build_dir: str, plan: BuildPlan, returns: pl.DataFrame) -> tuple[pl.
         partials.filter(tier_of() == grouped_as).with_columns(key=tier_key(tier))
         for tier, grouped_as in NAMED_TIERS.items()
     ]
-    always = tier_of().is_in([SYMBOL_BASELINE, REGIME_TABLE])
-    candidate = always | (pl.col("n_session_rows") >= plan.min_sessions)
+    candidate = ALWAYS_SERVED | (pl.col("n_session_rows") >= plan.min_sessions)
     # Of every key only its tier's count is kept; a named tier's per-symbol bound is its key's own count.
     frames = [bounds, *named]
     results = pl.collect_all(
@@ -460,15 +476,26 @@ def _summed(build_dir: str, plan: BuildPlan, returns: pl.DataFrame) -> tuple[pl.
     for counts in results[: len(frames)]:
         for tier, count in counts.iter_rows():
             built[tier] = built.get(tier, 0) + count
-    candidates = pl.concat(results[len(frames) :])
+    return pl.concat(results[len(frames) :]), built
+
+
+def _summed(candidates: pl.DataFrame, plan: BuildPlan, symbol_rows: list[pl.DataFrame]) -> pl.DataFrame:
+    """The served keys' statistics (sums, exact distinct sessions and symbols, medians) on INT_KEYS and their packed
+    "key": the `candidates` that reach the minimum sample, counted from their returns one (side, horizon) part at a
+    time (see PARTS)."""
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
-    shown = always | (pl.col("n_sessions") >= plan.min_sessions)
-    served = (
-        candidates.join(_candidate_stats(returns, candidates), on=["key", "symbol_index"], how="left")
-        .filter(shown)
-        .select("key", "symbol_index", *STAT_COLUMNS, "median_r")
-    )
-    return _unpacked(served).with_columns(key=served.get_column("key")), built
+    shown = ALWAYS_SERVED | (pl.col("n_sessions") >= plan.min_sessions)
+    parts = []
+    for part in PARTS:
+        part_candidates = candidates.filter(_part_of(*part))
+        stats = _candidate_stats(_returns(plan, symbol_rows, part), part_candidates)
+        parts.append(
+            part_candidates.join(stats, on=["key", "symbol_index"], how="left")
+            .filter(shown)
+            .select("key", "symbol_index", *STAT_COLUMNS, "median_r")
+        )
+    served = pl.concat(parts)
+    return _unpacked(served).with_columns(key=served.get_column("key"))
 
 
 def _reservoir_candidates_of(
@@ -497,6 +524,30 @@ def _reservoir_candidates_of(
         )
         parts.append(_with_key(candidates[chosen.get_column("row")].drop("row_key"), tier, RESERVOIR_KEY_SCHEMA))
     return pl.concat(parts)
+
+
+RESERVOIR_MERGE_ROWS = 4_000_000  # symbols' candidates held at most (about) before each key's are cut to its first
+
+
+def _reservoir(plan: BuildPlan, symbol_rows: list[pl.DataFrame], wanted: pl.DataFrame) -> pl.DataFrame:
+    """Each served key's reservoir: its first RESERVOIR_SIZE rows across its symbols in the reservoir's order (a total
+    order: the pick, then the row's symbol and minute), ranked. The symbols' candidates are cut to each key's first
+    rows whenever about RESERVOIR_MERGE_ROWS of them are held, so what is held is the served keys' reservoirs and at
+    most about that many candidates, not every symbol's; a key's first rows of a union are its first rows of each
+    part's first rows, so the cut changes no row."""
+    keys = [*RESERVOIR_KEY_SCHEMA]
+    classes = class_indexes(plan)
+
+    def first(frames: list[pl.DataFrame], by: list[str]) -> pl.DataFrame:
+        ordered = pl.concat(frames).sort([*by, "pick", "row_symbol", "ts"])
+        return ordered.group_by(keys, maintain_order=True).head(RESERVOIR_SIZE)
+
+    held: list[pl.DataFrame] = []
+    for index, (ticker, rows) in enumerate(zip(plan.tickers, symbol_rows, strict=True)):
+        held.append(_reservoir_candidates_of(rows, wanted, classes[ticker], index))
+        if sum(frame.height for frame in held) >= RESERVOIR_MERGE_ROWS:
+            held = [first(held, by=[])]  # a cut needs each key's order, not the keys': the sort skips them
+    return first(held, by=keys).with_columns(rank=pl.int_range(pl.len()).over(keys).cast(pl.Int8)).drop("pick")
 
 
 def _keyed(frame: pl.DataFrame, plan: BuildPlan) -> pl.DataFrame:
@@ -603,8 +654,9 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
             raise BuildError(f"partial for {ticker} is missing or was built from other inputs")
         if not store.exists(feature_store_path(ticker, plan)):  # the reservoirs are picked from it
             raise BuildError(f"feature store file for {ticker} is missing")
+    candidates, built = _candidates(build_dir, plan)
     symbol_rows = _symbol_rows(plan)
-    served, built = _summed(build_dir, plan, _returns(plan, symbol_rows))
+    served = _summed(candidates, plan, symbol_rows)
     # A reservoir is kept per key without its horizon: the served keys' packed keys with the horizon cleared.
     wanted = served.select(key=pl.col("key") & ~_bits("horizon"), symbol_index=pl.col("symbol_index")).unique()
     served = _keyed(served.drop("key"), plan).sort(KEY_COLUMNS)
@@ -614,23 +666,7 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
         for tier in TIER_KEYS
     }
     stats = served
-    reservoir_keys = [*RESERVOIR_KEY_SCHEMA]
-    classes = class_indexes(plan)
-    reservoir = (
-        pl.concat(
-            [
-                _reservoir_candidates_of(rows, wanted, classes[ticker], index)
-                for index, (ticker, rows) in enumerate(zip(plan.tickers, symbol_rows, strict=True))
-            ]
-        )
-        .lazy()
-        .sort([*reservoir_keys, "pick", "row_symbol", "ts"])
-        .group_by(reservoir_keys, maintain_order=True)
-        .head(RESERVOIR_SIZE)
-        .with_columns(rank=pl.int_range(pl.len()).over(reservoir_keys).cast(pl.Int8))
-        .drop("pick", "symbol_right", strict=False)
-        .collect()
-    )
+    reservoir = _reservoir(plan, symbol_rows, wanted)
     reservoir = reservoir.with_columns(
         pl.col("ts").dt.to_string("%Y-%m-%dT%H:%M:%SZ"), pl.col("session").cast(pl.String)
     )

@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from evidence.marketdata import store
+from evidence.memory import build
 from evidence.models import MarketMemoryArtifact
 
 pytestmark = pytest.mark.django_db
@@ -67,4 +68,15 @@ def test_the_build_reproduces_the_pinned_artifact_bytes(data_dir: Path) -> None:
 
     assert files == GOLDEN_FILES
     assert feature_files == GOLDEN_FEATURE_FILES
+    assert manifest == GOLDEN_MANIFEST
+
+
+def test_cutting_the_reservoirs_after_every_symbol_changes_no_byte(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(build, "RESERVOIR_MERGE_ROWS", 1)  # each symbol's candidates merged into the kept ones at once
+
+    files, _, manifest = _build(data_dir)
+
+    assert files == GOLDEN_FILES
     assert manifest == GOLDEN_MANIFEST

@@ -287,6 +287,27 @@ def test_a_reduce_missing_a_feature_store_file_is_refused_and_writes_no_artifact
     assert MarketMemoryArtifact.objects.exists() is False
 
 
+def test_the_reduce_holds_the_returns_of_one_side_and_horizon_at_a_time(
+    universe: list[tuple], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted: list[set[int]] = []
+    candidate_stats = memory._candidate_stats
+
+    def spied(returns: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
+        side_horizon = memory._bits("side", "horizon")
+        counted.append(set((returns.get_column("key") & side_horizon).to_list()))
+        return candidate_stats(returns, candidates)
+
+    monkeypatch.setattr(memory, "_candidate_stats", spied)
+    build()
+    examples = memory_reader().examples(tier=5, side="buy", symbol="AAA", mask=AB, regime=4)
+
+    buy_5, sell_5 = 0, 1 << memory.KEY_FIELDS["side"][0]  # the side and horizon bits of the parts with returns
+    # One call per (side, horizon) part, buy then sell, horizons in order; only the 5-minute labels are mature.
+    assert counted == [{buy_5}, set(), set(), set(), {sell_5}, set(), set(), set()]
+    assert sorted(row["r_5"] for row in examples) == [-50, 20, 100]
+
+
 def test_reservoir_regime_and_execution_tables_and_lineage(universe: list[tuple]) -> None:
     artifact = build()
     reader = memory_reader()
