@@ -34,6 +34,7 @@ from datetime import date
 from pathlib import Path
 
 from cleanup import check_tree, exit_on_signals, scratch_directory  # bench/ is the script's directory
+from procfs import group_cpu, group_peak_rss_mb  # bench/ is the script's directory
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION_MIN_SESSIONS = 30  # leroy.settings' LEROY_MM_MIN_SESSIONS default
@@ -106,36 +107,6 @@ app.worker_main(["worker", "--concurrency", sys.argv[1], "--pool", "prefork", "-
                  "--without-heartbeat", "--without-gossip", "--without-mingle"])
 """
 TIMEOUT_S = 3600
-
-
-def group_cpu(pgid: int) -> float:
-    """CPU seconds (user + system) of the live processes in a process group: a worker and its pool, from /proc."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process exited meanwhile
-            continue
-        if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def group_peak_rss_mb(pgid: int) -> int:
-    """The largest peak resident set (VmHWM) among the live processes of a process group, in MB: the pool process
-    that held the biggest partition (pool processes live for the whole build, so their peak covers every task)."""
-    peak = 0
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            text = status.read_text()
-            pgrp = int(Path(status.parent / "stat").read_text().rsplit(")", 1)[1].split()[2])
-        except (OSError, ValueError):  # the process exited meanwhile
-            continue
-        if pgrp == pgid:
-            line = next((row for row in text.splitlines() if row.startswith("VmHWM:")), None)
-            if line is not None:
-                peak = max(peak, int(line.split()[1]) // 1024)
-    return peak
 
 
 def celery_build(workers: int) -> tuple[float, float, float, float, int, int]:

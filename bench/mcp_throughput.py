@@ -36,6 +36,7 @@ from pathlib import Path
 
 import httpx2
 from cleanup import exit_on_signals  # bench/ is the script's directory
+from procfs import children_cpu  # bench/ is the script's directory
 
 from leroy import serving
 
@@ -81,18 +82,8 @@ def prepare_env(var_dir: str) -> dict[str, str]:
 
 
 def workers_cpu(server: int) -> dict[int, float]:
-    """CPU seconds so far of each uvicorn worker process (the server's spawned children), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    used = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            spawned = b"spawn_main" in (stat.parent / "cmdline").read_bytes()
-        except OSError:  # gone meanwhile
-            continue
-        if int(fields[1]) == server and spawned:
-            used[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / tick
-    return used
+    """CPU seconds so far of each uvicorn worker process (the server's spawned children)."""
+    return children_cpu(server, cmdline_has=b"spawn_main")
 
 
 def phase(server: int, work) -> tuple:  # type: ignore[no-untyped-def]

@@ -46,6 +46,7 @@ from typing import Any
 
 from cleanup import check_tree, exit_on_signals, scratch_directory  # bench/ is the script's directory
 from mcp_throughput import answers  # whether a local service answers on a port: that bench's probe
+from procfs import tree_cpu  # bench/ is the script's directory
 
 ROOT = Path(__file__).resolve().parents[1]
 exit_on_signals()
@@ -209,37 +210,16 @@ def run_grid(user, strategy, workers: int, plain: dict | None = None) -> tuple[f
         serving.stop_group(worker, grace=30)
 
 
-def _tree_cpu_seconds(root: int) -> float:
-    """CPU seconds used so far by a process and its descendants (the templates run in sessions of their own, so
-    the tree is followed by parent pid, not by session)."""
-    stats: dict[int, tuple[int, float]] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:  # gone meanwhile
-                continue
-            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-    tree, frontier = {root}, [root]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, (ppid, _) in stats.items() if ppid == parent and pid not in tree]
-        tree.update(children)
-        frontier += children
-    return sum(stats[pid][1] for pid in tree if pid in stats)
-
-
 def wait_idle(root: int, *, window: float = 1.0, timeout: float = 120.0) -> None:
     """Wait until the worker's whole process tree used under 5 % of a core over `window` seconds, at least 2 s
     after it started: a fixed sleep started the clock while a cold pool was still importing (on a cold file cache
     the 1-worker run, always first, then timed ~0.9 s of start-up as the first point's dispatch)."""
     time.sleep(2.0)
     deadline = time.monotonic() + timeout
-    used = _tree_cpu_seconds(root)
+    used = tree_cpu(root)
     while time.monotonic() < deadline:
         time.sleep(window)
-        now = _tree_cpu_seconds(root)
+        now = tree_cpu(root)
         if now - used < 0.05 * window:
             return
         used = now

@@ -3,8 +3,10 @@ part that needs cleaning up is running), it leaves no process, no temporary file
 outright (SIGKILL, which runs none of its cleanup), it still leaves no process."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,41 @@ def test_a_bench_that_imported_its_own_checkouts_code_runs(tmp_path):
     )  # fmt: skip
 
     assert (done.returncode, done.stdout, done.stderr) == (0, "timed\n", "")
+
+
+def bench_env(**env: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LEROY_", "DATABASE_URL", "REDIS_URL"))}
+    return base | env
+
+
+def test_lookup_bench_killed_while_it_loads_its_universe_removes_its_directory(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    bench = subprocess.Popen(
+        [sys.executable, "bench/lookup.py", "--requests", "10"], cwd=ROOT, env=bench_env(TMPDIR=str(scratch)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list(scratch.glob("leroy-bench-lookup-*/bench.sqlite3")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen = bool(list(scratch.glob("leroy-bench-lookup-*/bench.sqlite3")))
+        bench.send_signal(signal.SIGTERM)
+        code = bench.wait(timeout=60)
+    finally:
+        bench.kill()
+        bench.wait()
+
+    assert (seen, code, sorted(p.name for p in scratch.iterdir())) == (True, SIGTERM_EXIT, [])
+
+
+def test_lookup_bench_on_a_database_without_an_artifact_says_so_and_exits(tmp_path):
+    env = bench_env(DATABASE_URL=f"sqlite:///{tmp_path / 'never-migrated.sqlite3'}", LEROY_VAR_DIR=str(tmp_path))
+
+    done = subprocess.run(
+        [sys.executable, "bench/lookup.py", "--existing"], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "no active Market Memory artifact: run `make demo` or `manage.py build_market_memory` first\n"
