@@ -499,11 +499,14 @@ def _summed(candidates: pl.DataFrame, plan: BuildPlan, symbol_rows: list[pl.Data
 
 
 def _reservoir_candidates_of(
-    rows: pl.DataFrame, wanted: pl.DataFrame, class_index: int, symbol_index: int
+    rows: pl.DataFrame, wanted: pl.DataFrame, class_index: int, symbol_index: int, bars: pl.DataFrame | None = None
 ) -> pl.DataFrame:
     """One symbol's reservoir candidates for the served keys `wanted` (packed keys without a horizon, with their
     symbol indexes), from its feature-store rows: a key's reservoir is chosen in the reduce, over every symbol's rows
-    at once, so the map keeps no candidates for the keys never served (nearly all of the mask-keyed ones)."""
+    at once, so the map keeps no candidates for the keys never served (nearly all of the mask-keyed ones). `bars`
+    holds, for keys whose reservoir is already full with earlier symbols' rows, the pick of its last row: a row
+    picked after it cannot enter, so it is not a candidate. Each candidate carries its packed key and symbol index
+    (`bar_key`, `bar_symbol`: -1 for the tiers that pool symbols)."""
     candidates = _reservoir_candidates(rows, class_index)
     # The reservoir's order, sorted once (not once a tier) on the columns it needs, not on every label: the symbol is
     # this frame's own, so (pick, ts) orders as (pick, symbol, ts).
@@ -514,27 +517,38 @@ def _reservoir_candidates_of(
             continue
         # Narrowed to the tier's served keys, then to each key's first RESERVOIR_SIZE in the reservoir's order:
         # a key's reservoir across symbols is among its symbols' own first ones.
-        mine = pl.col("symbol_index") == symbol_index if "symbol" in keys else pl.lit(True)
-        keyed = wanted.filter((tier_of() == tier) & mine).select("key")
-        chosen = (
-            order.with_columns(key=tier_key(tier, pl.col("row_key")))
-            .join(keyed, on="key", how="semi", maintain_order="left")
-            .group_by("key", maintain_order=True)
-            .head(RESERVOIR_SIZE)
+        named = symbol_index if "symbol" in keys else -1
+        keyed = wanted.filter((tier_of() == tier) & (pl.col("symbol_index") == named)).select("key")
+        narrowed = order.with_columns(key=tier_key(tier, pl.col("row_key"))).join(
+            keyed, on="key", how="semi", maintain_order="left"
         )
-        parts.append(_with_key(candidates[chosen.get_column("row")].drop("row_key"), tier, RESERVOIR_KEY_SCHEMA))
+        if bars is not None:  # ties with the bar stay: the symbol and minute decide them
+            mine = bars.filter(pl.col("bar_symbol") == named).select(key="bar_key", bar="bar")
+            narrowed = narrowed.join(mine, on="key", how="left", maintain_order="left").filter(
+                pl.col("bar").is_null() | (pl.col("pick") <= pl.col("bar"))
+            )
+        chosen = narrowed.group_by("key", maintain_order=True).head(RESERVOIR_SIZE)
+        part = candidates[chosen.get_column("row")].drop("row_key")
+        parts.append(
+            _with_key(part, tier, RESERVOIR_KEY_SCHEMA).with_columns(
+                bar_key=chosen.get_column("key"), bar_symbol=pl.lit(named, pl.Int32)
+            )
+        )
     return pl.concat(parts)
 
 
-RESERVOIR_MERGE_ROWS = 4_000_000  # symbols' candidates held at most (about) before each key's are cut to its first
+RESERVOIR_CUT_GROWTH = 1.0  # the candidates gathered since the last cut, as a multiple of the rows it kept, that cut
 
 
 def _reservoir(plan: BuildPlan, symbol_rows: list[pl.DataFrame], wanted: pl.DataFrame) -> pl.DataFrame:
     """Each served key's reservoir: its first RESERVOIR_SIZE rows across its symbols in the reservoir's order (a total
-    order: the pick, then the row's symbol and minute), ranked. The symbols' candidates are cut to each key's first
-    rows whenever about RESERVOIR_MERGE_ROWS of them are held, so what is held is the served keys' reservoirs and at
-    most about that many candidates, not every symbol's; a key's first rows of a union are its first rows of each
-    part's first rows, so the cut changes no row."""
+    order: the pick, then the row's symbol and minute), ranked.
+
+    The symbols' candidates are gathered in turn and cut to each key's first rows whenever those gathered since the
+    last cut reach RESERVOIR_CUT_GROWTH times the rows it kept; a key's first rows of a union are its first rows of
+    each part's first rows, so a cut changes no row. After a cut, a full reservoir's last pick bars the later
+    symbols' rows picked after it, so most of their rows are never gathered, and what is held stays within about
+    twice the served keys' reservoirs."""
     keys = [*RESERVOIR_KEY_SCHEMA]
     classes = class_indexes(plan)
 
@@ -542,12 +556,24 @@ def _reservoir(plan: BuildPlan, symbol_rows: list[pl.DataFrame], wanted: pl.Data
         ordered = pl.concat(frames).sort([*by, "pick", "row_symbol", "ts"])
         return ordered.group_by(keys, maintain_order=True).head(RESERVOIR_SIZE)
 
-    held: list[pl.DataFrame] = []
+    kept: list[pl.DataFrame] = []
+    gathered: list[pl.DataFrame] = []
+    bars: pl.DataFrame | None = None
     for index, (ticker, rows) in enumerate(zip(plan.tickers, symbol_rows, strict=True)):
-        held.append(_reservoir_candidates_of(rows, wanted, classes[ticker], index))
-        if sum(frame.height for frame in held) >= RESERVOIR_MERGE_ROWS:
-            held = [first(held, by=[])]  # a cut needs each key's order, not the keys': the sort skips them
-    return first(held, by=keys).with_columns(rank=pl.int_range(pl.len()).over(keys).cast(pl.Int8)).drop("pick")
+        gathered.append(_reservoir_candidates_of(rows, wanted, classes[ticker], index, bars))
+        if sum(frame.height for frame in gathered) >= RESERVOIR_CUT_GROWTH * sum(frame.height for frame in kept):
+            kept, gathered = [first([*kept, *gathered], by=[])], []  # a cut needs each key's order, not the keys'
+            bars = (
+                kept[0]
+                .group_by("bar_key", "bar_symbol")
+                .agg(bar=pl.col("pick").max(), full=pl.len() == RESERVOIR_SIZE)
+                .filter(pl.col("full"))
+            )
+    return (
+        first([*kept, *gathered], by=keys)
+        .with_columns(rank=pl.int_range(pl.len()).over(keys).cast(pl.Int8))
+        .drop("pick", "bar_key", "bar_symbol")
+    )
 
 
 def _keyed(frame: pl.DataFrame, plan: BuildPlan) -> pl.DataFrame:

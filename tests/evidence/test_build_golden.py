@@ -74,7 +74,7 @@ def test_the_build_reproduces_the_pinned_artifact_bytes(data_dir: Path) -> None:
 def test_cutting_the_reservoirs_after_every_symbol_changes_no_byte(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(build, "RESERVOIR_MERGE_ROWS", 1)  # each symbol's candidates merged into the kept ones at once
+    monkeypatch.setattr(build, "RESERVOIR_CUT_GROWTH", 0)  # a cut after every symbol, its bars on the next one
 
     files, _, manifest = _build(data_dir)
 
