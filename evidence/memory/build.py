@@ -13,6 +13,7 @@ the key's rows across all its symbols (exact: two symbols trading the same day c
 import hashlib
 import json
 import sqlite3
+from collections.abc import Callable
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
@@ -479,14 +480,16 @@ def _candidates(build_dir: str, plan: BuildPlan) -> tuple[pl.DataFrame, dict[int
     return pl.concat(results[len(frames) :]), built
 
 
-def _summed(candidates: pl.DataFrame, plan: BuildPlan, symbol_rows: list[pl.DataFrame]) -> pl.DataFrame:
+def _summed(
+    candidates: pl.DataFrame, plan: BuildPlan, symbol_rows: list[pl.DataFrame], progress: Callable[[str], None]
+) -> pl.DataFrame:
     """The served keys' statistics (sums, exact distinct sessions and symbols, medians) on INT_KEYS and their packed
     "key": the `candidates` that reach the minimum sample, counted from their returns one (side, horizon) part at a
     time (see PARTS)."""
     # Keys below the minimum sample can never be shown, so the artifact keeps only their count (in the manifest).
     shown = ALWAYS_SERVED | (pl.col("n_sessions") >= plan.min_sessions)
     parts = []
-    for part in PARTS:
+    for done, part in enumerate(PARTS, start=1):
         part_candidates = candidates.filter(_part_of(*part))
         stats = _candidate_stats(_returns(plan, symbol_rows, part), part_candidates)
         parts.append(
@@ -494,6 +497,8 @@ def _summed(candidates: pl.DataFrame, plan: BuildPlan, symbol_rows: list[pl.Data
             .filter(shown)
             .select("key", "symbol_index", *STAT_COLUMNS, "median_r")
         )
+        side, horizon = part
+        progress(f"part {done}/{len(PARTS)} ({SIDES[side]}, {horizon} min): {parts[-1].height:,} keys served")
     served = pl.concat(parts)
     return _unpacked(served).with_columns(key=served.get_column("key"))
 
@@ -669,9 +674,13 @@ def _write_serving_file(path: Path, stats: pl.DataFrame, reservoir: pl.DataFrame
         db.close()
 
 
-def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str, Any]]:
+def reduce_partials(
+    plan: BuildPlan, build_dir: str, progress: Callable[[str], None] | None = None
+) -> tuple[str, str, dict[str, Any]]:
     """Sum the partials, prune keys below the minimum sample from the serving file, write and hash the artifact;
-    returns the artifact directory (relative to the data directory), its SHA-256 and its manifest."""
+    returns the artifact directory (relative to the data directory), its SHA-256 and its manifest. `progress` is
+    told each step done, in a few words."""
+    progress = progress or (lambda _step: None)
     tickers = plan.tickers
     for ticker in tickers:
         marker = f"{partial_dir(build_dir, ticker)}/done.json"
@@ -681,8 +690,9 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
         if not store.exists(feature_store_path(ticker, plan)):  # the reservoirs are picked from it
             raise BuildError(f"feature store file for {ticker} is missing")
     candidates, built = _candidates(build_dir, plan)
+    progress(f"candidates: {candidates.height:,} of {sum(built.values()):,} keys may reach the minimum sample")
     symbol_rows = _symbol_rows(plan)
-    served = _summed(candidates, plan, symbol_rows)
+    served = _summed(candidates, plan, symbol_rows, progress)
     # A reservoir is kept per key without its horizon: the served keys' packed keys with the horizon cleared.
     wanted = served.select(key=pl.col("key") & ~_bits("horizon"), symbol_index=pl.col("symbol_index")).unique()
     served = _keyed(served.drop("key"), plan).sort(KEY_COLUMNS)
@@ -693,6 +703,7 @@ def reduce_partials(plan: BuildPlan, build_dir: str) -> tuple[str, str, dict[str
     }
     stats = served
     reservoir = _reservoir(plan, symbol_rows, wanted)
+    progress(f"reservoirs: {reservoir.height:,} rows")
     reservoir = reservoir.with_columns(
         pl.col("ts").dt.to_string("%Y-%m-%dT%H:%M:%SZ"), pl.col("session").cast(pl.String)
     )

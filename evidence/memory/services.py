@@ -52,7 +52,8 @@ def market_memory_build_run(
     force: bool = False,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> MarketMemoryArtifact:
-    """Build in this process: the same map and reduce the Celery chord runs, one symbol after another.
+    """Build in this process: the same map and reduce the Celery chord runs, one symbol after another. `progress` is
+    told each symbol mapped, then each step of the reduce ({"reduce": what was done, "elapsed_s": ...}).
 
     Unless forced, an artifact already built from the same plan by the same code is reused (and activated).
     """
@@ -83,17 +84,24 @@ def market_memory_build_run(
                     }
                 )
         MarketMemoryBuild.objects.filter(pk=build.pk).update(partials_done=len(plan.tickers))
-        artifact = _finish_build(build.pk, activate=activate)
+        reduced = (
+            None
+            if progress is None
+            else lambda step: progress({"reduce": step, "elapsed_s": round(time.monotonic() - started, 1)})
+        )
+        artifact = _finish_build(build.pk, activate=activate, progress=reduced)
     except BaseException as exc:
         MarketMemoryBuild.objects.filter(pk=build.pk).update(status="failed", error=str(exc)[:2000])
         raise
     return artifact
 
 
-def _finish_build(build_id: int, *, activate: bool) -> MarketMemoryArtifact:
+def _finish_build(
+    build_id: int, *, activate: bool, progress: Callable[[str], None] | None = None
+) -> MarketMemoryArtifact:
     build = MarketMemoryBuild.objects.get(pk=build_id)
     plan = BuildPlan(**build.params)
-    path, sha, manifest = memory.reduce_partials(plan, market_memory_build_dir(build_id))
+    path, sha, manifest = memory.reduce_partials(plan, market_memory_build_dir(build_id), progress)
     artifact = market_memory_register(path=path, sha256=sha, manifest=manifest)
     if activate:
         market_memory_activate(artifact=artifact)

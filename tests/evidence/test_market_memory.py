@@ -1,7 +1,9 @@
 """Tiers, artifact identity and activation on hand-built universes whose statistics are computed by hand."""
 
 import hashlib
+import io
 import json
+import re
 import threading
 from datetime import date
 from pathlib import Path
@@ -251,6 +253,27 @@ def test_status_command_prints_the_active_artifact(
     out = json.loads(capsys.readouterr().out)
     assert out == {"version": artifact.version, "sha256": artifact.sha256, "path": str(data_dir / artifact.path)}
     assert Path(out["path"]).is_dir()
+
+
+def test_build_command_reports_each_symbol_then_each_step_of_the_reduce(universe: list[tuple]) -> None:
+    from django.core.management import call_command
+
+    progress = io.StringIO()
+    with override_settings(LEROY_MM_MIN_SESSIONS=2):
+        call_command("build_market_memory", "--force", stdout=io.StringIO(), stderr=progress)
+
+    lines = [re.sub(r", [\d.]+ s elapsed(, ETA [\d.]+ s)?$", "", line) for line in progress.getvalue().splitlines()]
+    assert lines[:3] == ["[1/3] AAA: 5 rows", "[2/3] BBB: 7 rows", "[3/3] IDX: 7 rows"]  # rows so far
+    assert [re.sub(r"\d[\d,]*", "N", line) for line in lines[3:]] == [
+        "[reduce] candidates: N of N keys may reach the minimum sample",
+        *["[reduce] part N/N (" + side + ", N min): N keys served" for side in ("buy", "sell") for _ in HORIZONS],
+        "[reduce] reservoirs: N rows",
+    ]
+    parts = re.findall(r"part (\d)/8 \((\w+), (\d+) min\)", progress.getvalue())
+    assert parts == [
+        ("1", "buy", "5"), ("2", "buy", "15"), ("3", "buy", "30"), ("4", "buy", "60"),
+        ("5", "sell", "5"), ("6", "sell", "15"), ("7", "sell", "30"), ("8", "sell", "60"),
+    ]  # fmt: skip
 
 
 def test_celery_map_and_reduce_builds_the_same_artifact(

@@ -49,6 +49,9 @@ class Command(BaseCommand):
         )
 
     def _progress(self, step: dict[str, Any]) -> None:
+        if "reduce" in step:
+            self.stderr.write(f"[reduce] {step['reduce']}, {step['elapsed_s']} s elapsed")
+            return
         self.stderr.write(
             f"[{step['symbols_done']}/{step['symbols_total']}] {step['symbol']}: {step['rows']:,} rows, "
             f"{step['elapsed_s']} s elapsed, ETA {step['eta_s']} s"
