@@ -253,6 +253,9 @@ CELERY_TASK_IGNORE_RESULT = True  # job state lives in our own models
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes a prefork process's connection pool around every task unless this is set; it then
+# recycles it every this many tasks, and leroy.celery hands each task's connections back as a request does.
+CELERY_DB_REUSE_MAX = 1000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER")
 # One queue per workload, so a flood of one kind cannot starve another; `celery` keeps the periodic housekeeping
