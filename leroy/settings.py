@@ -148,7 +148,13 @@ LEROY_DB_POOL_MAX = env_int("LEROY_DB_POOL_MAX", 20)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A per-process psycopg pool: every MCP request would otherwise open and close its own connection. The
     # admission limit below keeps in-flight requests under its size; the timeout is only the backstop.
-    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": LEROY_DB_POOL_MAX, "timeout": 5}}
+    # Each connection is checked as it leaves the pool (one empty round trip), so connections the server dropped
+    # while idle (a restart, a failover) are replaced instead of failing the next requests and tasks.
+    from psycopg_pool import ConnectionPool
+
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {"min_size": 2, "max_size": LEROY_DB_POOL_MAX, "timeout": 5, "check": ConnectionPool.check_connection}
+    }
 # Admission (leroy/admission.py): in-flight requests per process stay below the pool (the rest is headroom for
 # /readyz, /metrics and beat-free work), per principal below that; a request waits at most this long for a slot.
 LEROY_ADMISSION_MAX_INFLIGHT = env_int("LEROY_ADMISSION_MAX_INFLIGHT", max(1, LEROY_DB_POOL_MAX - 4))
