@@ -690,7 +690,11 @@ def reduce_partials(
         if not store.exists(feature_store_path(ticker, plan)):  # the reservoirs are picked from it
             raise BuildError(f"feature store file for {ticker} is missing")
     candidates, built = _candidates(build_dir, plan)
-    progress(f"candidates: {candidates.height:,} of {sum(built.values()):,} keys may reach the minimum sample")
+    always = candidates.filter(ALWAYS_SERVED).height
+    progress(
+        f"candidates: {candidates.height - always:,} of {sum(built.values()):,} keys may reach the minimum sample,"
+        f" {always:,} more in the always-served tables"
+    )
     symbol_rows = _symbol_rows(plan)
     served = _summed(candidates, plan, symbol_rows, progress)
     # A reservoir is kept per key without its horizon: the served keys' packed keys with the horizon cleared.

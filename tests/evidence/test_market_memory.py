@@ -265,10 +265,17 @@ def test_build_command_reports_each_symbol_then_each_step_of_the_reduce(universe
     lines = [re.sub(r", [\d.]+ s elapsed(, ETA [\d.]+ s)?$", "", line) for line in progress.getvalue().splitlines()]
     assert lines[:3] == ["[1/3] AAA: 5 rows", "[2/3] BBB: 7 rows", "[3/3] IDX: 7 rows"]  # rows so far
     assert [re.sub(r"\d[\d,]*", "N", line) for line in lines[3:]] == [
-        "[reduce] candidates: N of N keys may reach the minimum sample",
+        "[reduce] candidates: N of N keys may reach the minimum sample, N more in the always-served tables",
         *["[reduce] part N/N (" + side + ", N min): N keys served" for side in ("buy", "sell") for _ in HORIZONS],
         "[reduce] reservoirs: N rows",
     ]
+    # The always-served tables (symbol baseline, regime table) are counted apart: they are kept below the minimum.
+    keys = MarketMemoryArtifact.objects.get(is_active=True).manifest["keys"]
+    pruned, built, always = (int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", lines[3]))
+    assert built == sum(k["keys_built"] for k in keys.values())
+    assert always == keys["6"]["keys_built"] + keys["7"]["keys_built"]
+    assert always == keys["6"]["keys_served"] + keys["7"]["keys_served"]
+    assert pruned >= sum(keys[t]["keys_served"] for t in ("1", "2", "3", "4", "5"))
     parts = re.findall(r"part (\d)/8 \((\w+), (\d+) min\)", progress.getvalue())
     assert parts == [
         ("1", "buy", "5"), ("2", "buy", "15"), ("3", "buy", "30"), ("4", "buy", "60"),
