@@ -195,12 +195,13 @@ def main() -> None:
         profiler = Profiler(interval=0.005)
         profiler.start()
     marks: list[float] = []  # CPU clock when each symbol's partial is done: the map ends at the last one
+
+    def mark(step: dict) -> None:
+        if "reduce" not in step:  # the reduce reports its steps too: they are not the map's
+            marks.append(time.process_time())
+
     started = time.process_time()
-    artifact, wall, cpu = timed(
-        lambda: market_memory_build_run(
-            activate=False, force=True, progress=lambda _: marks.append(time.process_time())
-        )
-    )
+    artifact, wall, cpu = timed(lambda: market_memory_build_run(activate=False, force=True, progress=mark))
     map_cpu = marks[-1] - started
     if profiler is not None:
         profiler.stop()
@@ -212,7 +213,7 @@ def main() -> None:
         f"build (forced): {wall:.1f} s wall, {cpu:.1f} s CPU, {rows / cpu:,.0f} bar-rows/CPU-s | "
         f"baseline (read + polars features + labels only): {base_wall:.1f} s wall, {base_cpu:.1f} s CPU, "
         f"{rows / base_cpu:,.0f} bar-rows/CPU-s | build CPU / baseline CPU = {cpu / base_cpu:.2f}x | "
-        f"map (per-symbol partials) {map_cpu:.1f} s CPU = {rows / map_cpu:,.0f} bar-rows/CPU-s, "
+        f"map ({len(marks)} per-symbol partials) {map_cpu:.1f} s CPU = {rows / map_cpu:,.0f} bar-rows/CPU-s, "
         f"reduce {cpu - map_cpu:.1f} s CPU | "
         f"artifact {stored / 1e6:.1f} MB sha256 {artifact.sha256[:16]} | peak RSS of this process "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024:,} MB (the load, the baseline and the build)"

@@ -90,6 +90,20 @@ def test_build_bench_killed_outright_while_its_celery_workers_run_takes_them_wit
     assert {key: report[key] for key in ("seen", "code", "left")} == {"seen": True, "code": -9, "left": []}
 
 
+def test_build_bench_splits_map_and_reduce_at_the_last_symbols_partial(tmp_path):
+    # The build reports each symbol, then each step of the reduce: only the former end the map's timing.
+    done = subprocess.run(
+        [sys.executable, "bench/build_memory.py", "--symbols", "2", "--sessions", "90", "--min-sessions", "3"],
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("build_memory symbols=3 sessions=90 min_sessions=3 ")
+    assert "| map (3 per-symbol partials) " in line
+    assert list(tmp_path.iterdir()) == []
+
+
 @postgres_only
 def test_mcp_throughput_bench_killed_while_serving_stops_its_server_and_drops_its_database(tmp_path):
     before = databases()
