@@ -288,8 +288,8 @@ def _rows(loaded: tuple[list[dict], str]) -> int:
 
 def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datetime) -> tuple[list[dict], str]:
     """Plain-list bars for the sandbox and the data version (SHA-256 over every symbol's bars)."""
-    symbols = [Symbol.objects.get(ticker=ticker) for ticker in tickers]
-    stamps = [bars_stamp(symbol=symbol, frequency=frequency, start=start, end=end) for symbol in symbols]
+    # Stamped by ticker: kept bars cost one query a symbol (a grid reads the same window once a point).
+    stamps = [bars_stamp(symbol=ticker, frequency=frequency, start=start, end=end) for ticker in tickers]
     key = (tuple(tickers), frequency, start, end, tuple(stamps))
     if None not in stamps:
         with _BARS_LOCK:
@@ -297,7 +297,7 @@ def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datet
                 _BARS_KEPT.move_to_end(key)
                 return kept
     datas, versions = [], []
-    for symbol in symbols:
+    for symbol in [Symbol.objects.get(ticker=ticker) for ticker in tickers]:
         frame = bars_read(symbol=symbol, frequency=frequency, start=start, end=end)
         if frame.is_empty():
             raise BacktestError(
@@ -1238,7 +1238,8 @@ def _point_finish(
     data_version: str = "",
     run: OptimizationRun | None = None,
 ) -> bool:
-    """Record one point (`run` its row as read when it was claimed, else read here); True when it was the last
+    """Record one point (`run` its row as read when it was claimed, with the strategy version that ran: versions
+    never change, so the locked optimization's is not read again; else read here); True when it was the last
     and some point completed (the best run's probe is due; the optimization closes after it). When every point
     failed, the optimization closes here, charging nothing."""
     stats = statistics.compute(result) if result is not None else None  # pure: computed outside the lock
@@ -1250,9 +1251,7 @@ def _point_finish(
     )
     with transaction.atomic():
         run = run or OptimizationRun.objects.get(pk=run_id)
-        optimization = (
-            Optimization.objects.select_for_update(of=("self",)).select_related("strategy").get(pk=run.optimization_id)
-        )
+        optimization = Optimization.objects.select_for_update().get(pk=run.optimization_id)
         if optimization.status not in (Status.PENDING, Status.EXECUTING):
             # Cancelled (or closed) meanwhile: the point is not counted and not charged.
             OptimizationRun.objects.filter(pk=run_id, status=Status.EXECUTING).update(
@@ -1266,7 +1265,7 @@ def _point_finish(
             returns=returns,
             return_blocks=blocks,
             trade_count=result["trade_count"] if result is not None else 0,
-            decisions=kept_decisions(optimization.strategy, result) if result is not None else None,
+            decisions=kept_decisions(run.optimization.strategy, result) if result is not None else None,
             error=error,
             data_version=data_version,
             finished_at=now(),
@@ -1274,7 +1273,7 @@ def _point_finish(
         if result is not None:
             start, end = run_window(optimization, run)
             trial_record(
-                strategy=optimization.strategy, kind=TrialKind.GRID_POINT,
+                strategy=run.optimization.strategy, kind=TrialKind.GRID_POINT,
                 parameters={**optimization.parameters, **run.parameters}, data_ids=optimization.data_ids,
                 frequency=optimization.frequency, start=start, end=end,
                 data_version=data_version, daily_returns=result["daily_returns"], run=run,

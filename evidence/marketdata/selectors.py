@@ -17,14 +17,18 @@ def symbol_get(*, ticker: str) -> Symbol | None:
     return Symbol.objects.filter(ticker=normalize_ticker(ticker)).first()
 
 
-def _partitions(symbol: Symbol, frequency: str, start: datetime | None, end: datetime | None) -> QuerySet[BarPartition]:
-    """The partitions holding bars with start <= ts <= end, in time order."""
+def _partitions(
+    symbol: Symbol | str, frequency: str, start: datetime | None, end: datetime | None
+) -> QuerySet[BarPartition]:
+    """The partitions of a symbol (or of the symbol with that exact ticker) holding bars with start <= ts <= end, in
+    time order."""
     if frequency not in FREQUENCIES:
         raise ValueError(f"unsupported frequency {frequency!r}; supported: {', '.join(FREQUENCIES)}")
     for bound in (start, end):
         if bound is not None and bound.tzinfo is None:
             raise ValueError("start and end must be time-zone-aware")
-    partitions = BarPartition.objects.filter(symbol=symbol, frequency=frequency).order_by("year")
+    owner = {"symbol": symbol} if isinstance(symbol, Symbol) else {"symbol__ticker": symbol}
+    partitions = BarPartition.objects.filter(**owner, frequency=frequency).order_by("year")
     if start is not None:
         partitions = partitions.filter(last_ts__gte=start)
     if end is not None:
@@ -48,10 +52,11 @@ def bars_read(
 
 
 def bars_stamp(
-    *, symbol: Symbol, frequency: str, start: datetime | None = None, end: datetime | None = None
+    *, symbol: Symbol | str, frequency: str, start: datetime | None = None, end: datetime | None = None
 ) -> tuple[Any, ...] | None:
     """What bars_read would read for the same arguments, as it is now: each partition's recorded SHA-256 and file
-    stamp (store.stamp). Equal stamps, equal bars; None when a file cannot be stamped (a remote store)."""
+    stamp (store.stamp). Equal stamps, equal bars; None when a file cannot be stamped (a remote store). Given a
+    ticker (exact, as stored) it is one query, without reading the symbol: an unknown ticker's stamp is empty."""
     stamps = []
     for path, sha256 in _partitions(symbol, frequency, start, end).values_list("path", "sha256"):
         stamp = store.stamp(path)

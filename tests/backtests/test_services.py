@@ -511,6 +511,23 @@ def test_a_workers_bars_are_kept_until_a_partition_they_came_from_is_rewritten(c
     assert extended[1] != first[1]
 
 
+def test_kept_bars_cost_one_query_a_symbol(coin, other_coin, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    start, end = services.day_bounds(date(2024, 1, 1), date(2024, 12, 31))
+    monkeypatch.setattr(services, "_BARS_KEPT", OrderedDict())
+    first = services.load_bars(tickers=["TSTUSD", "XAUUSD"], frequency="1d", start=start, end=end)
+
+    with CaptureQueriesContext(connection) as queries:
+        again = services.load_bars(tickers=["TSTUSD", "XAUUSD"], frequency="1d", start=start, end=end)
+
+    assert again is first
+    # Each symbol's partitions and their stamps, joined on its ticker: the symbol row itself is not read.
+    assert len(queries.captured_queries) == 2
+    assert all('FROM "evidence_barpartition" INNER JOIN' in q["sql"] for q in queries.captured_queries)
+
+
 def test_a_worker_keeps_bars_up_to_its_row_bound_dropping_the_least_recent_window_first(coin, monkeypatch):
     monkeypatch.setattr(services, "_BARS_KEPT", OrderedDict())
     monkeypatch.setattr(services, "BARS_KEPT_ROWS", 100)
