@@ -593,6 +593,19 @@ def _keyed(frame: pl.DataFrame, plan: BuildPlan) -> pl.DataFrame:
     ).select(*KEY_SCHEMA, *rest)
 
 
+def _medians(returns: pl.LazyFrame, tier: int, *, by_symbol: bool) -> pl.LazyFrame:
+    """The median return of each of a tier's keys (and symbol), for a tier not keyed by the mask. By symbol, the
+    symbol index is grouped inside the key's cleared mask bits: one int64 column groups several times faster than
+    two (the symbol baseline's medians 0.27 against 0.05 CPU-s a part at 41 symbols x 500 sessions)."""
+    median = pl.col("r").median().alias("median_r")
+    if not by_symbol:
+        return returns.group_by(key=tier_key(tier)).agg(median)
+    mask, at = _bits("mask"), 1 << KEY_FIELDS["mask"][0]
+    grouped = returns.group_by(key=tier_key(tier) | (pl.col("symbol_index").cast(pl.Int64) * at)).agg(median)
+    return grouped.select(key=pl.col("key") & ~mask, symbol_index=((pl.col("key") & mask) // at).cast(pl.Int32),
+                          median_r="median_r")  # fmt: skip
+
+
 def _candidate_stats(all_returns: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
     """Each candidate key's statistics over its returns across all its symbols, on packed keys and symbol indexes
     (-1 for the tiers that pool symbols); the tiers not keyed by the mask come with every key of theirs."""
@@ -613,9 +626,7 @@ def _candidate_stats(all_returns: pl.DataFrame, candidates: pl.DataFrame) -> pl.
             # These four tiers share one pass of the sums over every return, by session and symbol (7.0 M rows to
             # 0.13 M at 21 x 180 sessions), and each sums those and counts their sessions and symbols; only the
             # median reads every return again. Each tier summed every return itself: 0.6-0.9 s of CPU apiece.
-            medians = (
-                returns.with_columns(key=tier_key(tier)).group_by(group).agg(pl.col("r").median().alias("median_r"))
-            )
+            medians = _medians(returns, tier, by_symbol="symbol" in keys)
             grouped = (
                 fine.with_columns(key=tier_key(tier))
                 .group_by(group)
