@@ -84,10 +84,11 @@ def baseline(limit: int | None = None) -> int:
     plan = build.build_plan()
     through = date.fromisoformat(plan.through)
     benchmark = bars_read(symbol=Symbol.objects.get(ticker=plan.benchmark), frequency="1m")
+    regimes = features.benchmark_regimes(benchmark, through=through)  # once, as the build computes them
     rows = 0
     for ticker in plan.tickers[:limit]:
         bars = bars_read(symbol=Symbol.objects.get(ticker=ticker), frequency="1m")
-        features.symbol_frame(bars, benchmark, through=through)
+        features.symbol_frame_in(bars, regimes, through=through)
         rows += len(bars)
     return rows
 
