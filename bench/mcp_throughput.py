@@ -149,6 +149,11 @@ def call_body(name: str, arguments: dict, request_id: int) -> dict:
     }
 
 
+# An evaluation without a usable frame answers without Market Memory and charges nothing: a far cheaper path, which
+# must never pass for an evaluation (the answer's JSON, raw in structuredContent and escaped in its text).
+UNCONSULTED = ('"market_memory":null', '\\"market_memory\\":null')
+
+
 async def drive(
     url: str, name: str, arguments: dict | list[dict], key: str | None, total: int, concurrency: int, expect: str = ""
 ) -> tuple:
@@ -177,6 +182,8 @@ async def drive(
                 response = await client.post(url, json=body)
                 if response.status_code != 200 or '"isError":true' in response.text or expect not in response.text:
                     raise SystemExit(f"{name} failed: {response.status_code} {response.text[:300]}")
+                if any(null in response.text for null in UNCONSULTED):
+                    raise SystemExit(f"{name} answered without Market Memory (no frame?): {response.text[:300]}")
                 latencies.append(time.perf_counter() - started)
                 hits += '\\"cache\\":\\"hit\\"' in response.text or '"cache":"hit"' in response.text
 
