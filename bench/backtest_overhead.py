@@ -3,11 +3,12 @@
 The baseline, measured in the same run, is the SMA-cross source executed directly with the real `backtrader`
 module and its stock pandas feed. Leroy's path is what a worker does per backtest: a fresh sandbox child
 (every available layer) forked from the worker's warm sandbox template, the list-backed feed, the analyzers, and
-the statistics. The first job in a process also starts the template (imports backtrader once): it is printed
-separately as `first_job`. Runs are interleaved (direct, sandboxed, probed per round) so load on a shared machine
-hits them alike; each figure is the best of its rounds. The look-ahead probe (the
-same run plus 3 reruns on cut data, which every backtest gets) is timed separately and printed as its extra
-cost over the unprobed run. Prints one line.
+the statistics. The first job in a process also starts the template (imports backtrader once) and pays the
+statistics' first imports (empyrical, pandas): it is printed separately as `first_job`; a worker process does both
+when it starts, before its first task (`backtests.tasks._warm_sandbox`). Runs are interleaved (direct, sandboxed,
+probed per round) so load on a shared machine hits them alike; each figure is the best of its rounds. The look-ahead
+probe (the same run plus 3 reruns on cut data, which every backtest gets) is timed separately and printed as its
+extra cost over the unprobed run. Prints one line.
 
     .venv/bin/python bench/backtest_overhead.py [--bars 2516] [--repeats 3]
 """
@@ -72,15 +73,6 @@ def timed(func, data: dict) -> tuple[float, object]:
     began = time.perf_counter()
     value = func(data)
     return time.perf_counter() - began, value
-
-
-def best(func, data: dict, repeats: int) -> tuple[float, object]:
-    times, value = [], None
-    for _ in range(repeats):
-        began = time.perf_counter()
-        value = func(data)
-        times.append(time.perf_counter() - began)
-    return min(times), value
 
 
 def main() -> None:
