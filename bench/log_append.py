@@ -5,7 +5,8 @@ Fills the log with N entries in batches of 1,000, then times single-entry append
 serialised by the append lock, with a signed checkpoint), the first inclusion proof (reads every leaf hash and
 builds the tree) and later inclusion / consistency proofs (the process keeps its tree and reads only newer
 leaves). The baseline, measured in the same run, is computing the RFC 9162 leaf hashes of the same entries'
-stored bytes in memory. Every timed proof is verified; prints one line, exits 1 when one fails.
+stored bytes in memory. Every timed proof is verified against roots the bench computes itself from the stored
+entries (and the signed checkpoint's root with them); prints one line, exits 1 when one fails.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/leroy_bench .venv/bin/python bench/log_append.py [--entries 100000]
 """
@@ -37,7 +38,14 @@ from django.db import connection  # noqa: E402
 
 from evidence.models import LogEntry  # noqa: E402
 from evidence.publication import selectors, services  # noqa: E402
-from leroy_verify.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion  # noqa: E402
+from leroy_verify.merkle import (  # noqa: E402
+    ProofError,
+    frontier_append,
+    frontier_root,
+    leaf_hash,
+    verify_consistency,
+    verify_inclusion,
+)
 
 BATCH = 1000
 
@@ -82,22 +90,32 @@ def main() -> int:
         consistencies = [selectors.consistency_proof(first=first, second=size) for first in firsts]
         consistency_seconds = (time.perf_counter() - started) / options.proofs
 
-        leaves = {row.index: row for row in LogEntry.objects.filter(index__in=[p.index for p in inclusions])}
-        try:
-            for proof in inclusions:
-                leaf = bytes.fromhex(leaves[proof.index].leaf_hash)
-                verify_inclusion(proof.index, size, leaf, [base64.b64decode(h) for h in proof.hashes], root)
-            for proof in consistencies:
-                first_root = base64.b64decode(selectors.inclusion_proof(index=0, tree_size=proof.first).root_hash)
-                verify_consistency(proof.first, size, first_root, root, [base64.b64decode(h) for h in proof.hashes])
-        except ProofError:
-            ok = False
-
-        bodies = [body.encode() for body in LogEntry.objects.values_list("body", flat=True)]
+        bodies = [body.encode() for body in LogEntry.objects.order_by("index").values_list("body", flat=True)]
         started = time.perf_counter()
         hashed = [leaf_hash(body) for body in bodies]
         hash_seconds = time.perf_counter() - started
         ok = ok and len(hashed) == size
+
+        # Verified against what this bench computes itself from the stored entries (leaf hashes, and each tree
+        # size's root from them), not against the server's tree that made the proofs: the signed checkpoint's root
+        # must be the root of every entry, and each proof must lead to it.
+        roots, frontier = {}, []
+        for n, leaf in enumerate(hashed, start=1):
+            frontier = frontier_append(frontier, n - 1, leaf)
+            if n in firsts or n == size:
+                roots[n] = frontier_root(frontier)
+        ok = ok and roots[size] == root
+        try:
+            for proof in inclusions:
+                verify_inclusion(
+                    proof.index, size, hashed[proof.index], [base64.b64decode(h) for h in proof.hashes], root
+                )
+            for proof in consistencies:
+                verify_consistency(
+                    proof.first, size, roots[proof.first], root, [base64.b64decode(h) for h in proof.hashes]
+                )
+        except ProofError:
+            ok = False
         print(
             f"log_append ({connection.vendor}): {size} entries; single appends "
             f"{options.appends / append_seconds:.0f}/s (each a transaction + signed checkpoint); batched fill "
