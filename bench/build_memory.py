@@ -218,6 +218,7 @@ def main() -> None:
         f"reduce {cpu - map_cpu:.1f} s CPU | "
         f"artifact {stored / 1e6:.1f} MB sha256 {artifact.sha256[:16]} | peak RSS of this process "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024:,} MB (the load, the baseline and the build)"
+        + (" | PROFILED: the build's figures include pyinstrument's overhead" if profiler is not None else "")
     )
 
 

@@ -3,6 +3,7 @@ part that needs cleaning up is running), it leaves no process, no temporary file
 outright (SIGKILL, which runs none of its cleanup), it still leaves no process."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -101,6 +102,23 @@ def test_build_bench_splits_map_and_reduce_at_the_last_symbols_partial(tmp_path)
     line = done.stdout.strip().splitlines()[-1]
     assert line.startswith("build_memory symbols=3 sessions=90 min_sessions=3 ")
     assert "| map (3 per-symbol partials) " in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_verdict_bench_times_every_function_that_does_the_verdicts_work(tmp_path):
+    # Each point's trial and block sums, the grid's CSCV and the close: one moved out of what the bench wraps would
+    # be counted as the optimization's own time, and shows here as called too few times.
+    done = subprocess.run(
+        [sys.executable, "bench/verdicts.py", "--bars", "300"],
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    calls = re.findall(r"(\w+) x(\d+) ", line)
+    assert calls == [
+        ("trial_record", "20"), ("return_blocks", "20"), ("optimization_pbo", "1"), ("optimization_verdict", "1")
+    ]  # fmt: skip
     assert list(tmp_path.iterdir()) == []
 
 
