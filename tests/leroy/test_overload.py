@@ -9,14 +9,14 @@ import pytest
 from django.core.management import call_command
 
 from accounts import services as accounts
-from bench.overload import SERVER_ENV, background_alone, overload, percentile
+from bench.overload import SERVER_ENV, WARMUP_CALLS, background_alone, overload
 from billing import selectors, services
 from billing.models import Plan, UsageEvent
 from tests.processes import uvicorn_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BACKGROUND_P99_BOUND = 1.5  # seconds; before admission limits another account waited 8.3 s at 110 concurrent
+BACKGROUND_SLOWEST_BOUND = 1.5  # seconds; before admission limits another account waited 8.3 s at 110 concurrent
 
 
 def account(email: str):
@@ -45,13 +45,13 @@ def test_150_concurrent_calls_from_one_account_get_503_not_500_and_leave_others_
     assert hot.served == hot.statuses.count(200)
     assert background.statuses == [200] * 20
     assert background.served == 20
-    assert percentile(background.latencies, 99) < BACKGROUND_P99_BOUND
+    assert max(background.latencies) < BACKGROUND_SLOWEST_BOUND
     wait = float(SERVER_ENV["LEROY_ADMISSION_WAIT_SECONDS"])
     assert max(hot.latencies) < wait + 3.0  # a refusal comes within the admission wait (plus scheduling)
     assert "PoolTimeout" not in log
     assert "Traceback" not in log
     assert UsageEvent.objects.filter(user=hot_user).count() == hot.served
-    assert UsageEvent.objects.filter(user=background_user).count() == 40
+    assert UsageEvent.objects.filter(user=background_user).count() == WARMUP_CALLS + 20 + 20
     assert selectors.ledger_drift() == []
     out = StringIO()
     call_command("verify_ledger", stdout=out)
