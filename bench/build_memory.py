@@ -11,7 +11,8 @@ RSS. The temporary directory is removed on any exit.
 
 `--celery` instead times the production fan-out (`market_memory_build_start`: one Celery task per symbol
 partition on the `builds` queue, the last one queueing the reduce task) on a real worker with `--concurrency 1`,
-then with 2, from queueing until the build row is done; the map ends when the last partial is counted. The load
+then with 2, from queueing until the build row is done; the map ends when a 50 ms poll sees the last partial
+counted, so up to one poll of the reduce (queued as that partial commits) can fall in the map's wall and CPU. The load
 and the worker's start-up are untimed. Workers (kombu's filesystem broker polled every 50 ms) run in their own
 process group, which is killed on any exit. Prints one line: both walls, map and reduce, the 2-vs-1 ratio, the
 per-worker map rate (bar rows per second of one worker process) and the largest peak RSS of a worker process.
