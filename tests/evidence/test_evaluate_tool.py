@@ -5,7 +5,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from evidence.live import frames
 from tests.conftest import MCP_URL
-from tests.mcp.test_transport import modern_call, modern_headers
+from tests.mcp.test_transport import modern_call, modern_headers, sse_or_json
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
@@ -52,3 +52,31 @@ async def test_invalid_arguments_are_refused_in_band_without_a_charge(mcp_http, 
     from billing.models import UsageEvent
 
     assert await UsageEvent.objects.aexists() is False
+
+
+async def test_the_throughput_bench_tells_an_evaluation_without_market_memory_by_its_raw_answer(
+    world, mcp_http, api_key, monkeypatch
+):
+    # bench/mcp_throughput.py refuses answers that match UNCONSULTED (no frame: no Market Memory, no charge, a far
+    # cheaper path); it reads the raw HTTP text, so the patterns are checked here against real answers.
+    import importlib
+
+    from asgiref.sync import sync_to_async
+
+    from tests.processes import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    unconsulted = importlib.import_module("mcp_throughput").UNCONSULTED
+    body = modern_call("evaluate_current_setup", {"symbol": "ALFA", "side": "buy"})
+    headers = modern_headers("tools/call", "evaluate_current_setup")
+    async with mcp_http(api_key) as http:
+        without_frame = await http.post("/api/mcp", json=body, headers=headers)
+        with time_machine.travel(world.replay, tick=False):
+            await sync_to_async(frames.replay_tick)()
+            await sync_to_async(frames.frames_refresh)()
+            with_frame = await http.post("/api/mcp", json=body, headers=headers)
+
+    assert sse_or_json(without_frame)["result"]["structuredContent"]["market_memory"] is None
+    assert any(null in without_frame.text for null in unconsulted)
+    assert sse_or_json(with_frame)["result"]["structuredContent"]["market_memory"] is not None
+    assert not any(null in with_frame.text for null in unconsulted)
