@@ -1,20 +1,23 @@
 """MCP throughput: a no-op public tool vs a keyed subscriber tool and `evaluate_current_setup`, over 2026-07-28.
 
-Starts uvicorn (2 workers) on PostgreSQL and Redis when they answer on 127.0.0.1 (else SQLite and per-worker
-cache), drives N concurrent `tools/call` requests per tool and prints one line: requests/s and p50/p99 latency
-for each tool and each one's throughput ratio to the no-op tool, the baseline measured in the same run.
+Starts two uvicorn web processes (one worker each) on PostgreSQL and Redis when they answer on 127.0.0.1 (else
+SQLite and per-process cache), drives N concurrent `tools/call` requests per tool, its connections split evenly
+between the two (as a load balancer in front of two web processes would), and prints one line: requests/s and
+p50/p99 latency for each tool and each one's throughput ratio to the no-op tool, the baseline measured in the same
+run.
 
 For `evaluate_current_setup` it first loads a small synthetic universe, builds and activates Market Memory and runs
 one replay tick of the frame feed on the replay clock the server also uses. The timed evaluations are all distinct
 (symbol, side, horizons and entry/stop/target prices vary across the universe), so none can be a cache hit; the
 account's plan allows every lookup. Cache hits are timed apart (one request repeated) and every answer's
-`usage.cache` is counted, so a hit can never pass for an evaluation. The server runs in its own process group and
+`usage.cache` is counted, so a hit can never pass for an evaluation. Each server runs in its own process group and
 is killed, with the bench database dropped, on any exit (including Ctrl-C and SIGTERM).
 
-Each phase also prints the cores each uvicorn worker used during it (`workers=` CPU seconds over the phase's wall
-time, from /proc): the workers share one listening socket and each phase's client opens its connections at once,
-so one worker may have taken all of them (`workers=0.98+0.01`) and served that phase on one core; compare phases
-whose workers split the load alike.
+Each phase also prints the cores each web process used during it (`workers=` CPU seconds over the phase's wall
+time, from /proc). Not one uvicorn with `--workers 2`: its workers share one listening socket and the first to wake
+accepts a whole burst of connections, so a phase's 8 keep-alive connections often all went to one worker
+(`workers=0.94+0.00`) and the figure followed which worker(s) had accepted them (54-67 req/s on one, 78-81 on two,
+same code) rather than the code.
 
     .venv/bin/python bench/mcp_throughput.py [--requests 2000] [--concurrency 16] [--symbols 5]
 """
@@ -36,7 +39,7 @@ from pathlib import Path
 
 import httpx2
 from cleanup import exit_on_signals  # bench/ is the script's directory
-from procfs import children_cpu  # bench/ is the script's directory
+from procfs import processes  # bench/ is the script's directory
 
 from leroy import serving
 
@@ -81,16 +84,17 @@ def prepare_env(var_dir: str) -> dict[str, str]:
     return env
 
 
-def workers_cpu(server: int) -> dict[int, float]:
-    """CPU seconds so far of each uvicorn worker process (the server's spawned children)."""
-    return children_cpu(server, cmdline_has=b"spawn_main")
+def workers_cpu(servers: list[int]) -> dict[int, float]:
+    """CPU seconds so far of each web process (each serves in its own process: one worker, no spawned children)."""
+    table = processes()
+    return {pid: table[pid].cpu_s for pid in servers if pid in table}
 
 
-def phase(server: int, work) -> tuple:  # type: ignore[no-untyped-def]
-    """`drive`'s figures and the cores each worker used meanwhile, busiest first (e.g. "0.97+0.92")."""
-    before, started = workers_cpu(server), time.perf_counter()
+def phase(servers: list[int], work) -> tuple:  # type: ignore[no-untyped-def]
+    """`drive`'s figures and the cores each web process used meanwhile, busiest first (e.g. "0.97+0.92")."""
+    before, started = workers_cpu(servers), time.perf_counter()
     figures = asyncio.run(work)
-    elapsed, after = time.perf_counter() - started, workers_cpu(server)
+    elapsed, after = time.perf_counter() - started, workers_cpu(servers)
     cores = sorted(((used - before.get(pid, 0.0)) / elapsed for pid, used in after.items()), reverse=True)
     return *figures, "+".join(f"{core:.2f}" for core in cores)
 
@@ -155,10 +159,16 @@ UNCONSULTED = ('"market_memory":null', '\\"market_memory\\":null')
 
 
 async def drive(
-    url: str, name: str, arguments: dict | list[dict], key: str | None, total: int, concurrency: int, expect: str = ""
+    urls: list[str],
+    name: str,
+    arguments: dict | list[dict],
+    key: str | None,
+    total: int,
+    concurrency: int,
+    expect: str = "",
 ) -> tuple:
     """Requests/s, p50 and p99 ms, and how many answers said `"cache":"hit"`; `arguments` is one request repeated,
-    or one per request."""
+    or one per request. The `concurrency` callers are dealt to the `urls` in turn, each keeping one connection."""
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
@@ -174,7 +184,7 @@ async def drive(
     limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx2.AsyncClient(headers=headers, limits=limits, timeout=30) as client:
 
-        async def worker() -> None:
+        async def worker(url: str) -> None:
             nonlocal hits
             for request_id in counter:
                 body = call_body(name, arguments[request_id] if isinstance(arguments, list) else arguments, request_id)
@@ -188,7 +198,7 @@ async def drive(
                 hits += '\\"cache\\":\\"hit\\"' in response.text or '"cache":"hit"' in response.text
 
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(urls[i % len(urls)]) for i in range(concurrency)))
         elapsed = time.perf_counter() - started
     latencies.sort()
     return total / elapsed, statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99) - 1] * 1000, hits
@@ -211,34 +221,38 @@ def main() -> None:
         subprocess.run([PY, "manage.py", "shell", "-c", unlimited], cwd=ROOT, env=env, check=True)
         key = manage(env, "issue_api_key", "bench@leroy.local", "--create-user")[-1]
         tickers = prepare_evidence(env, args.symbols)
-        port = free_port()
-        server = subprocess.Popen(
-            serving.tied_to_parent([str(Path(PY).parent / "uvicorn"), "leroy.asgi:application", "--port", str(port),
-                                    "--workers", "2", "--lifespan", "on", "--log-level", "warning", "--no-access-log"]),
-            cwd=ROOT, env=env, start_new_session=True,
-        )  # fmt: skip
+        ports = [free_port(), free_port()]
+        servers: list[subprocess.Popen] = []
         try:
-            url = f"http://127.0.0.1:{port}/api/mcp"
-            for _ in range(600):  # uvicorn workers import Django and build the MCP server before listening
-                with contextlib.suppress(httpx2.TransportError):
-                    if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                        break
-                time.sleep(0.1)
-            asyncio.run(drive(url, "test_simple_text", {}, None, 50, 4))  # warm both workers
-            public = phase(server.pid, drive(url, "test_simple_text", {}, None, args.requests, args.concurrency))
-            keyed = phase(server.pid, drive(url, args.subscriber_tool, {}, key, args.requests, args.concurrency))
+            for port in ports:
+                command = [str(Path(PY).parent / "uvicorn"), "leroy.asgi:application", "--port", str(port),
+                           "--lifespan", "on", "--log-level", "warning", "--no-access-log"]  # fmt: skip
+                servers.append(
+                    subprocess.Popen(serving.tied_to_parent(command), cwd=ROOT, env=env, start_new_session=True)
+                )
+            pids = [server.pid for server in servers]  # tied_to_parent execs the command: each pid is its uvicorn
+            urls = [f"http://127.0.0.1:{port}/api/mcp" for port in ports]
+            for port in ports:
+                for _ in range(600):  # uvicorn imports Django and builds the MCP server before listening
+                    with contextlib.suppress(httpx2.TransportError):
+                        if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                            break
+                    time.sleep(0.1)
+            asyncio.run(drive(urls, "test_simple_text", {}, None, 50, 4))  # warm both processes
+            public = phase(pids, drive(urls, "test_simple_text", {}, None, args.requests, args.concurrency))
+            keyed = phase(pids, drive(urls, args.subscriber_tool, {}, key, args.requests, args.concurrency))
             answered = '"evaluation_id"'
             setups = distinct_setups(tickers, args.requests + 20)
-            asyncio.run(drive(url, "evaluate_current_setup", setups[-20:], key, 20, 4, answered))  # warm the readers
+            asyncio.run(drive(urls, "evaluate_current_setup", setups[-20:], key, 20, 4, answered))  # warm the readers
             evaluate = phase(
-                server.pid, drive(url, "evaluate_current_setup", setups, key, args.requests, args.concurrency, answered)
+                pids, drive(urls, "evaluate_current_setup", setups, key, args.requests, args.concurrency, answered)
             )
             repeated = phase(
-                server.pid,
-                drive(url, "evaluate_current_setup", setups[0], key, args.requests, args.concurrency, answered),
+                pids, drive(urls, "evaluate_current_setup", setups[0], key, args.requests, args.concurrency, answered)
             )
         finally:
-            serving.stop_group(server, grace=30)
+            for server in servers:
+                serving.stop_group(server, grace=30)
     database = "postgresql" if "DATABASE_URL" in env else "sqlite"
     print(
         f"mcp_throughput db={database} n={args.requests} c={args.concurrency} symbols={len(tickers)} "

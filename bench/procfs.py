@@ -47,20 +47,6 @@ def group_cpu(pgid: int) -> float:
     return sum(p.cpu_s for p in processes().values() if p.pgrp == pgid)
 
 
-def children_cpu(parent: int, *, cmdline_has: bytes) -> dict[int, float]:
-    """CPU seconds of each live child of `parent` whose command line holds `cmdline_has`."""
-    used = {}
-    for p in processes().values():
-        if p.ppid != parent:
-            continue
-        try:
-            if cmdline_has in Path(f"/proc/{p.pid}/cmdline").read_bytes():
-                used[p.pid] = p.cpu_s
-        except OSError:
-            continue
-    return used
-
-
 def group_peak_rss_mb(pgid: int) -> int:
     """The largest peak resident set (VmHWM) among the live processes of a process group, in MB."""
     peak = 0
