@@ -11,11 +11,12 @@ RSS. The temporary directory is removed on any exit.
 
 `--celery` instead times the production fan-out (`market_memory_build_start`: one Celery task per symbol
 partition on the `builds` queue, the last one queueing the reduce task) on a real worker with `--concurrency 1`,
-then with 2, from queueing until the build row is done; the map ends when a 50 ms poll sees the last partial
-counted, so up to one poll of the reduce (queued as that partial commits) can fall in the map's wall and CPU. The load
-and the worker's start-up are untimed. Workers (kombu's filesystem broker polled every 50 ms) run in their own
-process group, which is killed on any exit. Prints one line: both walls, map and reduce, the 2-vs-1 ratio, the
-per-worker map rate (bar rows per second of one worker process) and the largest peak RSS of a worker process.
+then with 2, from queueing until the build row is done; the map ends as the reduce task starts (the worker process
+that takes it records the time and its process group's CPU then, in `task_prerun`), so the map's wall and CPU
+include the reduce's queueing and nothing of the reduce. The load and the worker's start-up are untimed. Workers
+(kombu's filesystem broker polled every 50 ms) run in their own process group, which is killed on any exit. Prints
+one line: both walls, map and reduce, the 2-vs-1 ratio, the per-worker map rate (bar rows per second of one worker
+process) and the largest peak RSS of a worker process.
 
 `--min-sessions` is the serving minimum (default: production's 30). Below it a key is counted but never served, so
 no median, reservoir or serving row is built for it; a low minimum (the small universes' 3) serves nearly every key
@@ -26,6 +27,7 @@ and makes the reduce several times heavier.
 """
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -94,17 +96,28 @@ def baseline(limit: int | None = None) -> int:
     return rows
 
 
-# A Celery worker on the builds queue; it touches the file named by argv[2] once its pool is up.
+# A Celery worker on the builds queue; it touches the file named by argv[2] once its pool is up, and writes the
+# wall time and its process group's CPU seconds to the file named by argv[3] as the reduce task starts.
 WORKER = """
-import sys
+import json, os, sys, time
 from pathlib import Path
 import django
 django.setup()
-from celery.signals import worker_ready
+sys.path.insert(0, "bench")
+from procfs import group_cpu
+from celery.signals import task_prerun, worker_ready
 from django.conf import settings
 from leroy.celery import app
 app.conf.broker_transport_options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "polling_interval": 0.05}
 worker_ready.connect(lambda **_: Path(sys.argv[2]).touch(), weak=False)
+
+
+def reduce_started(sender, **_):
+    if sender.name.endswith(".market_memory_reduce_task"):
+        Path(sys.argv[3]).write_text(json.dumps({"wall": time.time(), "cpu": group_cpu(os.getpgrp())}))
+
+
+task_prerun.connect(reduce_started, weak=False)
 app.worker_main(["worker", "--concurrency", sys.argv[1], "--pool", "prefork", "-Q", "builds", "--loglevel", "WARNING",
                  "--without-heartbeat", "--without-gossip", "--without-mingle"])
 """
@@ -118,9 +131,9 @@ def celery_build(workers: int) -> tuple[float, float, float, float, int, int]:
     from evidence.memory.services import market_memory_build_start
     from evidence.models import MarketMemoryBuild
 
-    ready = Path(VAR) / f"worker-{workers}.ready"
+    ready, reduced = Path(VAR) / f"worker-{workers}.ready", Path(VAR) / f"worker-{workers}.reduce"
     worker = subprocess.Popen(
-        serving.tied_to_parent([sys.executable, "-c", WORKER, str(workers), str(ready)]),
+        serving.tied_to_parent([sys.executable, "-c", WORKER, str(workers), str(ready), str(reduced)]),
         cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
@@ -129,24 +142,23 @@ def celery_build(workers: int) -> tuple[float, float, float, float, int, int]:
             if worker.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the {workers}-process worker did not start")
             time.sleep(0.05)
-        cpu = group_cpu(worker.pid)
-        began = time.perf_counter()
+        cpu_before = group_cpu(worker.pid)
+        began, began_at = time.perf_counter(), time.time()
         build = market_memory_build_start()
-        map_wall = None
         while True:
             time.sleep(0.05)
             build.refresh_from_db()
-            if map_wall is None and build.partials_done == build.partials_total:
-                map_wall, map_cpu = time.perf_counter() - began, group_cpu(worker.pid) - cpu
             if build.status != "running":
                 break
             if time.perf_counter() - began > TIMEOUT_S or worker.poll() is not None:
                 raise SystemExit(f"the {workers}-process build did not finish (worker exit {worker.poll()})")
         wall = time.perf_counter() - began
-        cpu = group_cpu(worker.pid) - cpu
+        cpu = group_cpu(worker.pid) - cpu_before
         if build.status != "done":
             raise SystemExit(f"the {workers}-process build failed: {build.error}")
-        assert map_wall is not None and MarketMemoryBuild.objects.filter(pk=build.pk, artifact__isnull=False).exists()
+        reduce_start = json.loads(reduced.read_text())
+        map_wall, map_cpu = reduce_start["wall"] - began_at, reduce_start["cpu"] - cpu_before
+        assert MarketMemoryBuild.objects.filter(pk=build.pk, artifact__isnull=False).exists()
         rows = sum(
             len(bars_read(symbol=Symbol.objects.get(ticker=ticker), frequency="1m"))
             for ticker in build.params["tickers"]

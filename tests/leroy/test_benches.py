@@ -105,6 +105,25 @@ def test_build_bench_splits_map_and_reduce_at_the_last_symbols_partial(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
+def test_celery_build_bench_ends_the_map_as_the_reduce_task_starts(tmp_path):
+    # The worker process that takes the reduce records the moment and its group's CPU: the map is what came before.
+    done = subprocess.run(
+        [sys.executable, "bench/build_memory.py", "--celery", "--symbols", "2", "--sessions", "90", "--min-sessions",
+         "3"],
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    walls = re.findall(r"(\d+\.\d) s wall \(map (\d+\.\d) s, reduce (-?\d+\.\d) s\)", line)
+    assert len(walls) == 2
+    for wall, map_wall, reduce_wall in walls:
+        assert 0 < float(map_wall) < float(wall) and float(reduce_wall) > 0
+    reduce_cpu = re.search(r"reduce (-?\d+\.\d) CPU-s", line)
+    assert reduce_cpu is not None and float(reduce_cpu.group(1)) > 0
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_verdict_bench_times_every_function_that_does_the_verdicts_work(tmp_path):
     # Each point's trial and block sums, the grid's CSCV and the close: one moved out of what the bench wraps would
     # be counted as the optimization's own time, and shows here as called too few times.
