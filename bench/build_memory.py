@@ -132,9 +132,14 @@ def celery_build(workers: int) -> tuple[float, float, float, float, int, int]:
     from evidence.models import MarketMemoryBuild
 
     ready, reduced = Path(VAR) / f"worker-{workers}.ready", Path(VAR) / f"worker-{workers}.reduce"
+    # The worker's temporary files go under VAR, removed on exit: a pool process stopped with its group leaves its
+    # multiprocessing directory (pymp-*) behind.
+    scratch = Path(VAR) / f"worker-{workers}.tmp"
+    scratch.mkdir()
     worker = subprocess.Popen(
         serving.tied_to_parent([sys.executable, "-c", WORKER, str(workers), str(ready), str(reduced)]),
-        cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(scratch)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
