@@ -47,9 +47,10 @@ def invalid_arguments(error: ValidationError) -> DomainError:
 
 
 class ToolArgs(BaseModel):
-    """Base of every tool's arguments: unknown fields are refused, never ignored; so is text no database keeps."""
+    """Base of every tool's arguments: unknown fields are refused, never ignored; so is text no database keeps, and a
+    number that is not finite (JSON's 1e999 reads as infinity, and NaN is a literal some parsers take)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import time_machine
 from mcp import Client
@@ -52,6 +54,39 @@ async def test_invalid_arguments_are_refused_in_band_without_a_charge(mcp_http, 
     from billing.models import UsageEvent
 
     assert await UsageEvent.objects.aexists() is False
+
+
+NON_FINITE = [("1e999", "entry_price"), ("-1e999", "stop_price"), ("NaN", "target_price")]
+
+
+@pytest.mark.parametrize(("literal", "field"), NON_FINITE)
+async def test_a_non_finite_price_is_refused_in_band_without_a_charge_or_receipt(
+    world, mcp_http, api_key, literal, field
+):
+    # JSON parsers read 1e999 as infinity and many accept NaN: the refusal is the arguments', before anything runs
+    # (an infinite entry price once passed `gt=0` and failed the answer's receipt hash, a bare tool error).
+    from asgiref.sync import sync_to_async
+
+    from billing.models import UsageEvent
+    from evidence.models import AnswerReceipt
+
+    body = json.dumps(modern_call("evaluate_current_setup", {"symbol": "ALFA", "side": "buy", field: 0.5}))
+    body = body.replace(f'"{field}": 0.5', f'"{field}": {literal}')
+    with time_machine.travel(world.replay, tick=False):
+        await sync_to_async(frames.replay_tick)()
+        await sync_to_async(frames.frames_refresh)()
+        async with mcp_http(api_key) as http:
+            response = await http.post(
+                "/api/mcp", content=body, headers=modern_headers("tools/call", "evaluate_current_setup")
+            )
+
+    result = sse_or_json(response)["result"]
+    assert result["isError"] is True
+    assert result["structuredContent"]["error"]["code"] == "invalid_arguments"
+    problems = result["structuredContent"]["error"]["problems"]
+    assert problems == [{"field": field, "problem": "Input should be a finite number"}]
+    assert await UsageEvent.objects.aexists() is False
+    assert await AnswerReceipt.objects.aexists() is False
 
 
 async def test_the_throughput_bench_tells_an_evaluation_without_market_memory_by_its_raw_answer(
