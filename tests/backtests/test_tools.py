@@ -126,6 +126,17 @@ async def test_contract_validation_is_refused_in_band(mcp_http, owner, write_key
     assert "symbolName" in text
 
 
+async def test_a_page_beyond_every_item_is_empty_and_one_beyond_exact_integers_is_refused(mcp_http, owner, api_key):
+    # A skip past 2**63 once reached the database as an OFFSET it could not take (a bare tool error on SQLite).
+    async with client(mcp_http, api_key) as session:
+        last = await ok(session, "list_strategies", {"skip": 2**53 - 1})
+        _, beyond = await refused(session, "list_strategies", {"skip": 2**63})
+
+    assert last["items"] == []
+    assert beyond["error"]["code"] == "invalid_arguments"
+    assert beyond["error"]["problems"][0]["field"] == "skip"
+
+
 async def test_agent_optimizes_reads_results_and_cannot_cancel_a_finished_grid(mcp_http, owner, write_key):
     coin = await sync_to_async(import_walk)("TSTUSD")
     async with client(mcp_http, write_key) as session:

@@ -106,3 +106,50 @@ async def test_review_of_another_accounts_hypothesis_is_not_found(world, mcp_htt
     assert result.is_error is True
     assert result.structured_content["error"]["code"] == "not_found"
     assert (await ResearchHypothesis.objects.aget(pk=theirs.pk)).reviewed_at is None
+
+
+@pytest.mark.parametrize("sessions", [2**53, 2**62, 10**30])
+async def test_an_integer_json_cannot_carry_exactly_is_refused_in_band_without_a_charge(
+    world, mcp_http, api_key, sessions
+):
+    # 2**62 fits the databases' integers but not RFC 8785's: the answer echoing it once failed its receipt hash, a bare
+    # tool error.
+    from evidence.models import AnswerReceipt
+
+    arguments = {"side": "buy", "horizon_minutes": 15, "min_sample_sessions": sessions}
+    with time_machine.travel(world.replay, tick=False):
+        await feed(world)
+        async with mcp_http(api_key) as http:
+            response = await http.post(
+                "/api/mcp",
+                json=modern_call("search_market_memory", arguments),
+                headers=modern_headers("tools/call", "search_market_memory"),
+            )
+
+    error = sse_or_json(response)["result"]["structuredContent"]["error"]
+    assert error["code"] == "invalid_arguments"
+    assert error["problems"] == [
+        {
+            "field": "min_sample_sessions",
+            "problem": "Value error, integers must lie between -9007199254740991 and 9007199254740991",
+        }
+    ]
+    assert await UsageEvent.objects.aexists() is False
+    assert await AnswerReceipt.objects.aexists() is False
+
+
+async def test_the_largest_integer_json_carries_exactly_is_answered(world, mcp_http, api_key):
+    arguments = {"side": "buy", "horizon_minutes": 15, "min_sample_sessions": 2**53 - 1}
+    with time_machine.travel(world.replay, tick=False):
+        await feed(world)
+        async with mcp_http(api_key) as http:
+            response = await http.post(
+                "/api/mcp",
+                json=modern_call("search_market_memory", arguments),
+                headers=modern_headers("tools/call", "search_market_memory"),
+            )
+
+    result = sse_or_json(response)["result"]
+    assert result["isError"] is False
+    assert result["structuredContent"]["effective_min_sample_sessions"] == 2**53 - 1
+    assert result["structuredContent"]["results"] == []  # no key has that many sessions

@@ -34,6 +34,29 @@ def test_a_non_finite_number_in_nested_arguments_is_refused_at_its_field(value):
     ]
 
 
+@pytest.mark.parametrize("value", [2**53, -(2**53), 2**63])
+def test_an_integer_json_cannot_carry_exactly_is_refused_in_nested_arguments(value):
+    arguments = OPTIMIZATION | {"grids": [{"name": "fast", "min": value, "max": 25, "step": 5}]}
+
+    with pytest.raises(DomainError) as refused:
+        RunOptimizationArgs.from_arguments(arguments)
+
+    # Refused at the argument holding it, as text a database cannot keep is.
+    assert refused.value.details["problems"] == [
+        {
+            "field": "grids",
+            "problem": "Value error, integers must lie between -9007199254740991 and 9007199254740991",
+        }
+    ]
+
+
+def test_the_integers_json_carries_exactly_are_taken_to_their_ends():
+    for value in (2**53 - 1, -(2**53 - 1)):
+        arguments = OPTIMIZATION | {"grids": [{"name": "fast", "min": value, "max": value, "step": 1}]}
+
+        assert RunOptimizationArgs.from_arguments(arguments).grids[0].min == value
+
+
 def _models(annotation: object) -> list[type[BaseModel]]:
     """The argument models an annotation holds, however nested in lists, unions and optionals."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
