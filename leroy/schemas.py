@@ -11,7 +11,7 @@ from leroy.errors import DomainError
 
 # NUL cannot be stored in PostgreSQL text and a lone surrogate is not UTF-8: neither is a valid argument. Nor is an
 # integer JSON does not carry exactly everywhere (I-JSON, RFC 7493: beyond 2^53 - 1 a double rounds it): an answer
-# echoing it could not be hashed for its receipt (RFC 8785) and the databases' 64-bit integers end soon after.
+# echoing it could not be hashed for its receipt (RFC 8785), and past 2^63 no database column or OFFSET takes it.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _EXACT_INTEGERS = range(-(2**53 - 1), 2**53)
 
@@ -52,8 +52,9 @@ def invalid_arguments(error: ValidationError) -> DomainError:
 
 
 class ToolArgs(BaseModel):
-    """Base of every tool's arguments: unknown fields are refused, never ignored; so are text and integers no database
-    keeps, and a number that is not finite (JSON's 1e999 reads as infinity, and NaN is a literal some parsers take)."""
+    """Base of every tool's arguments: unknown fields are refused, never ignored; so are text no database keeps, an
+    integer JSON does not carry exactly and a number that is not finite (JSON's 1e999 reads as infinity, and NaN is
+    a literal some parsers take)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 

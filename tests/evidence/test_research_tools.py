@@ -108,6 +108,20 @@ async def test_review_of_another_accounts_hypothesis_is_not_found(world, mcp_htt
     assert (await ResearchHypothesis.objects.aget(pk=theirs.pk)).reviewed_at is None
 
 
+async def search_with_min_sessions(world, mcp_http, key, sessions: int) -> dict:
+    """`search_market_memory`'s raw result on the fed world for a minimum of `sessions` distinct sessions."""
+    arguments = {"side": "buy", "horizon_minutes": 15, "min_sample_sessions": sessions}
+    with time_machine.travel(world.replay, tick=False):
+        await feed(world)
+        async with mcp_http(key) as http:
+            response = await http.post(
+                "/api/mcp",
+                json=modern_call("search_market_memory", arguments),
+                headers=modern_headers("tools/call", "search_market_memory"),
+            )
+    return sse_or_json(response)["result"]
+
+
 @pytest.mark.parametrize("sessions", [2**53, 2**62, 10**30])
 async def test_an_integer_json_cannot_carry_exactly_is_refused_in_band_without_a_charge(
     world, mcp_http, api_key, sessions
@@ -116,17 +130,9 @@ async def test_an_integer_json_cannot_carry_exactly_is_refused_in_band_without_a
     # tool error.
     from evidence.models import AnswerReceipt
 
-    arguments = {"side": "buy", "horizon_minutes": 15, "min_sample_sessions": sessions}
-    with time_machine.travel(world.replay, tick=False):
-        await feed(world)
-        async with mcp_http(api_key) as http:
-            response = await http.post(
-                "/api/mcp",
-                json=modern_call("search_market_memory", arguments),
-                headers=modern_headers("tools/call", "search_market_memory"),
-            )
+    result = await search_with_min_sessions(world, mcp_http, api_key, sessions)
 
-    error = sse_or_json(response)["result"]["structuredContent"]["error"]
+    error = result["structuredContent"]["error"]
     assert error["code"] == "invalid_arguments"
     assert error["problems"] == [
         {
@@ -139,17 +145,8 @@ async def test_an_integer_json_cannot_carry_exactly_is_refused_in_band_without_a
 
 
 async def test_the_largest_integer_json_carries_exactly_is_answered(world, mcp_http, api_key):
-    arguments = {"side": "buy", "horizon_minutes": 15, "min_sample_sessions": 2**53 - 1}
-    with time_machine.travel(world.replay, tick=False):
-        await feed(world)
-        async with mcp_http(api_key) as http:
-            response = await http.post(
-                "/api/mcp",
-                json=modern_call("search_market_memory", arguments),
-                headers=modern_headers("tools/call", "search_market_memory"),
-            )
+    result = await search_with_min_sessions(world, mcp_http, api_key, 2**53 - 1)
 
-    result = sse_or_json(response)["result"]
     assert result["isError"] is False
     assert result["structuredContent"]["effective_min_sample_sessions"] == 2**53 - 1
     assert result["structuredContent"]["results"] == []  # no key has that many sessions
