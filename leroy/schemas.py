@@ -21,12 +21,10 @@ def _storable(value: Any) -> Any:
         raise ValueError("text must not contain NUL characters or lone surrogates")
     if isinstance(value, int) and value not in _EXACT_INTEGERS:
         raise ValueError(f"integers must lie between {_EXACT_INTEGERS.start} and {_EXACT_INTEGERS.stop - 1}")
+    # An object is a nested argument model's (no tool argument is a free-form object): that model checks its own
+    # fields, so a refusal names the field inside it ("grids.0.min"), not the argument holding it.
     if isinstance(value, (list, tuple)):
         for item in value:
-            _storable(item)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _storable(key)
             _storable(item)
     return value
 
@@ -60,7 +58,7 @@ class ToolArgs(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _text_is_storable(cls, value: Any) -> Any:
+    def _is_storable(cls, value: Any) -> Any:
         return _storable(value)
 
     @classmethod

@@ -1,4 +1,5 @@
 import math
+import re
 import typing
 
 import pytest
@@ -35,18 +36,28 @@ def test_a_non_finite_number_in_nested_arguments_is_refused_at_its_field(value):
 
 
 @pytest.mark.parametrize("value", [2**53, -(2**53), 2**63])
-def test_an_integer_json_cannot_carry_exactly_is_refused_in_nested_arguments(value):
+def test_an_integer_json_cannot_carry_exactly_is_refused_at_its_nested_field(value):
     arguments = OPTIMIZATION | {"grids": [{"name": "fast", "min": value, "max": 25, "step": 5}]}
 
     with pytest.raises(DomainError) as refused:
         RunOptimizationArgs.from_arguments(arguments)
 
-    # Refused at the argument holding it, as text a database cannot keep is.
     assert refused.value.details["problems"] == [
         {
-            "field": "grids",
+            "field": "grids.0.min",
             "problem": "Value error, integers must lie between -9007199254740991 and 9007199254740991",
         }
+    ]
+
+
+def test_text_no_database_keeps_is_refused_at_its_nested_field():
+    arguments = OPTIMIZATION | {"grids": [{"name": "fa\x00st", "min": 5, "max": 25, "step": 5}]}
+
+    with pytest.raises(DomainError) as refused:
+        RunOptimizationArgs.from_arguments(arguments)
+
+    assert refused.value.details["problems"] == [
+        {"field": "grids.0.name", "problem": "Value error, text must not contain NUL characters or lone surrogates"}
     ]
 
 
@@ -64,7 +75,9 @@ def _models(annotation: object) -> list[type[BaseModel]]:
     return [model for part in typing.get_args(annotation) for model in _models(part)]
 
 
-def test_every_tools_arguments_refuse_non_finite_numbers_at_every_depth():
+def test_every_tools_arguments_refuse_non_finite_numbers_and_hold_no_free_form_object_at_every_depth():
+    # The storable check leaves objects to the nested models they become: a free-form object argument (a dict or
+    # Any) would escape it.
     seen: set[type[BaseModel]] = set()
     pending: list[type[BaseModel]] = [spec.args for spec in load_tools().values()]
     while pending:
@@ -73,6 +86,8 @@ def test_every_tools_arguments_refuse_non_finite_numbers_at_every_depth():
             continue
         seen.add(model)
         assert model.model_config.get("allow_inf_nan") is False, model.__name__
-        pending += [nested for field in model.model_fields.values() for nested in _models(field.annotation)]
+        for name, field in model.model_fields.items():
+            assert not {"dict", "Any", "object"} & set(re.findall(r"\w+", str(field.annotation))), (model, name)
+            pending += _models(field.annotation)
 
     assert RunOptimizationArgs in seen and len(seen) > 40
