@@ -1,12 +1,21 @@
+import json
 from datetime import date
 from io import StringIO
 
+import pytest
+from django.core.cache import cache
 from django.core.management import call_command
+from django.test import override_settings
 
 from accounts import services
 from accounts.models import ApiKey, User
 from backtests.schemas import RunOptimizationArgs, RunWalkForwardArgs
-from leroy.management.commands.demo import demo_optimizations
+from billing.models import UsageEvent
+from billing.services import BillingError
+from evidence.models import AnswerReceipt, Frame
+from evidence.schemas import EvaluateArgs
+from leroy.management.commands.demo import DEMO_EMAIL, Command, demo_optimizations, issue_demo_credentials
+from leroy.mcp.registry import call_for
 
 
 def test_demo_prints_a_working_write_key_and_revokes_the_previous_one(db):
@@ -45,3 +54,42 @@ def test_the_printed_demo_optimizations_are_valid_tool_arguments():
     assert RunOptimizationArgs.from_arguments(optimization).target_metric == "annualized_sharpe_ratio"
     parsed = RunWalkForwardArgs.from_arguments(walk_forward)
     assert (parsed.train_period.months, parsed.test_period.months, parsed.anchored) == (24, 12, False)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_later_demo_run_reuses_its_answer_and_an_allowance_used_up_does_not_stop_it(fed_world, tmp_path):
+    # The replay clock repeats the same month on every run: each run once spent a lookup, and a run after an agent
+    # had used the demo account's lookups up stopped `make demo` with the quota refusal.
+    issue_demo_credentials()
+    user = User.objects.get(email=DEMO_EMAIL)
+    clock = f"replay:{fed_world.replay.isoformat()}"
+    saved = tmp_path / "demo" / "answer.json"
+
+    def publish() -> str:
+        out = StringIO()
+        Command(stdout=out).publish_demo_answer(clock=clock, origin="http://127.0.0.1:8000")
+        return out.getvalue()
+
+    with override_settings(LEROY_VAR_DIR=str(tmp_path)):
+        first, second = publish(), publish()
+        answer_id = json.loads(saved.read_text())["evaluation_id"]
+        charged = UsageEvent.objects.filter(user=user).count()
+        symbol = Frame.objects.filter(ready=True).order_by("symbol__ticker").values_list("symbol__ticker", flat=True)[0]
+        with pytest.raises(BillingError):  # an agent's distinct evaluations until the allowance is gone
+            for cents in range(1, 10_000):
+                call_for(
+                    user_id=user.pk,
+                    tool="evaluate_current_setup",
+                    args=EvaluateArgs(symbol=symbol, side="buy", entry_price=cents / 100),
+                )
+        saved.unlink()
+        cache.clear()  # a new run's process: the first run's answer is no longer cached for free
+        events = UsageEvent.objects.filter(user=user).count()
+        third = publish()
+
+    assert charged == 1
+    assert f"--answer {saved}" in first and f"--answer {saved}" in second
+    assert AnswerReceipt.objects.filter(user=user, answer_id=answer_id, log_index__isnull=False).exists()
+    assert "No demo answer to verify this time: The Free plan's included lookups" in third
+    assert "--answer" not in third
+    assert UsageEvent.objects.filter(user=user).count() == events

@@ -22,16 +22,35 @@ from accounts.models import ApiKey, User
 from backtests import services as backtests
 from backtests.examples import DEMO_STRATEGY_NAME, SMA_CROSS
 from evidence.marketdata import demo
-from evidence.models import BarPartition, Corpus, EodSnapshot, Frame, LiveBar, LogEntry, MarketMemoryArtifact
+from evidence.models import (
+    AnswerReceipt,
+    BarPartition,
+    Corpus,
+    EodSnapshot,
+    Frame,
+    LiveBar,
+    LogEntry,
+    MarketMemoryArtifact,
+)
 from evidence.publication import selectors as publication_selectors
 from evidence.publication import services as publication
 from evidence.schemas import EvaluateArgs, EvaluationOut
 from leroy.clock import now, parse_replay_origin
+from leroy.errors import DomainError
 from leroy.management.commands.serve import serve
 from leroy.mcp.registry import call_for
 
 DEMO_EMAIL = "demo@leroy.local"
 DEMO_KEY_NAME = "demo"
+
+
+def _recorded_answer_id(path: Path, user: User) -> str | None:
+    """The id of the demo answer an earlier run saved at `path`, if its receipt is still in this database."""
+    try:
+        answer_id = json.loads(path.read_text())["evaluation_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return answer_id if AnswerReceipt.objects.filter(answer_id=answer_id, user=user).exists() else None
 
 
 def issue_demo_credentials() -> tuple[str, str]:
@@ -152,28 +171,38 @@ class Command(BaseCommand):
 
     def publish_demo_answer(self, *, clock: str, origin: str) -> None:
         """Make sure the publication log names the served artifact, answer one evaluation for the demo account
-        (1 lookup), commit its day, and save the answer and its proof for leroy-verify to check on this server."""
+        (1 lookup) unless an earlier run's answer is still on record, commit its day, and save the answer and its
+        proof (against the log as it is now) for leroy-verify to check on this server. The replay clock repeats the
+        same month on every run, so a later run must not spend the account's lookups again, nor stop when an agent
+        has used them up: then the demo serves without an answer to verify."""
         user = User.objects.get(email=DEMO_EMAIL)
         frame = Frame.objects.filter(ready=True).select_related("symbol").order_by("symbol__ticker").first()
         replay = parse_replay_origin(clock)
         assert replay is not None
+        out = Path(settings.LEROY_VAR_DIR, "demo")
+        answer_id = _recorded_answer_id(out / "answer.json", user)
         with override_settings(LEROY_CLOCK=clock):
             age = now() - replay  # this process's replay clock started with it; the feed's started just now
         with override_settings(LEROY_CLOCK=f"replay:{(replay - age).isoformat()}"):
             publication.artifact_published(artifact=MarketMemoryArtifact.objects.get(is_active=True))
-            if frame is not None:
+            if answer_id is None and frame is not None:
                 args = EvaluateArgs(symbol=frame.symbol.ticker, side="buy")
-                answer = call_for(user_id=user.pk, tool="evaluate_current_setup", args=args)
-                assert isinstance(answer, EvaluationOut)
+                try:
+                    answer = call_for(user_id=user.pk, tool="evaluate_current_setup", args=args)
+                except DomainError as refusal:
+                    self.stdout.write(f"No demo answer to verify this time: {refusal.message}")
+                else:
+                    assert isinstance(answer, EvaluationOut)
+                    out.mkdir(exist_ok=True)
+                    (out / "answer.json").write_text(answer.model_dump_json(indent=2))
+                    answer_id = answer.evaluation_id
+            if answer_id is not None:
                 publication.answers_commit(day=now().date())
-                proof = publication_selectors.answer_proof(user=user, answer_id=answer.evaluation_id)
-                out = Path(settings.LEROY_VAR_DIR, "demo")
-                out.mkdir(exist_ok=True)
-                (out / "answer.json").write_text(answer.model_dump_json(indent=2))
+                proof = publication_selectors.answer_proof(user=user, answer_id=answer_id)
                 (out / "answer_proof.json").write_text(proof.model_dump_json(indent=2))
         kinds = ", ".join(f"{row.index}: {row.kind}" for row in LogEntry.objects.order_by("-index")[:5][::-1])
         self.stdout.write(f"Publication log: {LogEntry.objects.count()} entries (latest {kinds}). Verify it here:")
         command = f".venv/bin/leroy-verify --log {origin} --key '{publication_selectors.verifier_key()}' --entries"
-        if frame is not None:
+        if answer_id is not None:
             command += f" --answer {out / 'answer.json'} --proof {out / 'answer_proof.json'}"
         self.stdout.write(f"  {command}\n")
