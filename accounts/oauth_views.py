@@ -147,6 +147,13 @@ class McpTokenView(TokenView):
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         grant_type = request.POST.get("grant_type")
+        if grant_type not in oauth2_settings.OAUTH2_GRANT_TYPES_SUPPORTED:
+            # Only what the metadata advertises reaches DOT: its device-flow branch runs ahead of oauthlib's grant
+            # check and read a missing device_code as a 500.
+            refused = errors.UnsupportedGrantTypeError()
+            response = HttpResponse(refused.json, status=refused.status_code, content_type="application/json")
+            response["Cache-Control"] = "no-store"
+            return response
         if grant_type == "authorization_code":
             # Codes are stored hashed (LeroyValidator._create_authorization_code): look them up by hash.
             body = request.POST.copy()

@@ -130,16 +130,42 @@ def test_code_replay_is_refused_and_revokes_what_the_first_redemption_issued(cli
     assert refresh(client, started.client_id, first["refresh_token"]).status_code == 400
 
 
-@pytest.mark.parametrize("grant_type", ["client_credentials", "password", "implicit"])
-def test_grant_types_other_than_code_and_refresh_are_refused(client, register, grant_type):
+@pytest.mark.parametrize(
+    "grant_type",
+    [
+        "client_credentials",
+        "password",
+        "implicit",
+        "urn:ietf:params:oauth:grant-type:device_code",
+        "urn:ietf:params:oauth:grant-type:jwt-bearer",
+        "",
+        None,
+    ],
+)
+def test_grant_types_other_than_code_and_refresh_are_refused_as_unsupported(client, register, grant_type):
+    client_id = register()["client_id"]
+    body = {"client_id": client_id, "username": "alice@example.com", "password": "x"}
+
+    response = client.post("/oauth/token/", body if grant_type is None else {**body, "grant_type": grant_type})
+
+    assert response.status_code == 400
+    assert response.json() == {"error": "unsupported_grant_type"}
+    assert response["Content-Type"] == "application/json"
+    assert response["Cache-Control"] == "no-store"
+    assert AccessToken.objects.count() == 0
+    assert RefreshToken.objects.count() == 0
+
+
+def test_a_device_code_token_request_is_refused_as_unsupported_not_looked_up(client, register):
     client_id = register()["client_id"]
 
     response = client.post(
-        "/oauth/token/",
-        {"grant_type": grant_type, "client_id": client_id, "username": "alice@example.com", "password": "x"},
+        "/oauth/token",
+        {"grant_type": "urn:ietf:params:oauth:grant-type:device_code", "client_id": client_id, "device_code": "x"},
     )
 
-    assert response.status_code in {400, 401}
+    assert response.status_code == 400
+    assert response.json() == {"error": "unsupported_grant_type"}
     assert AccessToken.objects.count() == 0
 
 
