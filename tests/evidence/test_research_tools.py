@@ -6,7 +6,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from billing.models import UsageEvent
 from evidence.live import frames
-from evidence.models import ResearchHypothesis
+from evidence.models import AnswerReceipt, ResearchHypothesis
 from tests.conftest import MCP_URL
 from tests.mcp.test_transport import modern_call, modern_headers, sse_or_json
 
@@ -128,8 +128,6 @@ async def test_an_integer_json_cannot_carry_exactly_is_refused_in_band_without_a
 ):
     # 2**62 fits the databases' integers but not RFC 8785's: the answer echoing it once failed its receipt hash, a bare
     # tool error.
-    from evidence.models import AnswerReceipt
-
     result = await search_with_min_sessions(world, mcp_http, api_key, sessions)
 
     error = result["structuredContent"]["error"]

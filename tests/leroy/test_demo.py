@@ -85,6 +85,7 @@ def test_a_later_demo_run_reuses_its_answer_and_an_allowance_used_up_does_not_st
         saved.unlink()
         cache.clear()  # a new run's process: the first run's answer is no longer cached for free
         events = UsageEvent.objects.filter(user=user).count()
+        receipts = AnswerReceipt.objects.filter(user=user).count()
         third = publish()
 
     assert charged == 1
@@ -93,3 +94,4 @@ def test_a_later_demo_run_reuses_its_answer_and_an_allowance_used_up_does_not_st
     assert "No demo answer to verify this time: The Free plan's included lookups" in third
     assert "--answer" not in third
     assert UsageEvent.objects.filter(user=user).count() == events
+    assert AnswerReceipt.objects.filter(user=user).count() == receipts
