@@ -16,7 +16,7 @@ from evidence.models import (
     ResearchHypothesis,
     Symbol,
 )
-from leroy.admin import ReadOnlyAdmin
+from leroy.admin import BuildRecordAdmin, ReadOnlyAdmin
 
 
 @admin.register(Symbol)
@@ -26,10 +26,9 @@ class SymbolAdmin(admin.ModelAdmin):
 
 
 @admin.register(BarPartition)
-class BarPartitionAdmin(admin.ModelAdmin):
+class BarPartitionAdmin(BuildRecordAdmin):
     list_display = ["symbol", "frequency", "year", "first_ts", "last_ts", "row_count", "source", "sha256"]
     list_filter = ["frequency", "source"]
-    readonly_fields = [f.name for f in BarPartition._meta.fields]
 
 
 @admin.register(Corpus)
@@ -38,16 +37,14 @@ class CorpusAdmin(admin.ModelAdmin):
 
 
 @admin.register(MarketMemoryBuild)
-class MarketMemoryBuildAdmin(admin.ModelAdmin):
+class MarketMemoryBuildAdmin(BuildRecordAdmin):
     list_display = ["pk", "status", "partials_done", "partials_total", "artifact", "created_at"]
-    readonly_fields = [f.name for f in MarketMemoryBuild._meta.fields]
 
 
 @admin.register(MarketMemoryArtifact)
-class MarketMemoryArtifactAdmin(admin.ModelAdmin):
+class MarketMemoryArtifactAdmin(BuildRecordAdmin):
     list_display = ["version", "sha256", "is_active", "built_at", "activated_at"]
     # Activation goes through services.market_memory_activate (atomic swap), never an edited flag.
-    readonly_fields = [f.name for f in MarketMemoryArtifact._meta.fields]
 
 
 @admin.register(LiveBar)
