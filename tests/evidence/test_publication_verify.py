@@ -174,7 +174,9 @@ def test_a_forked_log_fails_the_consistency_check(tmp_path, client):
     assert lines[-1].startswith("FAIL  consistency: the tree of size 2 is not a prefix of the tree of size 5")
 
 
-def test_an_answer_proof_verifies_offline_and_a_changed_answer_does_not(files, owner, outsider):
+@pytest.fixture
+def answered(files, owner, outsider):
+    """`files` with answer.json (the owner's answer as the agent received it) and proof.json (its committed proof)."""
     with time_machine.travel(datetime(2026, 7, 1, 15, tzinfo=UTC), tick=False):
         answers = [
             services.receipt_attach(user=user, tool="evaluate_current_setup",
@@ -187,6 +189,12 @@ def test_an_answer_proof_verifies_offline_and_a_changed_answer_does_not(files, o
     (files / "answer.json").write_text(json.dumps(received, indent=2))
     proof = selectors.answer_proof(user=owner, answer_id="eval_1").model_dump(mode="json")
     (files / "proof.json").write_text(json.dumps(proof))
+    return files
+
+
+def test_an_answer_proof_verifies_offline_and_a_changed_answer_does_not(answered):
+    files = answered
+    received = json.loads((files / "answer.json").read_text())
 
     code, lines = verify("--key", files / "key.txt", "--answer", files / "answer.json", "--proof",
                          files / "proof.json", cwd=files)  # fmt: skip
@@ -202,3 +210,31 @@ def test_an_answer_proof_verifies_offline_and_a_changed_answer_does_not(files, o
     assert lines[1] == "ok    day tree: answer 1 of 3 committed on 2026-07-01"
     assert lines[3] == "ok    log inclusion: day root is entry 5 of the signed tree of size 7"
     assert changed == (1, ["FAIL  answer: its RFC 8785 hash is not the proof's answer_sha256 (the answer was changed)"])
+
+
+NESTED = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "reason"),
+    [
+        ("answer.json", lambda answer: [answer], "TypeError"),
+        ("answer.json", lambda answer: None, "AttributeError"),
+        ("answer.json", lambda answer: {**answer, "receipt": "r"}, "AttributeError"),
+        ("proof.json", lambda proof: {**proof, "checkpoint": 7}, "AttributeError"),
+        ("proof.json", lambda proof: {**proof, "day_tree": []}, "TypeError"),
+        ("proof.json", lambda proof: {**proof, "log_entry": {**proof["log_entry"], "entry": "e"}}, "AttributeError"),
+        ("proof.json", lambda proof: NESTED, "RecursionError"),
+    ],
+)  # fmt: skip
+def test_an_answer_or_proof_of_another_shape_fails_on_one_line_without_a_traceback(answered, name, change, reason):
+    # A proof comes from the log's operator, whom the check does not trust: a malformed one once ended in a traceback.
+    changed = change(json.loads((answered / name).read_text()))
+    (answered / name).write_text(changed if isinstance(changed, str) else json.dumps(changed))
+
+    code, lines = verify("--key", answered / "key.txt", "--answer", answered / "answer.json", "--proof",
+                         answered / "proof.json", cwd=answered)  # fmt: skip
+
+    assert code == 1
+    assert len([line for line in lines if line.startswith("FAIL")]) == 1
+    assert lines[-1].startswith(f"FAIL  input: {reason}: ")
