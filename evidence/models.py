@@ -173,6 +173,9 @@ class ResearchHypothesis(models.Model):
     """A research note in a user's own journal; the review compares it with verified bars, never places an order."""
 
     user = models.ForeignKey("accounts.User", on_delete=models.CASCADE, related_name="research_hypotheses")
+    # Its number in its account's journal (1, 2, ...): the hypothesis_id agents see. The table's own id counts every
+    # account's notes, so showing it told each agent how many notes the others had written.
+    number = models.PositiveIntegerField()
     symbol = models.CharField(max_length=20)
     side = models.CharField(max_length=4, choices=[(s, s) for s in SIDES])
     horizon_minutes = models.PositiveSmallIntegerField(choices=[(h, h) for h in HORIZONS])
@@ -187,6 +190,7 @@ class ResearchHypothesis(models.Model):
         ordering = ["user_id", "pk"]
         verbose_name_plural = "research hypotheses"
         constraints = [
+            models.UniqueConstraint(fields=["user", "number"], name="evidence_hypothesis_number_unique"),
             models.UniqueConstraint(
                 fields=["user", "client_request_id"],
                 condition=models.Q(client_request_id__isnull=False),
@@ -199,7 +203,7 @@ class ResearchHypothesis(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"hypothesis {self.pk} {self.side} {self.symbol}"
+        return f"hypothesis {self.number} {self.side} {self.symbol}"
 
 
 # --- the publication log (evidence.publication) ---------------------------------------------------------------

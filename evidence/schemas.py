@@ -641,7 +641,7 @@ class RecordHypothesisArgs(ToolArgs):
 
 
 class HypothesisOut(BaseModel):
-    hypothesis_id: int
+    hypothesis_id: int = Field(description="The note's number in this account's journal: 1 for its first note")
     symbol: str
     side: Side
     horizon_minutes: Horizon

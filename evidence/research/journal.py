@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 
 from accounts.models import User
 from evidence.live import frames
@@ -36,7 +37,7 @@ def decision_time(at: datetime) -> datetime | None:
 
 def hypothesis_out(hypothesis: ResearchHypothesis) -> HypothesisOut:
     return HypothesisOut(
-        hypothesis_id=hypothesis.pk,
+        hypothesis_id=hypothesis.number,
         symbol=hypothesis.symbol,
         side=hypothesis.side,  # type: ignore[arg-type]
         horizon_minutes=hypothesis.horizon_minutes,  # type: ignore[arg-type]
@@ -60,11 +61,16 @@ def hypothesis_record(*, user: User, args: RecordHypothesisArgs) -> HypothesisOu
     at = now()
     try:
         with transaction.atomic():
+            # The account's row lock serialises its notes' numbering (SQLite's write lock does the same).
+            list(User.objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+            last = ResearchHypothesis.objects.filter(user=user).aggregate(last=Max("number"))["last"] or 0
             hypothesis = ResearchHypothesis.objects.create(
-                user=user, recorded_at=at, decision_time=decision_time(at), client_request_id=args.client_request_id,
-                **values,
+                user=user, number=last + 1, recorded_at=at, decision_time=decision_time(at),
+                client_request_id=args.client_request_id, **values,
             )  # fmt: skip
     except IntegrityError:  # a concurrent retry of the same id got there first
+        if args.client_request_id is None:
+            raise
         return _replayed(ResearchHypothesis.objects.get(user=user, client_request_id=args.client_request_id), values)
     return hypothesis_out(hypothesis)
 
@@ -130,7 +136,7 @@ def hypothesis_review(*, user: User, hypothesis_id: int) -> ReviewOut:
     """Review one of `user`'s hypotheses against verified bars and keep the review on the note."""
     at = now()
     with transaction.atomic():
-        hypothesis = ResearchHypothesis.objects.select_for_update().filter(user=user, pk=hypothesis_id).first()
+        hypothesis = ResearchHypothesis.objects.select_for_update().filter(user=user, number=hypothesis_id).first()
         if hypothesis is None:
             raise ResearchError("not_found", f"No hypothesis {hypothesis_id} in this account's journal.")
         review = ReviewOut(

@@ -95,6 +95,7 @@ def research(alice: User) -> dict[str, object]:
         )
     ResearchHypothesis.objects.create(
         user=alice,
+        number=1,
         symbol="SPY",
         side="buy",
         horizon_minutes=30,

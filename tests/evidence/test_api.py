@@ -96,19 +96,22 @@ def test_refusals_carry_the_tools_error_code(fed_world, browser):
 
 
 def test_the_journal_over_rest_is_scoped_to_the_signed_in_account(fed_world, browser, outsider):
-    theirs = ResearchHypothesis.objects.create(
-        user=outsider, symbol="ALFA", side="buy", horizon_minutes=5, note="theirs", recorded_at=fed_world.replay
-    )
+    theirs = [
+        ResearchHypothesis.objects.create(user=outsider, number=n, symbol="ALFA", side="buy", horizon_minutes=5,
+                                          note="theirs", recorded_at=fed_world.replay)
+        for n in (1, 2)
+    ]  # fmt: skip
     note = {"symbol": "ALFA", "side": "sell", "horizon_minutes": 5, "note": "fade"}
     mine = post(browser, "/record_research_hypothesis", note, X_CSRFToken=TOKEN)
     review = post(browser, "/review_hypothesis_outcome", {"hypothesis_id": mine.json()["hypothesis_id"]},
                   X_CSRFToken=TOKEN)  # fmt: skip
-    foreign = post(browser, "/review_hypothesis_outcome", {"hypothesis_id": theirs.pk}, X_CSRFToken=TOKEN)
+    foreign = post(browser, "/review_hypothesis_outcome", {"hypothesis_id": 2}, X_CSRFToken=TOKEN)
 
     assert mine.status_code == 200
     assert (review.status_code, review.json()["outcome_status"]) == (200, "not_mature")
     assert (foreign.status_code, foreign.json()["error"]["code"]) == (404, "not_found")
-    assert ResearchHypothesis.objects.get(pk=theirs.pk).reviewed_at is None
+    assert mine.json()["hypothesis_id"] == 1
+    assert [h.reviewed_at for h in theirs] == [None, None]
 
 
 def test_invalid_arguments_are_a_422_with_one_problem_per_field_and_charge_nothing(fed_world, browser):

@@ -1,4 +1,4 @@
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
@@ -81,7 +81,7 @@ def test_retried_record_returns_the_same_note_and_a_reused_id_conflicts(fed_worl
     theirs = record(bob, client_request_id="n-1")  # ids are per account
 
     assert again == first
-    assert theirs.hypothesis_id != first.hypothesis_id
+    assert (first.hypothesis_id, theirs.hypothesis_id) == (1, 1)  # each account's journal numbers its own notes
     with pytest.raises(ResearchError) as error:
         record(alice, client_request_id="n-1", note="something else")
     assert error.value.code == "idempotency_conflict"
@@ -93,3 +93,37 @@ def test_unknown_symbol_is_refused_and_nothing_is_written(fed_world, alice):
         record(alice, symbol="NOPE")
 
     assert ResearchHypothesis.objects.exists() is False
+
+
+def test_each_account_numbers_its_own_journal_and_a_number_reaches_only_the_callers_note(fed_world, alice, bob):
+    # The table's own ids counted every account's notes: a second account's first note was hypothesis 3.
+    first, second = record(alice), record(alice, note="second")
+    theirs = record(bob, note="bob's")
+
+    with pytest.raises(ResearchError) as error:
+        journal.hypothesis_review(user=bob, hypothesis_id=2)
+    review = journal.hypothesis_review(user=bob, hypothesis_id=1)
+
+    assert [first.hypothesis_id, second.hypothesis_id, theirs.hypothesis_id] == [1, 2, 1]
+    assert error.value.code == "not_found"
+    assert review.hypothesis.note == "bob's"
+    assert list(ResearchHypothesis.objects.filter(user=alice).values_list("reviewed_at", flat=True)) == [None, None]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_numbers_each_accounts_existing_notes_from_one_in_the_order_they_were_written(alice, bob):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = ("evidence", "0008_log_timestamp"), ("evidence", "0009_hypothesis_numbers")
+    MigrationExecutor(connection).migrate([before])
+    old = MigrationExecutor(connection).loader.project_state([before]).apps.get_model("evidence", "ResearchHypothesis")
+    written = [
+        old.objects.create(user_id=user.pk, symbol="ALFA", side="buy", horizon_minutes=5, note=note,
+                           recorded_at=datetime(2026, 5, 19, 14, 30, tzinfo=UTC)).pk
+        for user, note in [(alice, "a1"), (bob, "b1"), (alice, "a2"), (alice, "a3"), (bob, "b2")]
+    ]  # fmt: skip
+    MigrationExecutor(connection).migrate([after])
+
+    numbered = ResearchHypothesis.objects.filter(pk__in=written).order_by("pk").values_list("note", "number")
+    assert list(numbered) == [("a1", 1), ("b1", 1), ("a2", 2), ("a3", 3), ("b2", 2)]

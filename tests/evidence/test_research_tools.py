@@ -98,10 +98,10 @@ async def test_the_journal_needs_the_write_scope(world, mcp_http, api_key):
 
 async def test_review_of_another_accounts_hypothesis_is_not_found(world, mcp_http, write_key, outsider):
     theirs = await ResearchHypothesis.objects.acreate(
-        user=outsider, symbol="ALFA", side="buy", horizon_minutes=5, note="theirs", recorded_at=world.replay
+        user=outsider, number=1, symbol="ALFA", side="buy", horizon_minutes=5, note="theirs", recorded_at=world.replay
     )
     async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(write_key)), mode="2026-07-28") as client:
-        result = await client.call_tool("review_hypothesis_outcome", {"hypothesis_id": theirs.pk})
+        result = await client.call_tool("review_hypothesis_outcome", {"hypothesis_id": theirs.number})
 
     assert result.is_error is True
     assert result.structured_content["error"]["code"] == "not_found"
