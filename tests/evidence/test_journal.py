@@ -3,6 +3,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 import pytest
 import time_machine
+from django.conf import settings
 
 from accounts import services as account_services
 from evidence.marketdata.selectors import bars_read
@@ -10,6 +11,7 @@ from evidence.models import ResearchHypothesis, Symbol
 from evidence.research import journal
 from evidence.research.analysis import ResearchError
 from evidence.schemas import RecordHypothesisArgs
+from tests.races import race
 
 pytestmark = pytest.mark.django_db
 
@@ -127,3 +129,13 @@ def test_migrating_numbers_each_accounts_existing_notes_from_one_in_the_order_th
 
     numbered = ResearchHypothesis.objects.filter(pk__in=written).order_by("pk").values_list("note", "number")
     assert list(numbered) == [("a1", 1), ("b1", 1), ("a2", 2), ("a3", 3), ("b2", 2)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(settings.LEROY_TEST_DATABASE != "PostgreSQL", reason="row locks need PostgreSQL")
+def test_notes_recorded_at_once_take_distinct_numbers_in_one_journal(alice):
+    Symbol.objects.create(ticker="ALFA")
+
+    results, _ = race(8, 3, lambda client, call: record(alice, note=f"{client}-{call}").hypothesis_id)
+
+    assert sorted(results) == list(range(1, 25))
