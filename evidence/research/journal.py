@@ -61,8 +61,7 @@ def hypothesis_record(*, user: User, args: RecordHypothesisArgs) -> HypothesisOu
     at = now()
     try:
         with transaction.atomic():
-            # The account's row lock serialises its notes' numbering (SQLite's write lock does the same).
-            list(User.objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+            User.objects.select_for_update().get(pk=user.pk)  # one note at a time per account, for its number
             last = ResearchHypothesis.objects.filter(user=user).aggregate(last=Max("number"))["last"] or 0
             hypothesis = ResearchHypothesis.objects.create(
                 user=user, number=last + 1, recorded_at=at, decision_time=decision_time(at),
