@@ -54,6 +54,9 @@ class ApiKey(models.Model):
     """A developer credential for /api/mcp. Only an HMAC of the key is stored; the plaintext is shown once."""
 
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_keys")
+    # Its number among its account's keys (1, 2, ...): what the account page names it by. The table's own id counts
+    # every account's keys, so showing it told each user how many keys all the others had made.
+    number = models.PositiveIntegerField()
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=8, db_index=True)  # first 8 characters after "lr_live_"
     last4 = models.CharField(max_length=4, blank=True, default="")  # shown so the owner can tell keys apart
@@ -66,6 +69,7 @@ class ApiKey(models.Model):
     class Meta:
         ordering = ["-created_at", "-pk"]
         constraints = [
+            models.UniqueConstraint(fields=["user", "number"], name="apikey_number_unique"),
             models.CheckConstraint(
                 condition=Q(scopes="mcp:read") | Q(scopes="mcp:read mcp:write"), name="apikey_scopes_known"
             ),

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib.auth.tokens import default_token_generator
 from django.core.mail import send_mail
 from django.db import transaction
+from django.db.models import Max
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.encoding import force_bytes
@@ -84,7 +85,8 @@ def mcp_activate(*, user: User) -> User:
 
 @transaction.atomic
 def api_key_create(*, user: User, name: str, write: bool = False) -> IssuedKey:
-    """Issue a key. The user row is locked so that concurrent requests cannot exceed the active-key cap."""
+    """Issue a key. The user row is locked so that concurrent requests cannot exceed the active-key cap or take one
+    number."""
     locked = User.objects.select_for_update().get(pk=user.pk)
     if locked.mcp_activated_at is None:
         raise AccountError("mcp_not_activated", "Activate MCP on the account page before creating API keys.")
@@ -99,8 +101,10 @@ def api_key_create(*, user: User, name: str, write: bool = False) -> IssuedKey:
         )
     random_part = secrets.token_urlsafe(32)
     plaintext = KEY_PREFIX + random_part
+    last = ApiKey.objects.filter(user=locked).aggregate(last=Max("number"))["last"] or 0
     api_key = ApiKey.objects.create(
         user=locked,
+        number=last + 1,
         name=name,
         prefix=random_part[:LOOKUP_LENGTH],
         last4=random_part[-4:],
@@ -110,10 +114,10 @@ def api_key_create(*, user: User, name: str, write: bool = False) -> IssuedKey:
     return IssuedKey(api_key=api_key, plaintext=plaintext)
 
 
-def api_key_revoke(*, user: User, key_id: int) -> ApiKey:
-    """Revoke one of the user's keys; effective on the very next request."""
+def api_key_revoke(*, user: User, number: int) -> ApiKey:
+    """Revoke the user's key with that number; effective on the very next request."""
     try:
-        api_key = ApiKey.objects.get(pk=key_id, user=user)
+        api_key = ApiKey.objects.get(user=user, number=number)
     except ApiKey.DoesNotExist:
         raise AccountError("not_found", "No such API key on this account.") from None
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=now())

@@ -31,6 +31,6 @@ urlpatterns = [
     path("clients/", views.clients, name="clients"),
     path("mcp/activate/", views.mcp_activate, name="mcp-activate"),
     path("keys/", views.api_key_create, name="api-key-create"),
-    path("keys/<int:key_id>/revoke/", views.api_key_revoke, name="api-key-revoke"),
+    path("keys/<int:number>/revoke/", views.api_key_revoke, name="api-key-revoke"),
     path("clients/<str:client_id>/disconnect/", oauth_views.client_disconnect, name="oauth-client-disconnect"),
 ]

@@ -253,10 +253,10 @@ def api_key_create(request: HttpRequest) -> HttpResponse:
 
 @account_page
 @require_POST
-def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+def api_key_revoke(request: HttpRequest, number: int) -> HttpResponse:
     assert isinstance(request.user, User)
     try:
-        revoked = services.api_key_revoke(user=request.user, key_id=key_id)
+        revoked = services.api_key_revoke(user=request.user, number=number)
     except services.AccountError as error:
         messages.error(request, error.message)
         return redirect("accounts:account")

@@ -47,7 +47,7 @@ def test_eleventh_active_key_is_refused_and_nothing_is_created(owner):
 
 def test_revoked_keys_free_a_slot(owner):
     issued = [services.api_key_create(user=owner, name=f"k{index}") for index in range(10)]
-    services.api_key_revoke(user=owner, key_id=issued[0].api_key.pk)
+    services.api_key_revoke(user=owner, number=issued[0].api_key.number)
 
     services.api_key_create(user=owner, name="replacement")
 
@@ -92,7 +92,7 @@ def test_authenticate_refuses_unknown_revoked_and_inactive(owner, api_key):
 
     assert services.api_key_authenticate(plaintext=tampered) is None
     assert services.api_key_authenticate(plaintext="lr_live_") is None
-    services.api_key_revoke(user=owner, key_id=key_row.pk)
+    services.api_key_revoke(user=owner, number=key_row.number)
     assert services.api_key_authenticate(plaintext=api_key) is None
 
 
@@ -106,7 +106,7 @@ def test_revoking_another_accounts_key_is_refused_and_changes_nothing(owner, out
     key_row = ApiKey.objects.get(user=owner)
 
     with pytest.raises(services.AccountError) as error:
-        services.api_key_revoke(user=outsider, key_id=key_row.pk)
+        services.api_key_revoke(user=outsider, number=key_row.number)
 
     assert error.value.code == "not_found"
     assert ApiKey.objects.get(pk=key_row.pk).revoked_at is None
@@ -122,3 +122,36 @@ def test_last_used_at_is_written_at_most_once_a_minute(owner, api_key):
     with time_machine.travel(start + timedelta(seconds=60), tick=False):
         services.api_key_authenticate(plaintext=api_key)
     assert ApiKey.objects.get(user=owner).last_used_at == start + timedelta(seconds=60)
+
+
+def test_each_account_numbers_its_own_keys_and_a_number_revokes_only_the_callers_key(owner, outsider):
+    # The table's own ids counted every account's keys, and the account page's revoke links showed them.
+    services.mcp_activate(user=outsider)
+    first, second = services.api_key_create(user=owner, name="a"), services.api_key_create(user=owner, name="b")
+    theirs = services.api_key_create(user=outsider, name="c")
+
+    with pytest.raises(services.AccountError) as error:
+        services.api_key_revoke(user=outsider, number=2)
+    services.api_key_revoke(user=outsider, number=1)
+
+    assert [first.api_key.number, second.api_key.number, theirs.api_key.number] == [1, 2, 1]
+    assert error.value.code == "not_found"
+    assert list(ApiKey.objects.filter(user=owner).values_list("revoked_at", flat=True)) == [None, None]
+    assert ApiKey.objects.get(pk=theirs.api_key.pk).revoked_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_numbers_each_accounts_existing_keys_from_one_in_the_order_they_were_made(owner, outsider):
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = ("accounts", "0003_apikey_last4"), ("accounts", "0004_apikey_numbers")
+    MigrationExecutor(connection).migrate([before])
+    old = MigrationExecutor(connection).loader.project_state([before]).apps.get_model("accounts", "ApiKey")
+    made = [
+        old.objects.create(user_id=user.pk, name=name, prefix=name, key_hash=name * 64, scopes="mcp:read").pk
+        for user, name in [(owner, "a"), (outsider, "b"), (owner, "c"), (owner, "d"), (outsider, "e")]
+    ]
+    MigrationExecutor(connection).migrate([after])
+
+    numbered = ApiKey.objects.filter(pk__in=made).order_by("pk").values_list("name", "number")
+    assert list(numbered) == [("a", 1), ("b", 1), ("c", 2), ("d", 3), ("e", 2)]

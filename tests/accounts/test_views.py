@@ -126,7 +126,7 @@ def test_activation_then_key_shown_once_after_the_redirect(client, db):
 def test_revoke_takes_effect_immediately(signed_in, owner, api_key):
     key_row = ApiKey.objects.get(user=owner)
 
-    response = signed_in.post(reverse("accounts:api-key-revoke", args=[key_row.pk]))
+    response = signed_in.post(reverse("accounts:api-key-revoke", args=[key_row.number]))
 
     assert response.status_code == 302
     assert services.api_key_authenticate(plaintext=api_key) is None
@@ -136,7 +136,7 @@ def test_revoke_of_another_accounts_key_changes_nothing(client, owner, outsider,
     client.force_login(outsider)
     key_row = ApiKey.objects.get(user=owner)
 
-    client.post(reverse("accounts:api-key-revoke", args=[key_row.pk]))
+    client.post(reverse("accounts:api-key-revoke", args=[key_row.number]))
 
     assert ApiKey.objects.get(pk=key_row.pk).revoked_at is None
 
@@ -196,3 +196,14 @@ def test_the_email_limit_answers_the_same_for_an_existing_account(client, owner,
     page = [re.sub(r'name="csrfmiddlewaretoken" value="\w+"', "", r.content.decode()) for r in (known, unknown)]
     assert page[0].replace("alice@", "ghost@") == page[1].replace("alice@", "ghost@")
     assert [m.to for m in mailoutbox] == [["alice@example.com"]]
+
+
+def test_the_account_page_names_keys_by_their_number_in_the_account(signed_in, owner, outsider):
+    services.mcp_activate(user=outsider)
+    services.api_key_create(user=outsider, name="theirs")
+    services.api_key_create(user=owner, name="mine")
+
+    page = signed_in.get(reverse("accounts:account")).content.decode()
+
+    assert 'action="/account/keys/1/revoke/"' in page
+    assert "/account/keys/2/revoke/" not in page

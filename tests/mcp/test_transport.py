@@ -209,7 +209,7 @@ async def test_revoked_key_is_refused_on_the_next_call(mcp_http, owner, api_key)
     key_row = await ApiKey.objects.aget(user=owner)
     from asgiref.sync import sync_to_async
 
-    await sync_to_async(services.api_key_revoke)(user=owner, key_id=key_row.pk)
+    await sync_to_async(services.api_key_revoke)(user=owner, number=key_row.number)
 
     async with mcp_http(api_key) as http:
         response = await http.post(
