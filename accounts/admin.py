@@ -25,10 +25,10 @@ class UserAdmin(BaseUserAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ["name", "user", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    list_display = ["name", "user", "number", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["scopes"]
     search_fields = ["user__email", "name", "prefix"]
-    readonly_fields = ["user", "name", "prefix", "key_hash", "scopes", "created_at", "last_used_at"]
+    readonly_fields = ["user", "number", "name", "prefix", "last4", "key_hash", "scopes", "created_at", "last_used_at"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # keys are issued by the owner (shown once) or by `manage.py issue_api_key`

@@ -155,3 +155,18 @@ def test_migrating_numbers_each_accounts_existing_keys_from_one_in_the_order_the
 
     numbered = ApiKey.objects.filter(pk__in=made).order_by("pk").values_list("name", "number")
     assert list(numbered) == [("a", 1), ("b", 1), ("c", 2), ("d", 3), ("e", 2)]
+
+
+def test_the_admin_shows_a_keys_number_but_cannot_change_it(client, owner, api_key):
+    from django.urls import reverse
+
+    client.force_login(User.objects.create_superuser(email="admin@example.com", password="x-long-password"))
+    key_row = ApiKey.objects.get(user=owner)
+
+    response = client.post(
+        reverse("admin:accounts_apikey_change", args=[key_row.pk]),
+        {"number": 7, "revoked_at_0": "", "revoked_at_1": ""},
+    )
+
+    assert response.status_code == 302
+    assert ApiKey.objects.get(pk=key_row.pk).number == 1
