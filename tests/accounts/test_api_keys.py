@@ -5,6 +5,7 @@ import pytest
 import time_machine
 from django.conf import settings
 from django.db import connection
+from django.urls import reverse
 
 from accounts import services
 from accounts.models import ApiKey, User
@@ -158,8 +159,6 @@ def test_migrating_numbers_each_accounts_existing_keys_from_one_in_the_order_the
 
 
 def test_the_admin_shows_a_keys_number_but_cannot_change_it(client, owner, api_key):
-    from django.urls import reverse
-
     client.force_login(User.objects.create_superuser(email="admin@example.com", password="x-long-password"))
     key_row = ApiKey.objects.get(user=owner)
 
