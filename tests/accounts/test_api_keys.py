@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from accounts import services
 from accounts.models import ApiKey, User
+from tests.migrating import migrate_to, model_before
 
 
 def test_key_has_prefix_and_32_random_bytes(owner):
@@ -143,16 +144,12 @@ def test_each_account_numbers_its_own_keys_and_a_number_revokes_only_the_callers
 
 @pytest.mark.django_db(transaction=True)
 def test_migrating_numbers_each_accounts_existing_keys_from_one_in_the_order_they_were_made(owner, outsider):
-    from django.db.migrations.executor import MigrationExecutor
-
-    before, after = ("accounts", "0003_apikey_last4"), ("accounts", "0004_apikey_numbers")
-    MigrationExecutor(connection).migrate([before])
-    old = MigrationExecutor(connection).loader.project_state([before]).apps.get_model("accounts", "ApiKey")
+    old = model_before(("accounts", "0003_apikey_last4"), "ApiKey")
     made = [
         old.objects.create(user_id=user.pk, name=name, prefix=name, key_hash=name * 64, scopes="mcp:read").pk
         for user, name in [(owner, "a"), (outsider, "b"), (owner, "c"), (owner, "d"), (outsider, "e")]
     ]
-    MigrationExecutor(connection).migrate([after])
+    migrate_to(("accounts", "0004_apikey_numbers"))
 
     numbered = ApiKey.objects.filter(pk__in=made).order_by("pk").values_list("name", "number")
     assert list(numbered) == [("a", 1), ("b", 1), ("c", 2), ("d", 3), ("e", 2)]

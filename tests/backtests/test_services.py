@@ -12,6 +12,7 @@ from billing.models import Transfer
 from billing.selectors import credit_usage
 from leroy.clock import now
 from tests.backtests.conftest import SMA_CROSS, expected_layers
+from tests.migrating import migrate_to, model_before
 
 pytestmark = pytest.mark.django_db
 
@@ -1071,9 +1072,6 @@ def test_a_point_whose_child_sent_no_daily_returns_fails_and_records_nothing_of_
 def test_migrating_point_returns_to_packed_bytes_and_back_keeps_every_series(
     owner, coin, django_capture_on_commit_callbacks
 ):
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
     kept = {run.pk: [[f"2024-01-{day:02d}", run.pk / day] for day in range(1, 30)] for run in runs[:-1]}
@@ -1081,12 +1079,10 @@ def test_migrating_point_returns_to_packed_bytes_and_back_keeps_every_series(
         OptimizationRun.objects.filter(pk=pk).update(returns=series.pack(points))
     kept[runs[-1].pk] = []  # a point that kept none
     OptimizationRun.objects.filter(pk=runs[-1].pk).update(returns=b"")
-    packed, json = ("backtests", "0013_packed_point_returns"), ("backtests", "0012_lz4_for_large_json")
 
-    MigrationExecutor(connection).migrate([json])
-    before = MigrationExecutor(connection).loader.project_state([json]).apps.get_model("backtests", "OptimizationRun")
+    before = model_before(("backtests", "0012_lz4_for_large_json"), "OptimizationRun")
     as_json = dict(before.objects.values_list("pk", "returns"))
-    MigrationExecutor(connection).migrate([packed])
+    migrate_to(("backtests", "0013_packed_point_returns"))
 
     assert as_json == kept
     after = {run.pk: series.unpack(run.returns) for run in OptimizationRun.objects.filter(optimization=result)}

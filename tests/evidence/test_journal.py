@@ -11,6 +11,7 @@ from evidence.models import ResearchHypothesis, Symbol
 from evidence.research import journal
 from evidence.research.analysis import ResearchError
 from evidence.schemas import RecordHypothesisArgs
+from tests.migrating import migrate_to, model_before
 from tests.races import race
 
 pytestmark = pytest.mark.django_db
@@ -114,18 +115,13 @@ def test_each_account_numbers_its_own_journal_and_a_number_reaches_only_the_call
 
 @pytest.mark.django_db(transaction=True)
 def test_migrating_numbers_each_accounts_existing_notes_from_one_in_the_order_they_were_written(alice, bob):
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
-    before, after = ("evidence", "0008_log_timestamp"), ("evidence", "0009_hypothesis_numbers")
-    MigrationExecutor(connection).migrate([before])
-    old = MigrationExecutor(connection).loader.project_state([before]).apps.get_model("evidence", "ResearchHypothesis")
+    old = model_before(("evidence", "0008_log_timestamp"), "ResearchHypothesis")
     written = [
         old.objects.create(user_id=user.pk, symbol="ALFA", side="buy", horizon_minutes=5, note=note,
                            recorded_at=datetime(2026, 5, 19, 14, 30, tzinfo=UTC)).pk
         for user, note in [(alice, "a1"), (bob, "b1"), (alice, "a2"), (alice, "a3"), (bob, "b2")]
     ]  # fmt: skip
-    MigrationExecutor(connection).migrate([after])
+    migrate_to(("evidence", "0009_hypothesis_numbers"))
 
     numbered = ResearchHypothesis.objects.filter(pk__in=written).order_by("pk").values_list("note", "number")
     assert list(numbered) == [("a1", 1), ("b1", 1), ("a2", 2), ("a3", 3), ("b2", 2)]
