@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import pydantic_core
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Router, Status
 from ninja.errors import AuthenticationError, HttpError
@@ -21,7 +22,7 @@ from ninja.renderers import BaseRenderer
 from ninja.security import SessionAuth
 from pydantic import BaseModel
 
-from leroy.errors import DomainError
+from leroy.errors import DATABASE_RETRY_AFTER, DomainError, database_unavailable
 from leroy.mcp.registry import ToolSpec, direct_call, load_tools
 
 BEARER_REFUSED = "API keys and OAuth tokens are accepted only at /api/mcp; sign in to use the REST API."
@@ -130,6 +131,14 @@ def _invalid_arguments(request: HttpRequest, error: NinjaValidationError) -> Htt
         error=ErrorDetail(code="invalid_arguments", message="The arguments are invalid.", problems=problems)
     )
     return api.create_response(request, body.model_dump(mode="json"), status=422)
+
+
+@api.exception_handler(DatabaseError)
+def _database_unavailable(request: HttpRequest, error: DatabaseError) -> HttpResponse:
+    refusal = database_unavailable(error, f"REST {request.method} {request.path}")
+    response = api.create_response(request, refusal.payload(), status=503)
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER)
+    return response
 
 
 @api.exception_handler(AuthenticationError)

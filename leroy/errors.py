@@ -1,6 +1,14 @@
 """The one refusal type of Leroy's domain, shared by every app."""
 
+import logging
 from typing import Any
+
+from django.db import DatabaseError
+
+from leroy import metrics
+
+logger = logging.getLogger(__name__)
+DATABASE_RETRY_AFTER = 2  # seconds: a pool timeout or a restarting server is usually over by then
 
 
 class DomainError(Exception):
@@ -18,3 +26,12 @@ class DomainError(Exception):
 
     def payload(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, **self.details}}
+
+
+def database_unavailable(error: DatabaseError, where: str) -> DomainError:
+    """The retryable refusal for a database that failed under a request (pool timeout, server gone, disk full),
+    counted and logged without a traceback: an outage is the operator's to see in the metrics, not a bug."""
+    metrics.DEPENDENCY_ERRORS.labels("database").inc()
+    logger.warning("%s refused: database unavailable (%s: %s)", where, type(error).__name__, error)
+    message = "The database is temporarily unavailable; retry shortly."
+    return DomainError("database_unavailable", message, retry_after_seconds=DATABASE_RETRY_AFTER)

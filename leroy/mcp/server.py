@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import DatabaseError
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
@@ -18,7 +19,7 @@ from mcp.types import CallToolResult, ListToolsResult, TextContent, ToolAnnotati
 from pydantic import ConfigDict
 from starlette.types import ASGIApp
 
-from leroy.errors import DomainError
+from leroy.errors import DomainError, database_unavailable
 from leroy.mcp import resources, transport
 from leroy.mcp.registry import REGISTRY, ToolCall, ToolSpec, load_tools
 
@@ -94,6 +95,10 @@ def _sdk_tool(spec: ToolSpec) -> Tool:
             output = await spec.handler(call_info, args)
         except DomainError as refusal:  # every app's refusal, and ToolFailure, become one in-band error shape
             return _result(refusal.payload(), is_error=True)
+        except DatabaseError as error:
+            # Mid-call (before one the transport answers a 503): in band, where the SDK would say only "Error
+            # executing tool" and log a traceback.
+            return _result(database_unavailable(error, f"tool {spec.name}").payload(), is_error=True)
         return _result(output.model_dump(mode="json"), is_error=False)
 
     sdk_tool = Tool.from_function(

@@ -23,6 +23,7 @@ from accounts import oauth
 from accounts import services as account_services
 from billing import selectors as billing_selectors
 from leroy import metrics
+from leroy.errors import DATABASE_RETRY_AFTER, database_unavailable
 from leroy.mcp import calllog
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
 from leroy.ratelimit import rate_limit_retry_after
@@ -34,7 +35,6 @@ EXPOSED_HEADERS = "WWW-Authenticate, Retry-After, MCP-Protocol-Version, Mcp-Sess
 # Deeper JSON than any MCP message needs is refused before it costs anything (json.loads itself raises
 # RecursionError at about 1,000 levels; this is the limit below that).
 MAX_JSON_DEPTH = 64
-UNAVAILABLE_RETRY_AFTER = 2
 PROTOCOL_VERSIONS = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
 MODERN = "2026-07-28"
 
@@ -306,15 +306,14 @@ class McpTransport:
             # The database failed (or its pool timed out) before an answer: a retryable 503, never a 500.
             if sent.started:
                 raise
-            metrics.DEPENDENCY_ERRORS.labels("database").inc()
-            logger.warning("MCP request refused: database unavailable (%s)", type(error).__name__)
+            refusal = database_unavailable(error, "MCP request")
             rpc_error = {"code": -32000, "message": "Service temporarily unavailable; retry shortly"}
-            rpc_error["data"] = {"code": "database_unavailable", "retry_after_seconds": UNAVAILABLE_RETRY_AFTER}
+            rpc_error["data"] = {"code": refusal.code, **refusal.details}
             await _respond(
                 sent,
                 503,
                 {"jsonrpc": "2.0", "id": _id_of(message), "error": rpc_error},
-                {"Retry-After": str(UNAVAILABLE_RETRY_AFTER)},
+                {"Retry-After": str(DATABASE_RETRY_AFTER)},
             )
         finally:
             if log is not None:

@@ -1,10 +1,13 @@
 import pytest
 import time_machine
 from asgiref.sync import sync_to_async
+from django.db import OperationalError
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from prometheus_client import REGISTRY
 
-from billing.models import UsageEvent
+from billing.models import Transfer, UsageEvent
+from evidence import tools as evidence_tools
 from evidence.live import frames
 from evidence.models import AnswerReceipt, ResearchHypothesis
 from tests.conftest import MCP_URL
@@ -148,3 +151,38 @@ async def test_the_largest_integer_json_carries_exactly_is_answered(world, mcp_h
     assert result["isError"] is False
     assert result["structuredContent"]["effective_min_sample_sessions"] == 2**53 - 1
     assert result["structuredContent"]["results"] == []  # no key has that many sessions
+
+
+async def test_a_database_failure_inside_an_evaluation_is_a_retryable_refusal_and_charges_nothing(
+    world, mcp_http, api_key, monkeypatch, caplog
+):
+    # The receipt is the last write of the answer's transaction, after the charge: as when the disk fills at commit.
+    def disk_full(**_):
+        raise OperationalError("database or disk is full")
+
+    monkeypatch.setattr(evidence_tools, "receipt_attach", disk_full)
+    before = REGISTRY.get_sample_value("leroy_dependency_errors_total", {"dependency": "database"}) or 0
+    with time_machine.travel(world.replay, tick=False):
+        await feed(world)
+        async with mcp_http(api_key) as http:
+            response = await http.post(
+                "/api/mcp",
+                json=modern_call("evaluate_current_setup", {"symbol": "alfa", "side": "buy"}),
+                headers=modern_headers("tools/call", "evaluate_current_setup"),
+            )
+
+    assert response.status_code == 200
+    result = sse_or_json(response)["result"]
+    assert result["isError"] is True
+    assert result["structuredContent"] == {
+        "error": {
+            "code": "database_unavailable",
+            "message": "The database is temporarily unavailable; retry shortly.",
+            "retry_after_seconds": 2,
+        }
+    }
+    assert REGISTRY.get_sample_value("leroy_dependency_errors_total", {"dependency": "database"}) - before == 1
+    assert not [record for record in caplog.records if record.exc_info]
+    assert await UsageEvent.objects.aexists() is False
+    assert await Transfer.objects.aexists() is False
+    assert await AnswerReceipt.objects.aexists() is False
