@@ -19,6 +19,7 @@ import backtrader as bt
 
 from backtests import policy
 from backtests.policy import (
+    ENGINE_NAMES,
     ORDER_TYPES_HELP,
     Guards,
     PolicyViolation,
@@ -294,7 +295,37 @@ def load_strategy(source: str, *, prints: PrintBuffer, layers: frozenset[str] | 
     classes = strategy_classes(module, bt.Strategy)
     if not classes:
         raise PolicyViolation("validation_error", "the code must define a class derived from bt.Strategy")
+    for cls in classes:
+        _own_names_only(cls)
     return classes[0]
+
+
+# What a strategy class may define of the names bt.Strategy has: the hooks the engine calls, and what Backtrader's
+# metaclass itself puts in every subclass (from `params`, `lines`, `plotinfo`...).
+STRATEGY_HOOKS = frozenset(
+    {"next", "prenext", "nextstart", "start", "stop", "notify_order", "notify_trade", "notify_cashvalue",
+     "notify_fund", "notify_store", "notify_data", "notify_timer", "params", "lines", "plotinfo", "plotlines",
+     "alias", "aliased", "frompackages", "linealias", "packages"}
+)  # fmt: skip
+ENGINE_MEMBERS = (
+    frozenset(dir(bt.Strategy)) | frozenset(bt.Strategy.lines.getlinealiases()) | ENGINE_NAMES
+) - STRATEGY_HOOKS
+
+
+def _own_names_only(strategy: type) -> None:
+    """Refuse a strategy class that redefines what the engine reads on it: a class-level `datetime` would stand in
+    for the clock the daily returns are keyed by, a `getposition` would hide open positions, a `positions` or
+    `broker` would stand in for the account. Set at class level, they never pass the per-assignment guard."""
+    for cls in strategy.__mro__:
+        if cls.__module__ != strategy.__module__:
+            continue
+        for name in cls.__dict__:
+            if name in ENGINE_MEMBERS and not name.startswith("__"):
+                raise PolicyViolation(
+                    "validation_error",
+                    f"`{name}` belongs to the engine and cannot be defined by a strategy class ({cls.__name__}); "
+                    "name your own attributes and methods differently",
+                )
 
 
 class ArrayData(bt.feed.DataBase):
@@ -438,7 +469,12 @@ def _decided(strategy: type) -> type:
         self.broker.stopping = True
         strategy._stop(self)  # type: ignore[attr-defined]
 
-    return type(strategy.__name__, (strategy,), {"_stop": _stop, "__module__": strategy.__module__})
+    def getpositions(self: Any, broker: Any = None) -> Any:
+        # The broker's own dict, read-only: written (or updated, cleared) it would hand the account free positions.
+        return types.MappingProxyType((broker or self.broker).positions)
+
+    members = {"_stop": _stop, "getpositions": getpositions, "positions": property(getpositions)}
+    return type(strategy.__name__, (strategy,), {**members, "__module__": strategy.__module__})
 
 
 def _cerebro(strategy: type, datas: list[dict[str, Any]], simulation: dict[str, Any], parameters: dict[str, Any]):

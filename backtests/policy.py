@@ -45,6 +45,10 @@ FORBIDDEN_CALLS = frozenset(
 FORBIDDEN_ATTRIBUTES = frozenset(INSPECT_ATTRIBUTES) | {
     "env", "cerebro", "dataname", "format", "format_map", "mro", "owner", "analyzers", "observers", "stats",
     "f_lasti", "func_globals", "im_func", "im_self", "gi_running", "tb_lasti", "modules", "array", "plines",
+    # A binding copies every value written to one line into another: bound to a feed's or the strategy's clock
+    # line, an indicator's writes would rewrite the bars the broker fills against, or blank the clock the probe
+    # reads decisions by.
+    "addbinding", "oncebinding", "bind2line", "bind2lines", "bindlines", "bindings",
 }  # fmt: skip
 ALLOWED_DUNDER_METHODS = frozenset({"__init__"})  # as method names only; `super().__init__` is refused
 FORBIDDEN_NODES: dict[type[ast.AST], str] = {
