@@ -473,13 +473,27 @@ def _decided(strategy: type) -> type:
         # The broker's own dict, read-only: written (or updated, cleared) it would hand the account free positions.
         return types.MappingProxyType((broker or self.broker).positions)
 
-    members = {"_stop": _stop, "getpositions": getpositions, "positions": property(getpositions)}
+    def _once(self: Any) -> None:
+        policy.AHEAD[0] = True
+        try:
+            strategy._once(self)  # type: ignore[attr-defined]
+        finally:
+            policy.AHEAD[0] = False
+
+    members = {"_stop": _stop, "_once": _once, "getpositions": getpositions, "positions": property(getpositions)}
     return type(strategy.__name__, (strategy,), {**members, "__module__": strategy.__module__})
 
 
-def _cerebro(strategy: type, datas: list[dict[str, Any]], simulation: dict[str, Any], parameters: dict[str, Any]):
+def _cerebro(
+    strategy: type,
+    datas: list[dict[str, Any]],
+    simulation: dict[str, Any],
+    parameters: dict[str, Any],
+    *,
+    runonce: bool,
+) -> bt.Cerebro:
     GUARDS.protected.clear()  # ids of an earlier run's objects may be reused by this run's
-    cerebro = bt.Cerebro(stdstats=False, preload=True, runonce=True, optreturn=False)
+    cerebro = bt.Cerebro(stdstats=False, preload=True, runonce=runonce, optreturn=False)
     cerebro.broker = GuardedBroker()
     for data in datas:
         feed = ArrayData(name=data["name"])
@@ -493,9 +507,25 @@ def _cerebro(strategy: type, datas: list[dict[str, Any]], simulation: dict[str, 
     return cerebro
 
 
-def _execute(cerebro: bt.Cerebro) -> Any:
-    """Run, and fail the run on a refusal even when the strategy caught it."""
+def _execute(build: Callable[[bool], bt.Cerebro], built: list[bt.Cerebro] | None = None) -> tuple[bt.Cerebro, Any]:
+    """Run what `build(runonce)` makes (each one made is appended to `built`), and fail the run on a refusal even
+    when the strategy caught it. Indicators are computed over every bar before the first (runonce: about half a
+    run's time); when strategy code would run in that pass (an indicator of its own, a function handed to a
+    built-in one), it is stopped before its first line and the run is made again bar by bar, where every
+    indicator advances with the strategy. Where strategy frames are not counted, every run is bar by bar."""
+    built = [] if built is None else built
     _lookahead_guards()
+    if policy.frames_counted():
+        built.append(build(True))
+        try:
+            return built[-1], _refusals_fail(built[-1])
+        except policy.RanAhead:
+            pass
+    built.append(build(False))
+    return built[-1], _refusals_fail(built[-1])
+
+
+def _refusals_fail(cerebro: bt.Cerebro) -> Any:
     policy.REFUSALS.clear()
     (result,) = cerebro.run()
     if policy.REFUSALS:
@@ -520,10 +550,14 @@ def run(
         raise EngineError(
             "unknown_parameter", f"the strategy has no parameter(s) {', '.join(unknown)}; it has {sorted(known)}"
         )
-    cerebro = _cerebro(strategy, datas, simulation, parameters)
-    cerebro.addanalyzer(bt.analyzers.TradeAnalyzer, _name="trade_analyzer")
-    cerebro.addanalyzer(Ledger, _name="ledger")
-    result = _execute(cerebro)
+
+    def build(runonce: bool) -> bt.Cerebro:
+        cerebro = _cerebro(strategy, datas, simulation, parameters, runonce=runonce)
+        cerebro.addanalyzer(bt.analyzers.TradeAnalyzer, _name="trade_analyzer")
+        cerebro.addanalyzer(Ledger, _name="ledger")
+        return cerebro
+
+    cerebro, result = _execute(build)
     analyzers = result.analyzers
     ledger = analyzers.ledger
     outcome = {
@@ -553,15 +587,15 @@ def run(
 
 # --- the truncation probe ----------------------------------------------------------------------------------------
 def _decisions_on(strategy: type, datas: list[dict[str, Any]], simulation: dict[str, Any], parameters: dict[str, Any]):
-    cerebro = _cerebro(strategy, datas, simulation, parameters)
+    built: list[bt.Cerebro] = []
     try:
-        _execute(cerebro)
+        _execute(lambda runonce: _cerebro(strategy, datas, simulation, parameters, runonce=runonce), built)
     except (Refused, PolicyViolation, EngineError):
         raise
     except Exception as error:
-        if not cerebro.broker.stopping:
-            return cerebro.broker.decisions, f"{type(error).__name__}: {error}"
-    return cerebro.broker.decisions, None
+        if not built[-1].broker.stopping:
+            return built[-1].broker.decisions, f"{type(error).__name__}: {error}"
+    return built[-1].broker.decisions, None
 
 
 def lookahead_probe(

@@ -116,8 +116,20 @@ _MONITORED = [False]
 _CODES: dict[int, types.CodeType] = {}  # the counted code objects, by id (kept alive, so ids are never reused)
 
 
+class RanAhead(Exception):
+    """Strategy code was about to run while the engine computed indicators over every bar at once (runonce): an
+    indicator of the strategy's own, or a function it handed to a built-in one, would see every future bar."""
+
+
+# Set while runonce computes the indicators ahead of the strategy's first bar; a strategy frame starting then is
+# stopped before its first line (its caller is the engine's loop), so the run can be redone bar by bar.
+AHEAD = [False]
+
+
 def _enter(*_: object) -> None:
-    _RUNNING[0] += 1
+    _RUNNING[0] += 1  # first: the frame stopped below still unwinds, and its unwind counts it out
+    if AHEAD[0]:
+        raise RanAhead
 
 
 def _leave(*_: object) -> None:
@@ -170,6 +182,11 @@ def _count_frames(code: types.CodeType) -> bool:
 
 
 _COUNTED = [True]  # every strategy compiled in this process so far has its frames counted
+
+
+def frames_counted() -> bool:
+    """Whether every strategy frame this process can run is counted (and so seen starting)."""
+    return _COUNTED[0] and _MONITORED[0]
 
 
 def agent_line() -> int | None:

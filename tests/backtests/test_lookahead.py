@@ -219,3 +219,123 @@ def test_a_probe_given_decisions_the_code_does_not_take_on_those_bars_fails():
     check = given.result["lookahead_check"]
     assert (given.ok, check["status"]) == (True, "failed")
     assert check["first_difference"]["full_run"] != check["first_difference"]["cut_run"]
+
+
+# Indicators of the strategy's own, and functions it hands to built-in ones: with runonce, Backtrader computed them
+# over every bar before the strategy's first, so whatever they kept (a list, a write into their own line's past)
+# reached the strategy with the future in it. They now advance with the strategy, bar by bar.
+RECORDING_INDICATOR = """
+class Recorder(bt.Indicator):
+    lines = ("dummy",)
+
+    def __init__(self):
+        self.seen = []
+
+    def next(self):
+        self.seen.append(self.data.close[0])
+        self.lines.dummy[0] = 0.0
+
+
+class Peek(bt.Strategy):
+    def __init__(self):
+        self.recorder = Recorder(self.data)
+
+    def next(self):
+        print(len(self), len(self.recorder.seen))
+"""
+
+PAST_WRITING_INDICATOR = """
+class Oracle(bt.Indicator):
+    lines = ("next_close",)
+
+    def next(self):
+        if len(self) > 1:
+            self.lines.next_close[-1] = self.data.close[0]
+
+
+class Smart(bt.Strategy):
+    def __init__(self):
+        self.oracle = Oracle(self.data)
+
+    def next(self):
+        print(self.oracle.next_close[0])
+"""
+
+HANDED_FUNCTION = """
+class Peek(bt.Strategy):
+    def __init__(self):
+        self.seen = []
+        self.apply = bt.ind.ApplyN(self.data.close, period=1, func=self.record)
+
+    def record(self, bars):
+        self.seen.append(bars[-1])
+        return bars[-1]
+
+    def next(self):
+        print(len(self), len(self.seen))
+"""
+
+
+@pytest.mark.parametrize("source", [RECORDING_INDICATOR, HANDED_FUNCTION], ids=["own indicator", "handed function"])
+def test_strategy_code_inside_an_indicator_runs_bar_by_bar_with_the_strategy(source):
+    outcome = run(source, probe=3)
+
+    assert outcome.ok is True
+    assert outcome.prints == "".join(f"{bar} {bar}\n" for bar in range(1, 81))
+
+
+def test_an_indicator_writing_into_its_past_shows_the_strategy_nothing_of_the_next_bar():
+    outcome = run(PAST_WRITING_INDICATOR)
+
+    assert outcome.ok is True
+    assert outcome.prints == "nan\n" * 80
+
+
+def trend(sma: str, indicator: str = "") -> str:
+    return (
+        f"{indicator}class Trend(bt.Strategy):\n"
+        "    def __init__(self):\n"
+        f"        self.sma = {sma}\n\n"
+        "    def next(self):\n"
+        "        if not self.position and self.data.close[0] > self.sma[0]:\n"
+        "            self.buy(size=10)\n"
+        "        elif self.position and self.data.close[0] < self.sma[0]:\n"
+        "            self.close()\n"
+    )
+
+
+OWN_SMA = """
+class OwnSma(bt.Indicator):
+    lines = ("sma",)
+    params = (("period", 5),)
+
+    def __init__(self):
+        self.addminperiod(self.p.period)
+
+    def next(self):
+        self.lines.sma[0] = math.fsum(self.data.close.get(size=self.p.period)) / self.p.period
+
+
+"""
+
+
+def test_an_indicator_of_the_strategys_own_computes_what_the_built_in_one_does():
+    built_in = run(trend("bt.ind.SMA(self.data.close, period=5)"), probe=3)
+    own = run(trend("OwnSma(self.data)", OWN_SMA), probe=3)
+
+    assert own.ok is True
+    assert own.result["trades"] == built_in.result["trades"] != []
+    assert own.result["final_value"] == built_in.result["final_value"]
+    assert own.result["lookahead_check"]["status"] == built_in.result["lookahead_check"]["status"] == "passed"
+
+
+def test_reads_made_for_strategy_code_are_still_refused_in_a_run_redone_bar_by_bar():
+    # The frame stopped in the first pass must not leave the count of running strategy frames short: the line
+    # objects refuse only while one runs.
+    source = RECORDING_INDICATOR.replace("print(len(self), len(self.recorder.seen))", "print(sum(self.data.close))")
+
+    outcome = run(source)
+
+    assert outcome.ok is False
+    assert outcome.error["code"] == "lookahead_refused"
+    assert outcome.error["line"] == 18
