@@ -228,6 +228,11 @@ def prepare() -> None:
     _lookahead_guards()
 
 
+STALE_CHECKED = frozenset(
+    {bt.Order.Limit, bt.Order.Stop, bt.Order.StopLimit, bt.Order.StopTrail, bt.Order.StopTrailLimit}
+)
+
+
 class GuardedBroker(bt.brokers.BackBroker):
     """The stock broker, taking only the order types it fills from the bars, and keeping every order decision
     (when, which data, what) for the truncation probe. Decisions taken in `stop()` are not kept: a run on cut
@@ -238,6 +243,7 @@ class GuardedBroker(bt.brokers.BackBroker):
         self.decisions: list[dict[str, Any]] = []
         self.decided: dict[int, int] = {}  # order ref -> index of its decision
         self.stopping = False
+        self.cancelling = False
 
     def _decide(self, owner: Any, decision: dict[str, Any], order: Any = None) -> None:
         if self.stopping:
@@ -273,9 +279,28 @@ class GuardedBroker(bt.brokers.BackBroker):
         return self._order("sell", owner, data, size, args | kwargs)
 
     def cancel(self, order: Any, bracket: bool = False) -> Any:
-        if order.ref in self.decided:
+        # Only the strategy's own cancels are decisions, one per call (the stock cancel cancels the order's
+        # bracket again through this method): the broker cancels too (an order refused for margin, the other side
+        # of a bracket), a bar after the order, so a run cut at the order's bar would lack them and an honest
+        # strategy would fail the probe.
+        if self.cancelling:
+            return super().cancel(order, bracket=bracket)
+        if order.ref in self.decided and agent_line() is not None:
             self._decide(order.owner, {"cancel": self.decided[order.ref]})
-        return super().cancel(order, bracket=bracket)
+        self.cancelling = True
+        try:
+            return super().cancel(order, bracket=bracket)
+        finally:
+            self.cancelling = False
+
+    def _try_exec(self, order: Any) -> None:
+        # A limit or stop order is matched only against a bar of its data after the one it was placed on, as
+        # Backtrader already requires of market and close orders: with datas on different calendars, a bar of
+        # another data moves the clock while this data still shows the bar the strategy saw when it placed the
+        # order (a Friday's low, bought on Saturday at that low).
+        if order.exectype in STALE_CHECKED and order.data.datetime[0] <= order.created.dt:
+            return
+        super()._try_exec(order)
 
 
 def protect(feed: bt.feed.DataBase) -> None:

@@ -1,5 +1,7 @@
 """Strategies that try to invent fills or tamper with the broker, the feeds or the engine: refused."""
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from backtests import sandbox
@@ -120,3 +122,43 @@ def test_cash_value_and_position_stay_readable():
     assert float(cash) == pytest.approx(10_000 - 3 * opens[5], rel=1e-12)
     assert float(value) == pytest.approx(float(cash) + 3 * closes[6], rel=1e-12)
     assert (float(size), float(price), float(again)) == (3.0, opens[5], 3.0)
+
+
+def calendar(name: str, *, weekends: bool, days: int = 60) -> dict:
+    """A data of `days` calendar days from 2024-01-01, with or without its weekend bars (a coin and a stock)."""
+    data = walk(name, bars=days)
+    moments = [datetime(2024, 1, 1, tzinfo=UTC) + timedelta(days=i) for i in range(days)]
+    keep = [i for i, moment in enumerate(moments) if weekends or moment.weekday() < 5]
+    return {"name": name, **{key: [data[key][i] for i in keep] for key in ("open", "high", "low", "close", "volume")},
+            "ts_us": [int(moments[i].timestamp()) * 1_000_000 for i in keep]}  # fmt: skip
+
+
+# On Friday, having seen the stock's whole Friday bar, a limit buy at its low; on Saturday (the coin's bar moves the
+# clock; the stock still shows Friday) a limit sell at Friday's high.
+WEEKEND_LIMITS = """
+class WeekendLimit(bt.Strategy):
+    def next(self):
+        coin, stock = self.datas[0], self.datas[1]
+        day = coin.datetime.date(0).weekday()
+        held = self.getposition(stock).size
+        if day == 4 and not held:
+            self.buy(data=stock, size=10, exectype=bt.Order.{kind}, price=stock.{buy}[0], valid=coin.datetime[0] + 1)
+        elif day == 5 and held:
+            self.sell(data=stock, size=10, exectype=bt.Order.{kind}, price=stock.{sell}[0], valid=coin.datetime[0] + 1)
+"""
+
+
+@pytest.mark.parametrize(("kind", "buy", "sell"), [("Limit", "low", "high"), ("Stop", "high", "low")])
+def test_a_limit_or_stop_order_never_fills_on_the_bar_it_was_placed_after(kind, buy, sell):
+    source = WEEKEND_LIMITS.replace("{kind}", kind).replace("{buy}", buy).replace("{sell}", sell)
+    datas = [calendar("COIN", weekends=True), calendar("STOCK", weekends=False)]
+
+    outcome = sandbox.run_job(
+        source=source, datas=datas, simulation=SIM, parameters={}, layers=ALL_LAYERS, limits=FAST, probe=3
+    )
+
+    # Each order is valid for one day: the stock has no bar after the one it was placed on within it.
+    assert outcome.ok is True
+    assert outcome.result["trades"] == []
+    assert outcome.result["orders"]["completed"] == 0
+    assert outcome.result["orders"]["submitted"] == 8  # every Friday of the 60 days

@@ -339,3 +339,35 @@ def test_reads_made_for_strategy_code_are_still_refused_in_a_run_redone_bar_by_b
     assert outcome.ok is False
     assert outcome.error["code"] == "lookahead_refused"
     assert outcome.error["line"] == 18
+
+
+def test_orders_the_broker_refuses_for_margin_leave_an_honest_strategys_probe_passing():
+    # The broker cancels a refused order a bar after it was placed; kept as the strategy's decision, a run cut at
+    # the order's bar lacked it and the probe failed a strategy that reads no future bar.
+    outcome = sandbox.run_job(
+        source=SMA_CROSS, datas=[walk("TEST", bars=250, seed=3)], simulation=SIM, parameters={"size": 120},
+        layers=ALL_LAYERS, limits=FAST, probe=3,
+    )  # fmt: skip
+
+    assert outcome.ok is True
+    assert outcome.result["orders"]["margin"] == outcome.result["orders"]["submitted"] == 10
+    assert outcome.result["lookahead_check"]["status"] == "passed"
+
+
+def test_a_cancel_the_strategy_makes_is_one_of_its_decisions():
+    source = (
+        "class Canceller(bt.Strategy):\n"
+        "    def next(self):\n"
+        "        if len(self) == 5:\n"
+        "            self.order = self.buy(size=1, exectype=bt.Order.Limit, price=1.0)\n"
+        "        if len(self) == 7:\n"
+        "            self.cancel(self.order)\n"
+    )
+
+    outcome = sandbox.run_job(
+        source=source, datas=DATA, simulation=SIM, parameters={}, layers=ALL_LAYERS, limits=FAST, decisions=True
+    )
+
+    decisions = outcome.result["decisions"]
+    assert [decision.get("cancel") for decision in decisions] == [None, 0]
+    assert decisions[1]["bar"] == decisions[0]["bar"] + 2
