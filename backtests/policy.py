@@ -8,6 +8,7 @@ child can load it before dropping privileges.
 
 import ast
 import builtins
+import datetime
 import math
 import operator
 import re
@@ -403,6 +404,8 @@ ENGINE_NAMES = frozenset(
 )  # fmt: skip
 _DATA_ALIAS = re.compile(r"^data(\d+|_.*)$")
 REFUSED_ORDER_TYPES = frozenset({"Historical"})
+# The machine's clock, on a date or datetime (bt.num2date gives them): a run's decisions would depend on when it ran.
+WALL_CLOCK = frozenset({"now", "today", "utcnow"})
 
 
 @dataclass(frozen=True)
@@ -466,6 +469,8 @@ class Guards:
             raise AttributeError(f"the attribute `{name}` is not available in strategies")
         if name in REFUSED_ORDER_TYPES and (isinstance(obj, self.orders) or _subclass(obj, self.orders)):
             raise Refused("order_refused", ORDER_TYPES_HELP, agent_line())
+        if name in WALL_CLOCK and (isinstance(obj, datetime.date) or _subclass(obj, (datetime.date,))):
+            raise AttributeError(f"`{name}` reads the machine's clock; a backtest's time is its bars' (self.datetime)")
         for kind, names in self.read_only:
             if isinstance(obj, kind) and name not in names:
                 raise AttributeError(f"the attribute `{name}` of {kind.__name__} is not available in strategies")

@@ -1,6 +1,6 @@
 """The parent side of the sandbox: one fresh, isolated child process per job.
 
-Each worker process keeps a warm template (`sandbox_child.py`): started as `python -I` with a cleared environment
+Each worker process keeps a warm template (`sandbox_child.py`): started as `python -s -P` with an environment of its own
 and no fds but its control socket, inside bubblewrap where it is installed (the filesystem reduced to the
 interpreter, the venv and this package, read-only), with backtrader imported once. Every job is a fork of it
 with only fds 0-2 (pipes of its own), its own pid/net/ipc/uts/mount namespaces under bubblewrap, hardened before
@@ -49,6 +49,10 @@ CHILD_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
+    # One string hash for every job on every worker: a strategy iterating a set of strings decides in the same
+    # order on any worker and on a rerun (each interpreter otherwise draws its own, and the probe's reruns share
+    # the job's, so it could not tell).
+    "PYTHONHASHSEED": "0",
 }
 
 
@@ -167,13 +171,14 @@ STARTED = b"started"
 
 class Template:
     """A warm sandbox process (inside bubblewrap when `wrapped`) with backtrader and the child's modules imported,
-    started like a cold child was (`python -I`, the child environment, no fds but its control socket, tied to
+    started like a cold child was (`python -s -P`, the child environment, no fds but its control socket, tied to
     this process). It never runs agent code: every job is a fresh fork of it, isolated and hardened per job."""
 
     def __init__(self, wrapped: bool) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent = "0" if wrapped else str(os.getpid())
-        argv = [sys.executable, "-I", "-m", "backtests.sandbox_child", parent, str(TEMPLATE_CPU_SECONDS)]
+        # `-I` but for the environment (`-E`): this one is ours (CHILD_ENV), and carries the hash seed.
+        argv = [sys.executable, "-s", "-P", "-m", "backtests.sandbox_child", parent, str(TEMPLATE_CPU_SECONDS)]
         argv += [str(theirs.fileno()), "1" if wrapped else "0"]
         if wrapped:
             argv = [*_bwrap_prefix(), "--remount-ro", "/dev", "--remount-ro", "/", *argv]

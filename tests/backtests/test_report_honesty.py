@@ -4,6 +4,7 @@ Each is refused before it can report (with every layer on, as a worker runs them
 
 import pytest
 
+from backtests import sandbox
 from tests.backtests.test_lookahead import run
 
 BINDING_TO_THE_BARS = """
@@ -193,3 +194,35 @@ def test_a_subclass_of_an_agent_strategy_is_checked_too():
 
     assert outcome.error["code"] == "validation_error"
     assert outcome.error["message"].startswith("`getposition` belongs to the engine")
+
+
+NAMES = ", ".join(repr(f"name{i}") for i in range(24))
+STRING_SET = f"class Names(bt.Strategy):\n    def stop(self):\n        print(list({{{NAMES}}}))\n"
+
+
+def test_a_set_of_strings_iterates_in_the_same_order_on_every_worker():
+    # Each interpreter drew its own string hash: a strategy iterating a set decided in another order on another
+    # worker (or after a restart), while the probe's reruns, in the job's own process, agreed with it.
+    orders = {run(STRING_SET).prints}
+    for _ in range(3):
+        sandbox._template(sandbox.bubblewrap_usable(), fresh=True)
+        orders.add(run(STRING_SET).prints)
+
+    assert len(orders) == 1
+
+
+@pytest.mark.parametrize(
+    "read",
+    ["bt.num2date(self.data.datetime[0]).now()", "self.data.datetime.date(0).today()",
+     "bt.num2date(self.data.datetime[0]).utcnow()"],
+)  # fmt: skip
+def test_the_machines_clock_is_out_of_reach(read):
+    source = f"class Clock(bt.Strategy):\n    def next(self):\n        print({read})\n"
+
+    outcome = run(source)
+
+    assert outcome.ok is False
+    assert outcome.error["code"] == "execution_error"
+    assert outcome.error["message"].startswith("AttributeError: `")
+    assert "reads the machine's clock" in outcome.error["message"]
+    assert outcome.error["line"] == 3

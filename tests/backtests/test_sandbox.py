@@ -582,7 +582,7 @@ def _ready_set(template: sandbox.Template, wrapped: bool, size: int) -> list[int
     """The processes the template made ready for its next job (the descendants of the template's own Python,
     which inside bubblewrap is the Python with every other one below it), once there are `size` of them: they are
     made while (and after) the previous job runs, and that job's supervisor exits just after reporting its status."""
-    python = f"{sys.executable} -I -m backtests.sandbox_child "
+    python = f"{sys.executable} -s -P -m backtests.sandbox_child "
     deadline = time.monotonic() + 10
     while True:
         top = template.process.pid
