@@ -237,6 +237,7 @@ STATIC_ROOT = LEROY_VAR_DIR / "static"
 _broker_dir = LEROY_VAR_DIR / "celery"
 CELERY_BROKER_URL = REDIS_URL or "filesystem://"
 if not REDIS_URL:
+    CELERY_BROKER_TRANSPORT = "leroy.broker:Transport"  # kombu's, with each message renamed into place whole
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
