@@ -19,6 +19,7 @@ from django.db.models import F, Q
 from accounts.models import User
 from alerts import evidence, signing, webhooks
 from alerts.models import AlertRule, Attempt, Delivery, FrameCursor
+from leroy import broker
 from leroy.clock import now
 from leroy.errors import DomainError
 
@@ -303,7 +304,8 @@ def _delivery_for_match(rule: AlertRule, figures: dict[str, Any], at: datetime) 
                 )
         except IntegrityError:
             return None  # another evaluator recorded this frame first
-        transaction.on_commit(lambda: tasks.delivery_send.delay(delivery.pk))
+        # Not sent (the broker down) it still goes: `alerts-sweep` sends every delivery that is due.
+        transaction.on_commit(lambda: broker.sent(lambda: tasks.delivery_send.delay(delivery.pk), "alert delivery"))
     return delivery
 
 
@@ -470,7 +472,11 @@ def _finish(delivery: Delivery, attempt: Attempt, sent: webhooks.Sent, address: 
             else:
                 current.next_attempt_at = due
                 current.save(update_fields=["next_attempt_at"])
-                transaction.on_commit(lambda: tasks.delivery_send.apply_async((current.pk,), countdown=delay))
+                transaction.on_commit(
+                    lambda: broker.sent(
+                        lambda: tasks.delivery_send.apply_async((current.pk,), countdown=delay), "alert retry"
+                    )
+                )
 
 
 def _attempt(delivery_id: int, trigger: str) -> Attempt | None:

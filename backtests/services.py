@@ -42,8 +42,9 @@ from backtests.probing import PROBE_CUTS
 from billing import services as billing
 from evidence.marketdata.selectors import bars_frame_version, bars_read, bars_stamp
 from evidence.models import Symbol
+from leroy import broker
 from leroy.clock import now
-from leroy.errors import DomainError
+from leroy.errors import DomainError, queue_unavailable
 
 MAX_GRID_POINTS = 400
 DRY_RUN_SIMULATION = {"initial_cash": 100_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
@@ -100,7 +101,6 @@ DRY_RUN_RETRY_SECONDS = 5
 
 def dry_run_submit(*, user: User, code: str) -> DryRun:
     """Queue a dry run for the `dryruns` workers; an account with one still in flight is `busy`."""
-    from backtests import tasks
 
     _dry_runs_expire(user=user)
     try:
@@ -108,8 +108,20 @@ def dry_run_submit(*, user: User, code: str) -> DryRun:
             run = DryRun.objects.create(user=user, code=code, created_at=now())
     except IntegrityError:
         raise dry_runs_busy("A dry run of this account is still running: one at a time.") from None
-    transaction.on_commit(lambda: tasks.dry_run.delay(str(run.pk)))
+    transaction.on_commit(lambda: _dry_run_queue(run.pk))
     return run
+
+
+def _dry_run_queue(run_id: Any) -> None:
+    from backtests import tasks
+
+    if not broker.sent(lambda: tasks.dry_run.delay(str(run_id)), "dry run"):
+        outcome = {"success": False, "error": NOT_QUEUED, "result": None, "prints": "", "prints_truncated": False,
+                   "sandbox_layers": []}  # fmt: skip
+        DryRun.objects.filter(pk=run_id, status=Status.PENDING).update(
+            status=Status.FAILED, outcome=outcome, finished_at=now()
+        )
+        raise queue_unavailable("dry run")
 
 
 def _dry_runs_expire(*, user: User | None = None) -> int:
@@ -447,7 +459,6 @@ def backtest_submit(
     simulation: dict[str, Any],
     max_credits: int | None = None,
 ) -> Report:
-    from backtests import tasks
 
     strategy = selectors.strategy_get(user=user, strategy_id=strategy_id)
     if strategy is None:
@@ -472,8 +483,16 @@ def backtest_submit(
     )
     report.hold_id = _reserve(user, price, f"backtest:{report.pk}")
     report.save(update_fields=["hold_id"])
-    transaction.on_commit(lambda: tasks.backtest_run.delay(str(report.pk)))
+    transaction.on_commit(lambda: _backtest_queue(report.pk))
     return report
+
+
+def _backtest_queue(report_id: Any) -> None:
+    from backtests import tasks
+
+    if not broker.sent(lambda: tasks.backtest_run.delay(str(report_id)), "backtest"):
+        _report_fail(report_id, NOT_QUEUED)
+        raise queue_unavailable("backtest", report_id=str(report_id))
 
 
 def _report_fail(report_id: Any, error: dict[str, Any], diagnostics: dict[str, Any] | None = None) -> None:
@@ -488,6 +507,7 @@ def _report_fail(report_id: Any, error: dict[str, Any], diagnostics: dict[str, A
 
 
 WORKER_LOST = {"code": "worker_lost", "message": "the worker running this job stopped before it finished", "line": None}
+NOT_QUEUED = {"code": "queue_unavailable", "message": "the job queue did not take this job: it never ran", "line": None}
 
 
 def backtest_execute(*, report_id: str) -> None:
@@ -592,7 +612,6 @@ def optimization_submit(
 ) -> Optimization:
     """A grid optimization, or with `walk_forward` ({train_months, test_months, anchored}) a walk-forward one:
     every point on every fold's train window, then each fold's chosen point on its test window."""
-    from backtests import tasks
 
     strategy = selectors.strategy_get(user=user, strategy_id=strategy_id)
     if strategy is None:
@@ -661,8 +680,29 @@ def optimization_submit(
     )
     run_ids = [run.pk for run in created]
     chunks = point_chunks(run_ids, settings.LEROY_OPTIMIZATION_POINTS_PER_TASK)
-    transaction.on_commit(lambda: [tasks.optimization_points.delay(chunk) for chunk in chunks])
+    transaction.on_commit(lambda: _optimization_queue(optimization.pk, chunks))
     return optimization
+
+
+def _optimization_queue(optimization_id: Any, chunks: list[list[int]]) -> None:
+    """Send the grid's chunk tasks; when the broker takes none or only some, the optimization fails and every
+    credit is returned (a chunk already queued finds it no longer live and runs nothing)."""
+    from backtests import tasks
+
+    if broker.sent(lambda: [tasks.optimization_points.delay(chunk) for chunk in chunks], "optimization"):
+        return
+    with transaction.atomic():
+        optimization = Optimization.objects.select_for_update().get(pk=optimization_id)
+        if optimization.status in _LIVE:
+            failed = OptimizationRun.objects.filter(optimization=optimization, status=Status.PENDING).update(
+                status=Status.FAILED, error=NOT_QUEUED, finished_at=now()
+            )
+            optimization.failed_iterations += failed
+            optimization.status, optimization.finished_at = Status.FAILED, now()
+            optimization.credits_charged = _points_charged(optimization)
+            optimization.save(update_fields=["failed_iterations", "status", "finished_at", "credits_charged"])
+            _settle(optimization.hold_id, optimization.credits_charged)
+    raise queue_unavailable("optimization", optimization_id=str(optimization_id))
 
 
 def point_chunks(run_ids: list[int], size: int) -> list[list[int]]:
@@ -922,7 +962,6 @@ def _job_beside_pbo(
 def _probe_cuts_start(optimization: Optimization, cuts: list[int], job: dict[str, Any]) -> None:
     """One row per cut; the last cut (the most bars, the longest run) runs here at once, the others are queued,
     longest first, for whichever workers are free. The last cut to finish closes the optimization."""
-    from backtests import tasks
 
     with transaction.atomic():
         rows = ProbeCut.objects.bulk_create(
@@ -930,11 +969,30 @@ def _probe_cuts_start(optimization: Optimization, cuts: list[int], job: dict[str
         )
         here, *queued = reversed(rows)
         ProbeCut.objects.filter(pk=here.pk).update(status=Status.EXECUTING, started_at=now())
-        transaction.on_commit(lambda: [tasks.optimization_probe_cut.delay(row.pk) for row in queued])
+        transaction.on_commit(lambda: _probe_cuts_queue(optimization.pk, queued))
     outcome, (pbo, refusal) = _job_beside_pbo(optimization, job | {"cuts": [here.until_us]})
     # Kept for whichever cut finishes last and closes.
     Optimization.objects.filter(pk=optimization.pk).update(grid_pbo={"pbo": pbo, "refusal": refusal})
     _probe_cut_finish(here.pk, outcome)
+
+
+def _probe_cuts_queue(optimization_id: Any, queued: list[ProbeCut]) -> None:
+    """Send the probe's other cuts; those the broker did not take fail (never run), and the cut that finishes
+    last, or this when they all have, closes the optimization, its probe not run: it is not left open on cuts no
+    worker will get."""
+    from backtests import tasks
+
+    if broker.sent(lambda: [tasks.optimization_probe_cut.delay(row.pk) for row in queued], "probe cuts"):
+        return
+    with transaction.atomic():
+        optimization = Optimization.objects.select_for_update().get(pk=optimization_id)
+        ProbeCut.objects.filter(pk__in=[row.pk for row in queued], status=Status.PENDING).update(
+            status=Status.FAILED, error=NOT_QUEUED, finished_at=now()
+        )
+        live = ProbeCut.objects.filter(optimization=optimization, status__in=(Status.PENDING, Status.EXECUTING))
+        if optimization.status != Status.EXECUTING or live.exists():
+            return
+    _probe_cuts_close(optimization_id)
 
 
 def optimization_probe_cut_execute(*, cut_id: int) -> None:

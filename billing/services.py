@@ -26,6 +26,7 @@ from billing.models import (
     Unit,
     UsageEvent,
 )
+from leroy import broker
 from leroy.clock import now
 from leroy.errors import DomainError
 
@@ -456,7 +457,8 @@ def _meter_report_enqueue(transfer: Transfer, customer: StripeCustomer) -> None:
         value=transfer.amount,
         event_at=transfer.occurred_at,
     )
-    transaction.on_commit(tasks.meter_reports_send.delay)
+    # Not sent (the broker down) it still goes: the `meter-reports` beat task sends every unsent report.
+    transaction.on_commit(lambda: broker.sent(tasks.meter_reports_send.delay, "meter reports"))
 
 
 def lookup_store_response(*, charge: LookupCharge, response: dict[str, Any]) -> None:

@@ -53,6 +53,7 @@ STATUS_OF_CODE = {
     "quota_exhausted": 402,
     "insufficient_credits": 402,
     "evidence_unavailable": 503,
+    "queue_unavailable": 503,
     "provider_unavailable": 503,
     "unknown_symbol": 404,
     "symbol_unknown": 404,

@@ -1,4 +1,5 @@
-"""The embedded broker: kombu's filesystem transport, each message made whole before a worker can see it.
+"""Sending tasks, and the embedded broker: kombu's filesystem transport, each message made whole before a worker
+can see it.
 
 kombu writes a message straight into the queue folder under its final name, while a worker takes any file of the
 queue's name without waiting for the writer: a worker that lists the folder in between takes a file still being
@@ -8,15 +9,21 @@ into the queue (one atomic step on one filesystem); a failed write leaves nothin
 """
 
 import contextlib
+import logging
 import os
 import uuid
+from collections.abc import Callable
 from time import monotonic
 from typing import Any
 
-from kombu.exceptions import ChannelError
+from kombu.exceptions import ChannelError, KombuError
 from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
+
+from leroy import metrics
+
+logger = logging.getLogger(__name__)
 
 WRITING = ".writing"  # a message being written: its name does not end in `.<queue>.msg`, so no worker takes it
 
@@ -42,3 +49,15 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
+
+
+def sent(send: Callable[[], object], what: str) -> bool:
+    """Whether the broker took what `send` sends (a committed job's tasks). When it did not (down, its disk full),
+    counted and logged without a traceback, the job would wait for a task that never comes: the caller fails it."""
+    try:
+        send()
+    except (KombuError, OSError) as error:
+        metrics.DEPENDENCY_ERRORS.labels("broker").inc()
+        logger.warning("%s not queued: the broker did not take it (%s: %s)", what, type(error).__name__, error)
+        return False
+    return True

@@ -9,6 +9,7 @@ from leroy import metrics
 
 logger = logging.getLogger(__name__)
 DATABASE_RETRY_AFTER = 2  # seconds: a pool timeout or a restarting server is usually over by then
+QUEUE_RETRY_AFTER = 5  # seconds: a broker restarting, or a disk being freed
 
 
 class DomainError(Exception):
@@ -35,3 +36,10 @@ def database_unavailable(error: DatabaseError, where: str) -> DomainError:
     logger.warning("%s refused: database unavailable (%s: %s)", where, type(error).__name__, error)
     message = "The database is temporarily unavailable; retry shortly."
     return DomainError("database_unavailable", message, retry_after_seconds=DATABASE_RETRY_AFTER)
+
+
+def queue_unavailable(what: str, **details: Any) -> DomainError:
+    """The retryable refusal for a job the broker did not take (leroy.broker.sent): the job was failed, so nothing
+    waits on it and its reserved credits were returned."""
+    message = f"The job queue did not take the {what}: it was not run and nothing was charged; retry shortly."
+    return DomainError("queue_unavailable", message, retry_after_seconds=QUEUE_RETRY_AFTER, **details)

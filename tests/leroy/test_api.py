@@ -173,3 +173,30 @@ def signed_in_client(user) -> Client:
     client.force_login(user)
     client.cookies["csrftoken"] = TOKEN
     return client
+
+
+def test_a_database_failure_under_a_rest_route_is_a_retryable_503_and_charges_nothing(owner, monkeypatch):
+    from django.db import OperationalError
+
+    from billing import services as billing_services
+    from billing.models import UsageEvent
+
+    def disk_full(**_):
+        raise OperationalError("database or disk is full")
+
+    monkeypatch.setattr(billing_services, "lookup_charge", disk_full)
+
+    response = signed_in_client(owner).post(
+        "/api/v1/tests/probe_metered", {"side": "buy"}, content_type="application/json", headers={"X-CSRFToken": TOKEN}
+    )
+
+    assert response.status_code == 503
+    assert response["Retry-After"] == "2"
+    assert response.json() == {
+        "error": {
+            "code": "database_unavailable",
+            "message": "The database is temporarily unavailable; retry shortly.",
+            "retry_after_seconds": 2,
+        }
+    }
+    assert UsageEvent.objects.exists() is False
