@@ -14,7 +14,7 @@ partition on the `builds` queue, the last one queueing the reduce task) on a rea
 then with 2, from queueing until the build row is done; the map ends as the reduce task starts (the worker process
 that takes it records the time and its process group's CPU then, in `task_prerun`), so the map's wall and CPU
 include the reduce's queueing and nothing of the reduce. The load and the worker's start-up are untimed. Workers
-(kombu's filesystem broker polled every 50 ms) run in their own process group, which is killed on any exit. Prints
+(the embedded filesystem broker polled every 50 ms) run in their own process group, which is killed on any exit. Prints
 one line: both walls, map and reduce, the 2-vs-1 ratio, the per-worker map rate (bar rows per second of one worker
 process) and the largest peak RSS of a worker process.
 

@@ -4,7 +4,7 @@ Backtrader run of the same strategy on the same bars (bench/backtest_overhead.py
 
 Builds a throwaway Leroy in a temporary var dir (SQLite, or with `--database URL` a throwaway `test_<name>`
 PostgreSQL database of that URL, dropped on exit; production's broker, Redis, when 127.0.0.1:6379 answers,
-its keys under a prefix of this run's own, deleted on exit; else kombu's filesystem broker polled every 50 ms;
+its keys under a prefix of this run's own, deleted on exit; else the embedded filesystem broker polled every 50 ms;
 `--broker` chooses), imports a daily random walk, saves an SMA-cross strategy, then for each worker count starts a
 Celery worker with `--concurrency N`, submits the grid and waits until the optimization is COMPLETED. Each time
 includes the whole optimization, from the submit to the close it records: the points, the best run's look-ahead
@@ -92,7 +92,7 @@ from sma_cross import SMA_CROSS  # noqa: E402  (bench/ is the script's directory
 
 from leroy import serving  # noqa: E402
 
-# The broker, in this process (which submits) and in the worker: Redis under this run's key prefix, or kombu's
+# The broker, in this process (which submits) and in the worker: Redis under this run's key prefix, or the embedded
 # filesystem broker polled every 50 ms (its 1 s default would dominate 20 short tasks).
 BROKER_SETUP = """
 import os

@@ -25,6 +25,7 @@ from leroy import metrics
 
 logger = logging.getLogger(__name__)
 
+SCHEME = "leroyfs"  # its broker URL: `leroyfs://` (registered with kombu by leroy.celery)
 WRITING = ".writing"  # a message being written: its name does not end in `.<queue>.msg`, so no worker takes it
 
 

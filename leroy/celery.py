@@ -3,9 +3,13 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.signals import task_postrun, task_prerun
+from kombu.transport import TRANSPORT_ALIASES
+
+from leroy.broker import SCHEME
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "leroy.settings")
 
+TRANSPORT_ALIASES[SCHEME] = "leroy.broker:Transport"  # the embedded broker's URL scheme (settings)
 app = Celery("leroy")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

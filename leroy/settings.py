@@ -233,11 +233,12 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = LEROY_VAR_DIR / "static"
 
-# Celery: Redis when configured, else kombu's filesystem broker under the var dir (one machine).
+# Celery: Redis when configured, else a filesystem broker under the var dir (one machine).
 _broker_dir = LEROY_VAR_DIR / "celery"
-CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+# `leroyfs`: kombu's filesystem transport with each message renamed into place whole (leroy.broker, registered
+# by leroy.celery under that scheme, so a broker URL set anywhere else still picks its own transport).
+CELERY_BROKER_URL = REDIS_URL or "leroyfs://"
 if not REDIS_URL:
-    CELERY_BROKER_TRANSPORT = "leroy.broker:Transport"  # kombu's, with each message renamed into place whole
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),

@@ -22,9 +22,9 @@ REFUSAL = "The job queue did not take the {}: it was not run and nothing was cha
 def sending_to(url: str) -> Iterator[None]:
     """Celery sends for real (not eagerly) to `url`; its producer pools, made for the broker of their time, are
     made anew on both sides."""
-    kept = {key: app.conf[key] for key in ("task_always_eager", "broker_url", "broker_transport")}
+    kept = {key: app.conf[key] for key in ("task_always_eager", "broker_url")}
     app._pool = app.amqp._producer_pool = None
-    app.conf.update(task_always_eager=False, broker_url=url, broker_transport=None)
+    app.conf.update(task_always_eager=False, broker_url=url)
     try:
         yield
     finally:

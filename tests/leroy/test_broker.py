@@ -24,7 +24,7 @@ def connection(tmp_path):
         "control_folder": str(folders["control"]),
         "store_processed": False,
     }
-    with Connection("filesystem://", transport="leroy.broker:Transport", transport_options=options) as opened:
+    with Connection("leroyfs://", transport_options=options) as opened:
         yield opened
 
 

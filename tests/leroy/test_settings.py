@@ -33,7 +33,7 @@ def test_defaults_are_embedded_and_safe(tmp_path):
     assert values["hosts"] == ["127.0.0.1", "localhost"]
     assert values["debug"] is False
     assert values["cache"] == "django.core.cache.backends.locmem.LocMemCache"
-    assert values["broker"] == "filesystem://"
+    assert values["broker"] == "leroyfs://"
     assert values["data"] == str(tmp_path / "var" / "data")
     secret = (tmp_path / "var" / "secret_key").read_text()
     assert len(secret) >= 50
