@@ -7,7 +7,7 @@ import pytest
 from backtests import sandbox
 from tests.backtests.test_lookahead import run
 
-BINDING_TO_THE_BARS = """
+PIPE = """
 class Pipe(bt.Indicator):
     lines = ("x",)
 
@@ -18,7 +18,11 @@ class Pipe(bt.Indicator):
 class Cheap(bt.Strategy):
     def __init__(self):
         self.pipe = Pipe(self.data)
-        self.pipe.lines.x.{bind}(self.data.open)
+"""
+
+BINDING_TO_THE_BARS = (
+    PIPE
+    + """        self.pipe.lines.x.{bind}(self.data.open)
 
     def next(self):
         if len(self) == 10:
@@ -27,6 +31,7 @@ class Cheap(bt.Strategy):
         if len(self) == 20:
             self.close()
 """
+)
 
 BINDING_TO_THE_CLOCK = """
 class Knob(bt.Indicator):
@@ -49,22 +54,14 @@ class Blind(bt.Strategy):
         self.knob.lines.knob[0] = now
 """
 
-BINDINGS_LIST = """
-class Pipe(bt.Indicator):
-    lines = ("x",)
-
-    def next(self):
-        self.lines.x[0] = 0.0
-
-
-class Cheap(bt.Strategy):
-    def __init__(self):
-        self.pipe = Pipe(self.data)
-        self.pipe.lines.x.bindings.append(self.data.open)
+BINDINGS_LIST = (
+    PIPE
+    + """        self.pipe.lines.x.bindings.append(self.data.open)
 
     def next(self):
         pass
 """
+)
 
 OWNER_LINES = """
 class Pipe(bt.Indicator):
@@ -107,34 +104,25 @@ def test_binding_a_line_to_the_bars_or_the_clock_is_refused(source, line):
     assert outcome.error["line"] == line
 
 
-FREE_POSITIONS = """
+GIFT = """
 class Gift(bt.Strategy):
     def next(self):
         if len(self) == 5:
-            self.{positions}[self.data] = bt.Position(size=100, price=1.0)
-        if len(self) == 10:
-            self.close()
-"""
-
-UPDATED_POSITIONS = """
-class Gift(bt.Strategy):
-    def next(self):
-        if len(self) == 5:
-            self.positions.update({self.data: bt.Position(size=100, price=1.0)})
+            {grant}
         if len(self) == 10:
             self.close()
 """
 
 
 @pytest.mark.parametrize(
-    ("source", "error"),
-    [(FREE_POSITIONS.replace("{positions}", "positions"), "TypeError"),
-     (FREE_POSITIONS.replace("{positions}", "getpositions()"), "TypeError"),
-     (UPDATED_POSITIONS, "AttributeError")],
+    ("grant", "error"),
+    [("self.positions[self.data] = bt.Position(size=100, price=1.0)", "TypeError"),
+     ("self.getpositions()[self.data] = bt.Position(size=100, price=1.0)", "TypeError"),
+     ("self.positions.update({self.data: bt.Position(size=100, price=1.0)})", "AttributeError")],
     ids=["positions[...] =", "getpositions()[...] =", "positions.update"],
 )  # fmt: skip
-def test_a_strategy_cannot_grant_itself_a_position(source, error):
-    outcome = run(source, probe=3)
+def test_a_strategy_cannot_grant_itself_a_position(grant, error):
+    outcome = run(GIFT.replace("{grant}", grant), probe=3)
 
     assert outcome.ok is False
     assert outcome.result is None
