@@ -543,14 +543,15 @@ def _execute(build: Callable[[bool], bt.Cerebro], built: list[bt.Cerebro] | None
     if policy.frames_counted():
         built.append(build(True))
         try:
-            return built[-1], _refusals_fail(built[-1])
+            return built[-1], _run_refusing(built[-1])
         except policy.RanAhead:
             pass
     built.append(build(False))
-    return built[-1], _refusals_fail(built[-1])
+    return built[-1], _run_refusing(built[-1])
 
 
-def _refusals_fail(cerebro: bt.Cerebro) -> Any:
+def _run_refusing(cerebro: bt.Cerebro) -> Any:
+    """Run `cerebro`; a refusal the strategy caught still fails the run."""
     policy.REFUSALS.clear()
     (result,) = cerebro.run()
     if policy.REFUSALS:

@@ -101,7 +101,8 @@ def _mountns(hide: list[str]) -> bool:
             covered = not os.path.exists(path) or _mount("/dev/null", path, None, MS_BIND)
         if not covered:
             return False
-    os.environ["TMPDIR"] = "/tmp"  # noqa: S108 - the private tmpfs just mounted
+    # The private tmpfs just mounted; the scratch path the parent named would tell the job the worker's pid.
+    os.environ["TMPDIR"] = os.environ["HOME"] = "/tmp"  # noqa: S108
     os.chdir("/tmp")  # noqa: S108
     return True
 

@@ -774,3 +774,13 @@ def test_a_job_whose_input_does_not_fit_its_pipe_gets_the_rest_from_a_writer(mon
 
     assert whole.ok is True, whole.error
     assert fed.result == whole.result
+
+
+def test_a_jobs_home_and_temp_dir_name_nothing_of_the_worker():
+    # Both named the scratch directory, `leroy-sandbox-<worker pid>-...`, to code running in the job.
+    outcome = run(
+        plain("raise RuntimeError(repr((os.environ['HOME'], os.environ['TMPDIR'])))"),
+        layers=frozenset(ALL_LAYERS - {"ast", "restricted_python"}),
+    )
+
+    assert outcome.error["message"] == "RuntimeError: ('/tmp', '/tmp')"
