@@ -5,6 +5,7 @@ Run by test_worker_crash.py in a subprocess: a throwaway Leroy (SQLite in a temp
 broker (LEROY_TEST_REDIS_URL, under a fresh key prefix), production settings, a one-process worker prefetching two
 messages. After the kill a new worker starts; the broker returns both unacknowledged messages once the visibility
 timeout (2 s here, 15 min in production) has passed, at the worker's next sweep (every second here, 10 s in
+production; a sweep the killed worker was inside delays the next by its lock's expiry, 3 s here, 5 min in
 production): the one that was running fails as worker_lost and is refunded (never run twice), the prefetched one
 runs once.
 """
@@ -31,7 +32,9 @@ app.worker_main(["worker", "--concurrency", "1", "--prefetch-multiplier", "2", "
                  "--loglevel", "WARNING", "--without-heartbeat", "--without-gossip", "--without-mingle"])
 """,
     # A sweep every second: the replacement's first one can come before the prefetched message is 2 s old.
-    options=repr({"global_keyprefix": PREFIX, "unacked_restore_interval": 1}),
+    # A sweep holds a lock in Redis (kombu's unacked mutex, 5 min by default); killed inside one, the worker would
+    # leave it held and the replacement would restore nothing for that long: it expires after 3 s here.
+    options=repr({"global_keyprefix": PREFIX, "unacked_restore_interval": 1, "unacked_mutex_expire": 3}),
 )
 SPIN = "class Spin(bt.Strategy):\n    def next(self):\n        while True:\n            pass\n"
 QUICK = "class Quick(bt.Strategy):\n    def next(self):\n        pass\n"
