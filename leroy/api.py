@@ -15,14 +15,14 @@ from typing import Any
 import pydantic_core
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
-from ninja import NinjaAPI, Router, Status
+from ninja import NinjaAPI, Router
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.renderers import BaseRenderer
 from ninja.security import SessionAuth
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
-from leroy.errors import DATABASE_RETRY_AFTER, DomainError, database_unavailable
+from leroy.errors import DomainError, database_unavailable
 from leroy.mcp.registry import ToolSpec, direct_call, load_tools
 
 BEARER_REFUSED = "API keys and OAuth tokens are accepted only at /api/mcp; sign in to use the REST API."
@@ -34,6 +34,8 @@ class Problem(BaseModel):
 
 
 class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a refusal's own details (retry_after_seconds, report_id, ...)
+
     code: str
     message: str
     problems: list[Problem] | None = None  # one per invalid argument (invalid_arguments only)
@@ -54,6 +56,7 @@ STATUS_OF_CODE = {
     "insufficient_credits": 402,
     "evidence_unavailable": 503,
     "queue_unavailable": 503,
+    "database_unavailable": 503,
     "provider_unavailable": 503,
     "unknown_symbol": 404,
     "symbol_unknown": 404,
@@ -111,9 +114,14 @@ def _strict_args(request: HttpRequest, spec: ToolSpec) -> BaseModel:
     return spec.args.from_arguments(body)
 
 
-def _refusal(refusal: DomainError) -> Status:
+@api.exception_handler(DomainError)
+def _refused(request: HttpRequest, refusal: DomainError) -> HttpResponse:
+    """A refusal as JSON with its status; a retryable one says when to retry in `Retry-After` as well."""
     status = 422 if refusal.code == "invalid_arguments" else status_of(refusal.code)
-    return Status(status, ErrorOut.model_validate(refusal.payload()))
+    response = api.create_response(request, refusal.payload(), status=status)  # exactly as MCP answers it
+    if (retry_after := refusal.details.get("retry_after_seconds")) is not None:
+        response["Retry-After"] = str(retry_after)
+    return response
 
 
 @api.exception_handler(NinjaValidationError)
@@ -136,10 +144,7 @@ def _invalid_arguments(request: HttpRequest, error: NinjaValidationError) -> Htt
 
 @api.exception_handler(DatabaseError)
 def _database_unavailable(request: HttpRequest, error: DatabaseError) -> HttpResponse:
-    refusal = database_unavailable(error, f"REST {request.method} {request.path}")
-    response = api.create_response(request, refusal.payload(), status=503)
-    response["Retry-After"] = str(DATABASE_RETRY_AFTER)
-    return response
+    return _refused(request, database_unavailable(error, f"REST {request.method} {request.path}"))
 
 
 @api.exception_handler(AuthenticationError)
@@ -156,20 +161,13 @@ def _view(spec: ToolSpec) -> Any:
             refuse_bearer(request)
         user_id = None if spec.access == "public" else request.auth.pk  # type: ignore[attr-defined]
         call = direct_call(tool=spec.name, user_id=user_id, client_id="session")
-        try:
-            return await spec.handler(call, args)
-        except DomainError as refusal:
-            return _refusal(refusal)
+        return await spec.handler(call, args)  # a DomainError is answered by _refused
 
     if spec.args.model_fields:
 
         async def with_body(request: HttpRequest, args: BaseModel) -> Any:
             # ninja's own (lax) parse documents the body in OpenAPI; the call runs on the strict parse.
-            try:
-                strict = _strict_args(request, spec)
-            except DomainError as refusal:
-                return _refusal(refusal)
-            return await answer(request, strict)
+            return await answer(request, _strict_args(request, spec))
 
         with_body.__annotations__["args"] = spec.args
         return with_body

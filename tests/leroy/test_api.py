@@ -200,3 +200,21 @@ def test_a_database_failure_under_a_rest_route_is_a_retryable_503_and_charges_no
         }
     }
     assert UsageEvent.objects.exists() is False
+
+
+def test_a_rest_refusal_carries_the_same_details_as_the_tools(owner):
+    from billing import selectors, services
+    from billing.models import Period, Plan
+
+    Plan.objects.filter(code="free").update(included_lookups=1)
+    services.lookup_charge(user=owner, tool="probe_metered", units=1, request_fingerprint="fp", client_request_id=None)
+
+    response = signed_in_client(owner).post(
+        "/api/v1/tests/probe_metered", {"side": "buy"}, content_type="application/json", headers={"X-CSRFToken": TOKEN}
+    )
+
+    error = response.json()["error"]
+    details = selectors.quota_exhausted_details(Period.objects.get(user=owner))
+    assert (response.status_code, "Retry-After" in response) == (402, False)
+    assert error == {"code": "quota_exhausted", "message": error["message"], **details}
+    assert details["upgrade_url"] == "http://127.0.0.1:8000/account/"
