@@ -88,6 +88,12 @@ def _dry_run_outcome(user: User, code: str) -> dict[str, Any]:
     }
 
 
+def _dry_run_failed(error: dict[str, Any]) -> dict[str, Any]:
+    """The outcome of a dry run that never finished in a sandbox: the shape `_dry_run_outcome` answers."""
+    return {"success": False, "error": error, "result": None, "prints": "", "prints_truncated": False,
+            "sandbox_layers": []}  # fmt: skip
+
+
 def dry_runs_busy(reason: str) -> BacktestError:
     return BacktestError(
         "busy",
@@ -116,10 +122,8 @@ def _dry_run_queue(run_id: Any) -> None:
     from backtests import tasks
 
     if not broker.sent(lambda: tasks.dry_run.delay(str(run_id)), "dry run"):
-        outcome = {"success": False, "error": NOT_QUEUED, "result": None, "prints": "", "prints_truncated": False,
-                   "sandbox_layers": []}  # fmt: skip
         DryRun.objects.filter(pk=run_id, status=Status.PENDING).update(
-            status=Status.FAILED, outcome=outcome, finished_at=now()
+            status=Status.FAILED, outcome=_dry_run_failed(NOT_QUEUED), finished_at=now()
         )
         raise queue_unavailable("dry run")
 
@@ -132,10 +136,8 @@ def _dry_runs_expire(*, user: User | None = None) -> int:
     expired = rows.filter(status=Status.PENDING, created_at__lt=queued).update(
         status=Status.CANCELLED, busy=True, finished_at=now()
     )
-    lost = {"success": False, "error": WORKER_LOST, "result": None, "prints": "", "prints_truncated": False,
-            "sandbox_layers": []}  # fmt: skip
     return expired + rows.filter(status=Status.EXECUTING, started_at__lt=running).update(
-        status=Status.FAILED, outcome=lost, finished_at=now()
+        status=Status.FAILED, outcome=_dry_run_failed(WORKER_LOST), finished_at=now()
     )
 
 

@@ -41,5 +41,7 @@ def database_unavailable(error: DatabaseError, where: str) -> DomainError:
 def queue_unavailable(what: str, **details: Any) -> DomainError:
     """The retryable refusal for a job the broker did not take (leroy.broker.sent): the job was failed, so nothing
     waits on it and its reserved credits were returned."""
-    message = f"The job queue did not take the {what}: it was not run and nothing was charged; retry shortly."
+    message = (
+        f"The job queue did not take the {what}: it was stopped and the credits it held were returned; retry shortly."
+    )
     return DomainError("queue_unavailable", message, retry_after_seconds=QUEUE_RETRY_AFTER, **details)

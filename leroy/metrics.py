@@ -28,7 +28,9 @@ ADMISSION_REFUSALS = Counter(
     "leroy_admission_refusals", "Requests refused with 503 by the in-flight admission limits", ["reason"]
 )
 DEPENDENCY_ERRORS = Counter(
-    "leroy_dependency_errors", "Requests answered 503 because a dependency failed", ["dependency"]
+    "leroy_dependency_errors",
+    "Calls refused (503 or in band) and sends left to a sweep because a dependency failed",
+    ["dependency"],
 )
 PROCESS_METRICS: tuple[Counter | Histogram, ...] = (
     TOOL_CALLS,

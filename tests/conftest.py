@@ -1,3 +1,4 @@
+import contextlib
 import os
 import shutil
 import socket
@@ -75,6 +76,29 @@ def dead_redis_url() -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return f"redis://127.0.0.1:{port}/0"
+
+
+@contextlib.contextmanager
+def sending_to(url: str) -> Iterator[None]:
+    """Celery sends for real (not eagerly) to `url`; its producer pools, made for the broker of their time, are
+    made anew on both sides."""
+    from leroy.celery import app
+
+    kept = {key: app.conf[key] for key in ("task_always_eager", "broker_url")}
+    app._pool = app.amqp._producer_pool = None
+    app.conf.update(task_always_eager=False, broker_url=url)
+    try:
+        yield
+    finally:
+        app._pool = app.amqp._producer_pool = None
+        app.conf.update(kept)
+
+
+@pytest.fixture
+def broker_down(dead_redis_url: str) -> Iterator[None]:
+    """Celery's broker (Redis) does not answer."""
+    with sending_to(dead_redis_url):
+        yield
 
 
 @pytest.fixture

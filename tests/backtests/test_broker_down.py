@@ -2,40 +2,17 @@
 the retryable queue_unavailable refusal, where the job once stayed PENDING for ever, its credits held, and the
 caller got a bare error."""
 
-import contextlib
-from collections.abc import Iterator
-
 import pytest
 
 from backtests import services
 from backtests.models import DryRun, Optimization, OptimizationRun, ProbeCut, Report, Status
 from billing.selectors import credit_usage
-from leroy.celery import app
 from leroy.errors import DomainError
 from tests.backtests.conftest import SMA_CROSS
 from tests.backtests.test_services import dry_run, optimization, saved, submit
+from tests.conftest import sending_to
 
-REFUSAL = "The job queue did not take the {}: it was not run and nothing was charged; retry shortly."
-
-
-@contextlib.contextmanager
-def sending_to(url: str) -> Iterator[None]:
-    """Celery sends for real (not eagerly) to `url`; its producer pools, made for the broker of their time, are
-    made anew on both sides."""
-    kept = {key: app.conf[key] for key in ("task_always_eager", "broker_url")}
-    app._pool = app.amqp._producer_pool = None
-    app.conf.update(task_always_eager=False, broker_url=url)
-    try:
-        yield
-    finally:
-        app._pool = app.amqp._producer_pool = None
-        app.conf.update(kept)
-
-
-@pytest.fixture
-def broker_down(dead_redis_url):
-    with sending_to(dead_redis_url):
-        yield
+REFUSAL = "The job queue did not take the {}: it was stopped and the credits it held were returned; retry shortly."
 
 
 def test_a_backtest_the_broker_does_not_take_fails_at_once_and_holds_nothing(
