@@ -3,6 +3,7 @@ verified webhooks. Stripe only collects what the ledger already decided; nothing
 """
 
 import json
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -16,6 +17,7 @@ from billing import selectors, services
 from billing.models import MeterReport, Plan, StripeCustomer, StripeEvent
 from leroy.clock import now
 
+logger = logging.getLogger(__name__)
 WEBHOOK_TOLERANCE_SECONDS = 300
 MAX_SEND_ATTEMPTS = 10
 SUBSCRIPTION_EVENTS = {
@@ -85,6 +87,20 @@ def stripe_subscription_create(*, user: User, plan: Plan, client: StripeClient) 
     link.subscription_id, link.subscription_status = subscription.id, subscription.status
     link.save(update_fields=["subscription_id", "subscription_status"])
     return link
+
+
+def subscriptions_sync(*, client: StripeClient) -> int:
+    """Subscribe every account on a billed plan that has no subscription (its sync was not queued, the broker
+    down, or gave up); idempotent on Stripe. Returns how many were subscribed."""
+    subscribed = 0
+    for assignment in selectors.accounts_awaiting_subscription():
+        try:
+            stripe_subscription_create(user=assignment.user, plan=assignment.plan, client=client)
+        except (StripeError, IntegrityError) as error:  # Stripe refused, or a sync running beside this one
+            logger.warning("Stripe subscription of account %s not created: %s", assignment.user_id, error)
+            continue
+        subscribed += 1
+    return subscribed
 
 
 def stripe_customer(*, user: User, client: StripeClient) -> StripeCustomer:

@@ -257,6 +257,16 @@ def stripe_subscription(*, user: User) -> StripeCustomer | None:
     return StripeCustomer.objects.filter(user=user).exclude(subscription_id="").first()
 
 
+def accounts_awaiting_subscription() -> list[AccountPlan]:
+    """Accounts on a billed plan (overage allowed) without a Stripe subscription: its sync never ran or gave up."""
+    return list(
+        AccountPlan.objects.filter(plan__overage_allowed=True)
+        .exclude(user__stripe_customer__subscription_id__gt="")
+        .select_related("user", "plan")
+        .order_by("pk")
+    )
+
+
 def ledger_statement(*, user: User, start: date | None = None) -> list[dict[str, Any]]:
     """The month's posted transfers touching the account, oldest first, each with what it did and why."""
     start = start or _current(user)[0]

@@ -696,7 +696,10 @@ def plan_assign(*, user: User, plan: Plan) -> AccountPlan:
     assignment, _ = AccountPlan.objects.update_or_create(user=user, defaults={"plan": plan, "assigned_at": at})
     if plan.overage_allowed and settings.LEROY_STRIPE_SECRET_KEY:
         # Billed plans need a Stripe subscription for the overage meter; Stripe calls never run inside our transaction.
-        transaction.on_commit(lambda: tasks.stripe_subscription_sync.delay(user.pk, plan.pk))
+        # Not sent (the broker down) it still comes: the `subscriptions-sync` beat task subscribes such accounts.
+        transaction.on_commit(
+            lambda: broker.sent(lambda: tasks.stripe_subscription_sync.delay(user.pk, plan.pk), "Stripe subscription")
+        )
     start = period_start_of(at)
     if not Period.objects.filter(user=user, period_start=start).exists():
         return assignment  # the period opens with the new plan

@@ -1,4 +1,5 @@
-"""Celery: drain the Stripe meter-event outbox (enqueued after each overage charge commits)."""
+"""Celery: drain the Stripe meter-event outbox (enqueued after each overage charge commits), subscribe accounts on
+billed plans, close periods, verify the ledger."""
 
 import logging
 
@@ -15,6 +16,15 @@ def meter_reports_send() -> int:
 
     client = payments.stripe_client()
     return 0 if client is None else payments.meter_reports_send(client=client)
+
+
+@shared_task(name="billing.subscriptions_sync")
+def subscriptions_sync() -> int:
+    """Every 10 minutes: the Stripe subscription of each account on a billed plan that has none."""
+    from billing import payments
+
+    client = payments.stripe_client()
+    return 0 if client is None else payments.subscriptions_sync(client=client)
 
 
 @shared_task(name="billing.periods_close")

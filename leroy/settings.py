@@ -453,6 +453,7 @@ CELERY_BEAT_SCHEDULE = {
     "market-memory-verify": {"task": "evidence.tasks.market_memory_verify_task", "schedule": LEROY_MM_VERIFY_SECONDS},
     "oauth-housekeeping": {"task": "accounts.tasks.oauth_housekeeping_task", "schedule": 24 * 3600.0},
     "meter-reports": {"task": "billing.meter_reports_send", "schedule": 60.0, "options": {"expires": 60}},
+    "subscriptions-sync": {"task": "billing.subscriptions_sync", "schedule": 600.0, "options": {"expires": 600}},
     "periods-close": {"task": "billing.periods_close", "schedule": 3600.0},
     "ledger-verify": {"task": "billing.ledger_verify", "schedule": 24 * 3600.0},
     "backtests-reap": {"task": "backtests.stale_jobs_reap", "schedule": 300.0},

@@ -18,6 +18,7 @@ from alerts import services, tasks
 from alerts.models import AlertRule, Attempt, Delivery
 from tests.alerts.conftest import make_rule
 from tests.alerts.receiver import verify
+from tests.conftest import sending_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -216,3 +217,17 @@ def test_the_rules_expiry_ends_the_delivery_window(owner, receiver):
         delivery = matched(rule, OPEN)
 
     assert delivery.expires_at == OPEN + timedelta(minutes=7)
+
+
+def test_a_match_the_broker_does_not_take_stays_pending_and_the_sweep_sends_it(owner, receiver, dead_redis_url):
+    with time_machine.travel(OPEN, tick=False):
+        rule, _ = make_rule(owner, receiver.url())
+        with sending_to(dead_redis_url):
+            delivery = matched(rule, OPEN)  # the evaluation's commit stands; the send is left to the sweep
+        delivery.refresh_from_db()
+        pending = (delivery.status, delivery.next_attempt_at, Attempt.objects.count(), len(receiver.requests))
+        tasks.deliveries_sweep.delay()
+
+    delivery.refresh_from_db()
+    assert pending == ("pending", OPEN, 0, 0)
+    assert (delivery.status, Attempt.objects.count(), len(receiver.requests)) == ("delivered", 1, 1)

@@ -6,7 +6,9 @@ from stripe import WebhookSignature
 
 from billing import payments, selectors, services
 from billing.models import MeterReport, Plan, StripeCustomer, StripeEvent, Transfer
+from leroy import metrics
 from tests.billing.fake_stripe import FakeStripeTransport
+from tests.conftest import sending_to
 
 pytestmark = pytest.mark.django_db
 
@@ -238,4 +240,40 @@ def test_assigning_the_free_plan_calls_no_stripe(owner, fake, client_, monkeypat
         services.plan_assign(user=owner, plan=Plan.objects.get(code="free"))
 
     assert callbacks == []
+    assert fake.calls == []
+
+
+def test_an_overage_the_broker_does_not_take_is_charged_and_the_beat_task_reports_it(
+    metered, fake, client_, charge, dead_redis_url, django_capture_on_commit_callbacks
+):
+    charge(metered)  # the included lookup
+    refused_before = metrics.DEPENDENCY_ERRORS.labels("broker")._value.get()
+    with sending_to(dead_redis_url), django_capture_on_commit_callbacks(execute=True):
+        answered = charge(metered)  # the overage: its meter report is queued, its send refused
+
+    refused = metrics.DEPENDENCY_ERRORS.labels("broker")._value.get() - refused_before
+    pending = list(MeterReport.objects.values_list("status", flat=True))
+    assert (answered.units_charged, refused, pending) == (1, 1, ["pending"])
+    assert payments.meter_reports_send(client=client_) == 1  # what the `meter-reports` beat task runs
+    assert fake.created == 1
+
+
+def test_a_billed_plan_whose_sync_the_broker_does_not_take_is_subscribed_by_the_sweep_once(
+    owner, fake, client_, dead_redis_url, django_capture_on_commit_callbacks
+):
+    plan = Plan.objects.create(code="metered-2", name="Metered 2", included_lookups=1, overage_allowed=True)
+    with sending_to(dead_redis_url), django_capture_on_commit_callbacks(execute=True):
+        services.plan_assign(user=owner, plan=plan)  # committed; the sync's send is refused
+
+    before = (StripeCustomer.objects.count(), len(fake.calls))
+    subscribed = [payments.subscriptions_sync(client=client_) for _ in range(2)]  # what the beat task runs
+
+    link = StripeCustomer.objects.get(user=owner)
+    assert (before, subscribed) == ((0, 0), [1, 0])
+    assert (link.customer_id, link.subscription_id, link.subscription_status) == ("cus_1", "sub_2", "active")
+    assert [c.path for c in fake.calls] == ["/v1/customers", "/v1/subscriptions"]
+
+
+def test_the_sweep_leaves_subscribed_and_unbilled_accounts_alone(metered, outsider, fake, client_):
+    assert payments.subscriptions_sync(client=client_) == 0
     assert fake.calls == []
