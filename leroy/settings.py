@@ -252,10 +252,13 @@ if REDIS_URL:
     # A message a worker took but never acknowledged (its main process died) returns to the queue after this
     # long. Longer than any task runs (the sandbox wall limit is 3 min), so a live task is never delivered twice.
     # Each worker looks for such messages every `unacked_restore_interval` (10 s); kombu's default throttle would
-    # scan only every tenth time (100 s), so a message a scan just missed would wait that long again.
+    # scan only every tenth time (100 s), so a message a scan just missed would wait that long again. A scan holds a
+    # lock in Redis for its few milliseconds; a worker killed inside one leaves it held until it expires (kombu's
+    # default 5 min, during which no worker restores anything): a minute here.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": env_int("LEROY_BROKER_VISIBILITY_TIMEOUT", 900),
         "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": 60,
     }
 CELERY_TASK_IGNORE_RESULT = True  # job state lives in our own models
 CELERY_TASK_ACKS_LATE = True
