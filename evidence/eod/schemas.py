@@ -139,7 +139,9 @@ class FrozenRowsOut(Trust):
 
 
 class ChangesArgs(ToolArgs):
-    publication_id: int = Field(ge=0, description="Changes in snapshots published after this id.")
+    publication_id: int = Field(
+        ge=0, description="Changes in snapshots published after this snapshot's publication id (a commitment's)."
+    )
 
 
 class ChangesOut(Trust):

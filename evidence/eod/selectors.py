@@ -78,6 +78,8 @@ def heldout() -> dict[str, Any]:
 
 def walk_forward(*, symbol: str | None) -> dict[str, Any]:
     snapshot = latest()
+    if symbol is not None and not snapshot.rows.filter(symbol=symbol).exists():
+        raise EodUnavailable("symbol_not_in_universe", f"{symbol} is not in the end-of-day universe.")
     rows = [row for row in snapshot.walk_forward["rows"] if symbol is None or row["symbol"] == symbol]
     return {**trust(snapshot, "walk_forward", snapshot.walk_forward["sha256"]), "components": snapshot.components,
             "method": METHOD, "inputs_rehashed": True, "rows": rows}  # fmt: skip
@@ -162,6 +164,7 @@ def frozen_rows(*, publication_id: int | None) -> dict[str, Any]:
 
 
 def changes_since(*, publication_id: int) -> dict[str, Any]:
+    by_publication(publication_id)  # a snapshot's own id: an id never published is refused, not answered "no changes"
     snapshot = latest()
     later = EodSnapshot.objects.filter(log_index__gt=publication_id).order_by("log_index")
     items = [{"publication_id": s.log_index, "session": s.session.isoformat(), "revision": s.revision,

@@ -138,3 +138,22 @@ async def test_without_a_completed_snapshot_every_tool_refuses_and_nothing_is_ch
         assert answer.is_error is True, name
         assert answer.structured_content["error"]["code"] == "snapshot_not_found", name
     assert await sync_to_async(UsageEvent.objects.count)() == 0
+
+
+async def test_an_id_never_published_and_a_symbol_outside_the_universe_are_refused_and_charge_nothing(
+    mcp_http, published, api_key
+):
+    await sync_to_async(published)()
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=MODERN) as client:
+        never = await client.call_tool("get_forward_changes_since", {"publication_id": 10**15})
+        outside = await client.call_tool("get_walk_forward_evidence", {"symbol": "ZZZZ"})
+
+    assert (never.is_error, never.structured_content["error"]) == (
+        True,
+        {"code": "snapshot_not_found", "message": f"No end-of-day snapshot has publication id {10**15}."},
+    )
+    assert (outside.is_error, outside.structured_content["error"]) == (
+        True,
+        {"code": "symbol_not_in_universe", "message": "ZZZZ is not in the end-of-day universe."},
+    )
+    assert await sync_to_async(UsageEvent.objects.count)() == 0
