@@ -110,7 +110,8 @@ async def get_current_confluence_leaders(call: ToolCall, args: LeadersArgs) -> L
 async def search_market_memory(call: ToolCall, args: SearchArgs) -> SearchOut:
     """Served Market Memory keys for a side and horizon, filtered by tier, minimum sample, required active
     signals and symbol, most distinct sessions first. Keys below the minimum sample do not exist here; the forward
-    overlay is served only when current. Costs 1 lookup."""
+    overlay is served only when current. An unknown symbol, or filters no key of the tier can have, are refused.
+    Costs 1 lookup."""
     return await _metered(call, args, SearchOut, lambda: research.market_memory_search(args=args))
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from accounts.models import User
 from evidence.live import frames
+from evidence.marketdata.selectors import symbol_get
 from evidence.memory.artifact import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
 from evidence.memory.reader import PCT, Evidence, MemoryReader
 from evidence.memory.selectors import memory_reader
@@ -66,6 +67,10 @@ RESERVOIR_SAMPLE = (
 
 class ResearchError(DomainError):
     """The request was refused before anything was read or charged; `code` is machine-readable."""
+
+
+def unknown_symbol(ticker: str) -> ResearchError:
+    return ResearchError("unknown_symbol", f"{ticker} is not in Leroy's verified read model.")
 
 
 # --- shared pieces ---------------------------------------------------------------------------------------------
@@ -278,13 +283,21 @@ def market_memory_search(*, args: SearchArgs) -> Answer:
     except ValueError as error:
         raise ResearchError("invalid_request", str(error)) from None
 
-    at, reader = now(), memory_reader()
-    freshness = _freshness(reader, at)
+    if args.symbol is not None and symbol_get(ticker=args.symbol) is None:
+        raise unknown_symbol(args.symbol)
     tiers: tuple[int, ...] = (args.tier,) if args.tier else (5, 4, 3, 2, 1)
     if required:
         tiers = tuple(t for t in tiers if "mask" in TIER_KEYS[t])  # other tiers do not key on signals
     if args.symbol is not None:
         tiers = tuple(t for t in tiers if "symbol" in TIER_KEYS[t])  # only exact setups key on a symbol
+    if not tiers:  # no key of the asked tier can have what the other filters ask: an empty list would read as "none"
+        keyed = ", ".join(t for t, asked in (("active signals", required), ("a symbol", args.symbol)) if asked)
+        raise ResearchError(
+            "invalid_request",
+            f"Tier {args.tier} keys are not keyed on {keyed}: signals need tier 3, 4 or 5, a symbol tier 5.",
+        )
+    at, reader = now(), memory_reader()
+    freshness = _freshness(reader, at)
     withheld = None
     if args.source == "forward_overlay" and freshness.status != "current":
         lag = f" ({freshness.lag_sessions} completed sessions behind)" if freshness.lag_sessions else ""

@@ -19,7 +19,7 @@ from evidence.marketdata import calendar
 from evidence.marketdata.selectors import bars_read, symbol_get
 from evidence.memory.features import dense_minutes
 from evidence.models import Corpus, ResearchHypothesis
-from evidence.research.analysis import ResearchError
+from evidence.research.analysis import ResearchError, unknown_symbol
 from evidence.schemas import HypothesisOut, RecordHypothesisArgs, ResearchBoundary, ReviewOut
 from leroy.clock import now
 
@@ -52,7 +52,7 @@ def hypothesis_record(*, user: User, args: RecordHypothesisArgs) -> HypothesisOu
     """Write a note to `user`'s own journal. A retried `client_request_id` returns the note it created."""
     symbol = symbol_get(ticker=args.symbol)
     if symbol is None:
-        raise ResearchError("unknown_symbol", f"{args.symbol} is not in Leroy's verified read model.")
+        raise unknown_symbol(args.symbol)
     values = {"symbol": symbol.ticker, "side": args.side, "horizon_minutes": args.horizon_minutes, "note": args.note}
     if args.client_request_id is not None:
         existing = ResearchHypothesis.objects.filter(user=user, client_request_id=args.client_request_id).first()

@@ -107,6 +107,30 @@ def test_search_with_an_unknown_signal_is_refused_without_a_charge(fed_world, us
     assert UsageEvent.objects.exists() is False
 
 
+@pytest.mark.parametrize(
+    ("arguments", "code", "message"),
+    [
+        ({"symbol": "ZZZZ"}, "unknown_symbol", "ZZZZ is not in Leroy's verified read model."),
+        (
+            {"tier": 1, "signals": ["vwap_trend"]},
+            "invalid_request",
+            "Tier 1 keys are not keyed on active signals: signals need tier 3, 4 or 5, a symbol tier 5.",
+        ),
+        (
+            {"tier": 3, "symbol": "ALFA"},
+            "invalid_request",
+            "Tier 3 keys are not keyed on a symbol: signals need tier 3, 4 or 5, a symbol tier 5.",
+        ),
+    ],
+)
+def test_a_search_no_key_can_answer_is_refused_without_a_charge(fed_world, user, arguments, code, message):
+    with pytest.raises(ResearchError) as error:
+        call_tool(user, "search_market_memory", SearchArgs(side="buy", horizon_minutes=15, **arguments))
+
+    assert (error.value.code, error.value.message) == (code, message)
+    assert UsageEvent.objects.exists() is False
+
+
 def test_a_behind_forward_overlay_is_withheld_with_its_lag(fed_world, user, monkeypatch):
     behind = {"status": "behind", "last_verified_session": "2025-12-12", "lag_sessions": 2}
     monkeypatch.setattr(MemoryReader, "freshness", lambda self, at: behind)
