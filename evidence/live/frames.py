@@ -277,6 +277,7 @@ def current_frame(*, ticker: str, at: datetime, reader: MemoryReader) -> Current
         return CurrentFrame(ticker, None, "market_closed", "The regular session is closed; there is no current frame.")
     if frame is None or frame.session != window.session:
         return CurrentFrame(ticker, None, "unavailable", f"No verified frame for {ticker} in the current session yet.")
-    if not frame.ready or frame.regime is None:
-        return CurrentFrame(ticker, None, "available", "The current frame has not completed its warm-up.")
+    if not frame.ready or frame.regime is None:  # not usable yet: nothing of it is shown or matched
+        reason = f"The current frame of {ticker} has not completed its warm-up."
+        return CurrentFrame(ticker, None, "unavailable", reason)
     return CurrentFrame(ticker, frame, "stale" if frame_is_stale(frame, at) else "available", None)

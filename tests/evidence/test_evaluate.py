@@ -11,7 +11,7 @@ from evidence.memory.reader import MemoryReader
 from evidence.memory.selectors import memory_reader
 from evidence.models import Frame
 from evidence.research.geometry import InvalidSetup
-from evidence.schemas import EvaluateArgs
+from evidence.schemas import EvaluateArgs, SetupArgs
 from tests.calls import call_tool
 
 pytestmark = pytest.mark.django_db
@@ -143,6 +143,28 @@ def test_no_frame_yet_in_the_session_is_unavailable(world, user):
     assert result.historical_evidence[0].reason == "No verified frame for ALFA in the current session yet."
     assert "No verified frame for ALFA in the current session yet." in result.presentation.text
     assert "not in Leroy's current verified read model" not in result.presentation.text
+    assert UsageEvent.objects.exists() is False
+
+
+def test_a_frame_still_warming_up_is_unavailable_and_free_here_and_in_the_research_tools(fed_world, user):
+    Frame.objects.filter(symbol__ticker="ALFA").update(ready=False)
+
+    result = evaluate(user, symbol="ALFA", side="buy")
+    analogues = call_tool(user, "compare_historical_analogues", SetupArgs(symbol="ALFA", side="buy"))
+
+    frame = result.current_market_frame
+    assert (result.status, frame.frame_status, frame.source_time, result.provenance.evidence_status) == (
+        "unavailable",
+        "unavailable",
+        None,
+        "unavailable",
+    )
+    assert result.historical_evidence[0].reason == "The current frame of ALFA has not completed its warm-up."
+    assert (analogues.status, analogues.frame.frame_status, analogues.reason) == (
+        "unavailable",
+        "unavailable",
+        "The current frame of ALFA has not completed its warm-up.",
+    )
     assert UsageEvent.objects.exists() is False
 
 
