@@ -2,7 +2,8 @@
 
 A hypothesis is anchored at the last regular-session minute closed when it was recorded (the bar the agent could
 see); its outcome uses the same convention as Market Memory labels: entry at that minute's close, exit at the close
-`horizon` minutes later in the same session. Provisional (unverified) sessions are never read: until its session is
+`horizon` minutes later in the same session, none if any minute from the decision to the exit had no trade (a
+price carried forward is not a trade). Provisional (unverified) sessions are never read: until its session is
 verified a hypothesis is `not_mature`, and a window crossing the close has no outcome at all.
 """
 
@@ -113,6 +114,9 @@ def _outcome(hypothesis: ResearchHypothesis) -> dict[str, Any]:
         reason = "No verified trade had printed by the decision minute."
         return {**base, "outcome_status": "not_available", "reason": reason}
     window = dense.filter((pl.col("ts") > start) & (pl.col("ts") <= end))
+    if entry_rows.item(0, "is_fill") or window.get_column("is_fill").any():
+        reason = "A minute from the decision to the exit had no trade: as for Market Memory labels, no outcome."
+        return {**base, "outcome_status": "not_available", "reason": reason}
     entry = entry_rows.item(0, "close")
     exit_price = window.filter(pl.col("ts") == end).item(0, "close")
     high, low = window.get_column("high").max(), window.get_column("low").min()

@@ -69,6 +69,30 @@ def test_a_horizon_crossing_the_close_has_no_outcome(fed_world, alice):
     assert (review.outcome_status, review.realized_return_pct) == ("not_available", None)
 
 
+@pytest.mark.parametrize("gap", [0, 7, 15])  # minutes after the decision minute: itself, inside, the exit
+def test_a_window_with_a_minute_without_a_trade_has_no_outcome(fed_world, alice, monkeypatch, gap):
+    recorded_at = fed_world.replay - timedelta(days=1)
+    decision = recorded_at - timedelta(minutes=1)
+    with time_machine.travel(recorded_at, tick=False):
+        hypothesis = record(alice)
+    traded = journal.bars_read
+    monkeypatch.setattr(
+        journal, "bars_read", lambda **kw: traded(**kw).filter(pl.col("ts") != decision + timedelta(minutes=gap))
+    )
+
+    review = journal.hypothesis_review(user=alice, hypothesis_id=hypothesis.hypothesis_id)
+
+    assert (review.outcome_status, review.entry_price, review.exit_price, review.realized_return_pct) == (
+        "not_available",
+        None,
+        None,
+        None,
+    )
+    assert review.reason == (
+        "A minute from the decision to the exit had no trade: as for Market Memory labels, no outcome."
+    )
+
+
 def test_another_account_can_neither_review_nor_see_a_hypothesis(fed_world, alice, bob):
     hypothesis = record(alice)
 
