@@ -3,10 +3,10 @@
 from datetime import datetime
 from typing import Annotated, Literal, Self
 
-from pydantic import AwareDatetime, BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints
 
 from alerts.models import AlertRule, Attempt, Delivery
-from leroy.schemas import ToolArgs
+from leroy.schemas import Instant, ToolArgs
 
 ALERT_ID = r"^alr_[0-9a-f]{24}$"
 DELIVERY_ID = r"^dlv_[0-9a-f]{24}$"
@@ -35,8 +35,10 @@ class CreateAlertArgs(ToolArgs):
     endpoint_url: str = Field(
         min_length=8, max_length=2000, description="The https:// URL Leroy POSTs signed deliveries to"
     )
-    expires_at: AwareDatetime | None = Field(
-        default=None, description="When the rule stops (ISO 8601 with an offset); none: it runs until deleted"
+    expires_at: Instant | None = Field(
+        default=None,
+        description="When the rule stops (ISO 8601 date-time with an offset, or a date: its first instant in UTC);"
+        " none: it runs until deleted",
     )
 
 

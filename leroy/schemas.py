@@ -2,10 +2,14 @@
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Self
+from datetime import UTC, date, datetime, timedelta
+from functools import partial
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, GetPydanticSchema, ValidationError, field_validator
+from pydantic_core import core_schema
 
 from leroy.errors import DomainError
 
@@ -47,6 +51,64 @@ def invalid_arguments(error: ValidationError) -> DomainError:
     problems = [{"field": field, "problem": " or ".join(messages)} for field, messages in by_field.items()]
     summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
     return DomainError("invalid_arguments", f"Invalid arguments: {summary}", problems=problems)
+
+
+# --- dates and instants in tool arguments: JSON text, parsed strictly, once ------------------------------------------
+ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$")
+
+
+def strict_date(value: str) -> date:
+    """A real `YYYY-MM-DD` calendar date; impossible dates and loose formats are refused."""
+    if not ISO_DATE.match(value):
+        raise ValueError(f"{value!r} is not a YYYY-MM-DD date")
+    return date.fromisoformat(value)  # raises on 2025-02-30
+
+
+def strict_instant(value: str, *, end: bool = False) -> datetime:
+    """An ISO 8601 calendar date or a date-time with an offset, as aware UTC; a date-only end covers that day."""
+    if ISO_DATE.match(value):
+        day = date.fromisoformat(value)
+        if end:
+            return datetime(day.year, day.month, day.day, 23, 59, 59, 999999, tzinfo=UTC)
+        return datetime(day.year, day.month, day.day, tzinfo=UTC)
+    if not ISO_DATETIME.match(value):
+        raise ValueError(f"{value!r} is not an ISO 8601 date or a date-time with an offset")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59-01:00 is in year 10000 in UTC
+        raise ValueError(f"{value!r} is outside the years 1 to 9999 in UTC") from None
+
+
+def _parsed_once(
+    parse: Callable[[str], date], parsed: Callable[[object], bool], kind: Literal["date", "datetime"]
+) -> GetPydanticSchema:
+    """A field given as text and parsed here, once, into a `kind`; its published schema stays the contract's plain
+    string. A value already parsed passes unchanged (the MCP bridge validates the SDK's validated values again)."""
+
+    def validate(value: object, as_text: core_schema.ValidatorFunctionWrapHandler) -> object:
+        return value if parsed(value) else parse(as_text(value))
+
+    schema = core_schema.no_info_wrap_validator_function(
+        validate, core_schema.str_schema(), serialization=core_schema.simple_ser_schema(kind)
+    )
+    return GetPydanticSchema(lambda _source, _handler: schema)
+
+
+def _is_day(value: object) -> bool:
+    return type(value) is date
+
+
+def _is_utc(value: object) -> bool:
+    return isinstance(value, datetime) and value.utcoffset() == timedelta(0)
+
+
+IsoDate = Annotated[date, _parsed_once(strict_date, _is_day, "date")]
+"""A `YYYY-MM-DD` date."""
+Instant = Annotated[datetime, _parsed_once(strict_instant, _is_utc, "datetime")]
+"""An ISO 8601 date or date-time with an offset, as aware UTC; a date means its first instant."""
+InstantEnd = Annotated[datetime, _parsed_once(partial(strict_instant, end=True), _is_utc, "datetime")]
+"""An inclusive upper bound: like Instant, but a date means its last instant (the bound covers the day)."""
 
 
 class ToolArgs(BaseModel):

@@ -57,6 +57,46 @@ async def test_create_returns_the_signing_secret_once(mcp_http, write_key, recei
     assert [a["alert_id"] for a in listed.structured_content["alerts"]] == [out["alert"]["alert_id"]]
 
 
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("2030-01-01T00:00:00Z", "2030-01-01T00:00:00Z"),
+        ("2030-01-01T02:30:00+02:00", "2030-01-01T00:30:00Z"),
+        ("2030-01-01", "2030-01-01T00:00:00Z"),
+    ],
+)
+async def test_a_rule_with_an_expiry_is_created_with_it_in_utc(mcp_http, write_key, receiver, given, stored):
+    created = await call(mcp_http, write_key, "create_evidence_alert", create_args(receiver.url(), expires_at=given))
+
+    assert created.is_error is False, created.structured_content
+    assert created.structured_content["alert"]["expires_at"] == stored
+    assert (await AlertRule.objects.aget()).expires_at.isoformat() == stored.replace("Z", "+00:00")
+
+
+async def test_an_expiry_in_the_past_or_out_of_range_creates_nothing(mcp_http, write_key, receiver):
+    past = await call(
+        mcp_http, write_key, "create_evidence_alert", create_args(receiver.url(), expires_at="2020-01-01")
+    )
+    beyond = await call(
+        mcp_http,
+        write_key,
+        "create_evidence_alert",
+        create_args(receiver.url(), expires_at="9999-12-31T23:59:00-01:00"),
+    )
+
+    assert past.structured_content["error"] == {
+        "code": "invalid_request",
+        "message": "expires_at must be in the future.",
+    }
+    assert beyond.structured_content["error"]["problems"] == [
+        {
+            "field": "expires_at",
+            "problem": "Value error, '9999-12-31T23:59:00-01:00' is outside the years 1 to 9999 in UTC",
+        }
+    ]
+    assert await AlertRule.objects.aexists() is False
+
+
 @pytest.mark.parametrize("name", sorted(WRITE_TOOLS))
 async def test_read_keys_are_refused_on_every_write_tool(mcp_http, api_key, owner, name):
     rule, _ = await sync_to_async(make_rule)(owner, "https://hooks.example.com/x", expires_at=None)

@@ -1,8 +1,9 @@
 import pytest
 from pydantic import ValidationError
 
-from backtests.schemas import strict_instant
+from leroy.errors import DomainError
 from leroy.mcp.registry import REGISTRY, load_tools
+from leroy.schemas import strict_instant
 from tests.backtests.conftest import optimization_args
 
 load_tools()
@@ -103,6 +104,16 @@ def test_optimization_arguments_follow_the_contract(overrides, fragment):
 def test_date_only_end_bound_covers_the_whole_day():
     assert strict_instant("2024-01-05", end=True).isoformat() == "2024-01-05T23:59:59.999999+00:00"
     assert strict_instant("2024-01-05T10:00:00-05:00").isoformat() == "2024-01-05T15:00:00+00:00"
+
+
+@pytest.mark.parametrize("instant", ["9999-12-31T23:59:00-01:00", "0001-01-01T00:00:00+01:00"])
+def test_an_instant_outside_the_years_1_to_9999_in_utc_is_an_invalid_argument(instant):
+    with pytest.raises(DomainError) as refused:
+        REGISTRY["get_market_data_sample"].args.from_arguments({"id": "1", "frequency": "1d", "start_date": instant})
+
+    assert refused.value.details["problems"] == [
+        {"field": "start_date", "problem": f"Value error, {instant!r} is outside the years 1 to 9999 in UTC"}
+    ]
 
 
 def test_statistics_result_names_exactly_the_contract_metrics_in_order():
