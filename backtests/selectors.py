@@ -129,8 +129,11 @@ def symbols(*, is_global: bool | None = None, asset_class: str | None = None) ->
     return found.filter(asset_class=asset_class) if asset_class else found
 
 
+SYMBOL_ID = re.compile(r"[0-9]{1,18}")  # ASCII digits only (str.isdigit takes "²", int() then fails), within bigint
+
+
 def symbol_get(*, symbol_id: str) -> Symbol | None:
-    return Symbol.objects.filter(pk=int(symbol_id)).first() if symbol_id.isdigit() else None
+    return Symbol.objects.filter(pk=int(symbol_id)).first() if SYMBOL_ID.fullmatch(symbol_id) else None
 
 
 def compact(text: str) -> str:

@@ -277,7 +277,7 @@ def symbols_for(*, data_ids: list[str], frequency: str) -> list[Symbol]:
     """The symbols behind `data_ids`, each checked to exist and to hold bars at `frequency`."""
     found = []
     for data_id in data_ids:
-        symbol = Symbol.objects.filter(pk=int(data_id)).first() if data_id.isdigit() else None
+        symbol = selectors.symbol_get(symbol_id=data_id)
         if symbol is None:
             raise BacktestError("symbol_not_found", f"No symbol with id {data_id!r}.", data_id=data_id)
         require_frequency(symbol, frequency, data_id=data_id)
@@ -717,6 +717,9 @@ def point_chunks(run_ids: list[int], size: int) -> list[list[int]]:
 WALK_FORWARD_MIN_FOLDS = 2  # one fold gives one out-of-sample window: nothing to walk forward over
 
 
+MICROSECOND = timedelta(microseconds=1)
+
+
 def add_months(moment: datetime, months: int) -> datetime:
     """The same day `months` later (the month's last day when it is shorter)."""
     index = moment.month - 1 + months
@@ -733,9 +736,12 @@ def walk_forward_folds(
     folds: list[dict[str, Any]] = []
     while True:
         k = len(folds)
-        test_start = add_months(start, train_months + k * test_months)
-        test_end = add_months(start, train_months + (k + 1) * test_months)
-        if test_end > end + timedelta(microseconds=1):
+        try:
+            test_start = add_months(start, train_months + k * test_months)
+            test_end = add_months(start, train_months + (k + 1) * test_months)
+        except ValueError:  # past the year 9999: past any end
+            break
+        if test_end - MICROSECOND > end:  # `end` is inclusive, a window's end exclusive
             break
         train_start = start if anchored else add_months(start, k * test_months)
         folds.append({
@@ -743,12 +749,16 @@ def walk_forward_folds(
             "test_start": test_start.isoformat(), "test_end": test_end.isoformat(),
         })  # fmt: skip
     if len(folds) < WALK_FORWARD_MIN_FOLDS:
-        need = add_months(start, train_months + WALK_FORWARD_MIN_FOLDS * test_months)
+        try:
+            last = add_months(start, train_months + WALK_FORWARD_MIN_FOLDS * test_months) - MICROSECOND
+            need = f"reach {last:%Y-%m-%d}"
+        except ValueError:
+            need = "end after the year 9999"
         raise BacktestError(
             "period_too_short",
             f"{train_months} train and {test_months} test months from {start:%Y-%m-%d} give {len(folds)} whole "
             f"fold(s) by {end:%Y-%m-%d}; walk-forward needs at least {WALK_FORWARD_MIN_FOLDS} (the period must "
-            f"reach {need - timedelta(microseconds=1):%Y-%m-%d}).",
+            f"{need}).",
             folds=len(folds), min_folds=WALK_FORWARD_MIN_FOLDS,
         )  # fmt: skip
     return folds

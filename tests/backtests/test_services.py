@@ -6,8 +6,9 @@ import pytest
 import time_machine
 from django.conf import settings
 
-from backtests import probing, series, services, tasks
+from backtests import probing, selectors, series, services, tasks
 from backtests.models import DryRunPass, Optimization, OptimizationRun, ProbeCut, Report, Status, Strategy
+from backtests.services import BacktestError
 from billing.models import Transfer
 from billing.selectors import credit_usage
 from leroy.clock import now
@@ -1130,3 +1131,13 @@ def test_the_large_values_a_run_writes_are_compressed_with_lz4_on_postgresql():
         ("backtests_report", "equity", "l"),
         ("backtests_report", "trades", "l"),
     ]
+
+
+@pytest.mark.parametrize("given", ["\u00b2", "\uff13", "\u0663", "1" * 19, " 1", "-1"])
+def test_a_symbol_id_that_is_not_plain_ascii_digits_within_range_is_not_found(coin, given):
+    with pytest.raises(BacktestError) as refused:
+        services.symbols_for(data_ids=[given], frequency="1d")
+
+    assert selectors.symbol_get(symbol_id=given) is None
+    assert (refused.value.code, refused.value.details) == ("symbol_not_found", {"data_id": given})
+    assert selectors.symbol_get(symbol_id=str(coin.pk)) == coin

@@ -58,6 +58,25 @@ def test_folds_roll_or_stay_anchored_and_cover_whole_windows_only():
     assert [f["test_start"] for f in anchored] == [f["test_start"] for f in rolling]  # July is not whole: no fold
 
 
+def test_folds_stop_at_the_year_9999_and_a_period_that_would_need_more_is_refused_in_words():
+    last = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+
+    folds = services.walk_forward_folds(
+        start=datetime(9999, 1, 1, tzinfo=UTC), end=last, train_months=3, test_months=3, anchored=False
+    )
+    with pytest.raises(services.BacktestError) as refused:
+        services.walk_forward_folds(
+            start=datetime(9990, 1, 1, tzinfo=UTC), end=last, train_months=120, test_months=120, anchored=False
+        )
+
+    assert [(f["test_start"][:10], f["test_end"][:10]) for f in folds] == [
+        ("9999-04-01", "9999-07-01"),
+        ("9999-07-01", "9999-10-01"),
+    ]  # the fold ending 10000-01-01 cannot be written: not made
+    assert refused.value.code == "period_too_short"
+    assert refused.value.message.endswith("(the period must end after the year 9999).")
+
+
 @pytest.mark.django_db
 def test_walk_forward_scores_each_folds_choice_on_its_test_window(owner, coin, django_capture_on_commit_callbacks):
     result = walk_forward(owner, saved(owner), coin, django_capture_on_commit_callbacks)
