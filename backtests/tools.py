@@ -5,7 +5,6 @@ Thin: parse, call selectors/services in a worker thread, hand the rows to the re
 subscriber; anything that creates resources or spends credits needs `mcp:write`.
 """
 
-import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -213,7 +212,7 @@ async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
             raise services.dry_runs_busy("No dry-run worker was free.")
         if time.monotonic() > finish_by:
             raise services.dry_runs_busy("The dry run has not finished yet.")
-        await asyncio.sleep(services.DRY_RUN_POLL_SECONDS)
+        await call.idle(services.DRY_RUN_POLL_SECONDS)
     if state.busy or state.outcome is None:
         raise services.dry_runs_busy("No dry-run worker was free.")
     return DryRunOut.model_validate(state.outcome)
@@ -380,7 +379,7 @@ async def wait_for_reports(call: ToolCall, args: WaitForReportsArgs) -> ReportsW
         await call.report_progress(done, len(current), f"{done} of {len(current)} reports finished")
         if done == len(current) or time.monotonic() >= deadline:
             return ReportsWaited.from_statuses(current)
-        await asyncio.sleep(POLL_SECONDS)
+        await call.idle(POLL_SECONDS)
 
 
 # --- optimizations -----------------------------------------------------------------------------------------------
@@ -516,7 +515,7 @@ async def wait_for_optimization(call: ToolCall, args: IdArgs) -> OptimizationWai
         await call.report_progress(done, optimization.total_iterations, f"{done} of {optimization.total_iterations}")
         if optimization.status in TERMINAL or time.monotonic() >= deadline:
             return OptimizationWaited.from_optimization(optimization)
-        await asyncio.sleep(POLL_SECONDS)
+        await call.idle(POLL_SECONDS)
 
 
 @_tool("list_optimization_results", "List optimization results", OptimizationResultsArgs, OptimizationResultsOut)

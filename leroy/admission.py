@@ -6,14 +6,19 @@ timeouts. Each principal (a bearer credential, else the client address) has at m
 of those slots, so one account cannot occupy the pool (or queue a pile of connections on its own period row lock)
 while others wait. A request that cannot get both slots within `LEROY_ADMISSION_WAIT_SECONDS` is answered 503 with
 `Retry-After`; it never waits longer and never becomes a 500. The principal slot is taken first, so a principal
-waiting on its own limit holds no process slot.
+waiting on its own limit holds no process slot. A long poll lends its process slot back while it sleeps between
+reads (`lent`: it holds no connection then), so waits held open by any number of callers never fill the process.
 """
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
 from collections import deque
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -35,11 +40,12 @@ class Slots:
     def idle(self) -> bool:
         return self.used == 0 and not self.waiters
 
-    async def acquire(self, timeout: float) -> bool:
+    async def acquire(self, timeout: float | None) -> bool:
+        """A slot within `timeout` seconds (None: however long it takes, in turn)."""
         if self.used < self.capacity and not self.waiters:
             self.used += 1
             return True
-        if timeout <= 0:
+        if timeout is not None and timeout <= 0:
             return False
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiters.append(waiter)
@@ -68,6 +74,32 @@ class Slots:
                 waiter.set_result(None)
                 return
         self.used -= 1
+
+
+@dataclass
+class _Holding:
+    process: Slots
+    held: bool = True
+
+
+_holding: ContextVar[_Holding | None] = ContextVar("leroy_admission_holding", default=None)
+
+
+@contextlib.asynccontextmanager
+async def lent() -> AsyncIterator[None]:
+    """Around a wait that holds no database connection (a long poll's sleep between reads): this request's process
+    slot serves other requests meanwhile, and is taken again, in turn with them, before the request goes on."""
+    holding = _holding.get()
+    if holding is None or not holding.held:  # not admitted here (tests, the REST mirror's own calls): nothing to lend
+        yield
+        return
+    holding.held = False
+    holding.process.release()
+    try:
+        yield
+    finally:
+        await holding.process.acquire(None)
+        holding.held = True
 
 
 def principal_of(scope: Scope) -> str:
@@ -123,10 +155,14 @@ class Admission:
                 if not await self.process.acquire(deadline - time.monotonic()):
                     await self._refuse(scope, send, "process")
                     return
+                holding = _Holding(self.process)
+                token = _holding.set(holding)
                 try:
                     await self.app(scope, receive, send)
                 finally:
-                    self.process.release()
+                    _holding.reset(token)
+                    if holding.held:  # a request cancelled while taking its lent slot back holds none
+                        self.process.release()
             finally:
                 slots.release()
         finally:

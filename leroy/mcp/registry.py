@@ -5,6 +5,7 @@ principal (`subscriber`), the scope it needs and its metering class. The bridge 
 into an SDK tool; the transport uses the same specs to answer 401/403 before the SDK is reached.
 """
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -13,6 +14,7 @@ from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 from pydantic import BaseModel
 
+from leroy import admission
 from leroy.errors import DomainError
 from leroy.schemas import ToolArgs
 
@@ -55,6 +57,11 @@ class ToolCall:
         if self.principal.account is not None:
             return self.principal.account
         return User.objects.get(pk=self.principal.user_id)
+
+    async def idle(self, seconds: float) -> None:
+        """Sleep between a long poll's reads (holding no connection): the request's admission slot serves others."""
+        async with admission.lent():
+            await asyncio.sleep(seconds)
 
 
 async def _no_progress(progress: float, total: float | None, message: str | None) -> None:

@@ -320,3 +320,45 @@ async def test_every_tool_answers_in_its_output_model_while_jobs_are_pending_fai
     ]  # fmt: skip
     assert (cancelled["status"], cancelled["credits_refunded"]) == ("CANCELLED", cancelled["credits_reserved"])
     assert (stopped["status"], stopped["completed_iterations"], stopped["timed_out"]) == ("CANCELLED", 0, False)
+
+
+async def test_a_wait_holds_no_admission_slot_so_the_process_serves_other_calls_meanwhile(owner, api_key):
+    import asyncio
+    from datetime import UTC, date, datetime
+
+    import httpx2
+    from django.test import override_settings
+
+    from backtests.models import Status
+    from leroy.asgi import LeroyASGI
+
+    at = datetime(2026, 3, 2, 15, 0, tzinfo=UTC)
+    strategy = await Strategy.objects.acreate(user=owner, name="S", code="x", code_sha256="a" * 64, created_at=at)
+    report = await Report.objects.acreate(
+        user=owner, strategy=strategy, status=Status.EXECUTING, data_ids=["1"], tickers=["SPY"], frequency="1d",
+        start_date=date(2026, 1, 2), end_date=date(2026, 2, 27), simulation={"initial_cash": 10_000},
+        created_at=at, started_at=at,
+    )  # fmt: skip
+    with override_settings(LEROY_ADMISSION_MAX_INFLIGHT=1):
+        app = LeroyASGI()  # one request at a time in this process
+
+    def http() -> httpx2.AsyncClient:
+        transport = httpx2.ASGITransport(app=app, client=("203.0.113.7", 50000))
+        return httpx2.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1", headers={"Authorization": f"Bearer {api_key}"}
+        )
+
+    async with (
+        app.session_manager.run(),
+        Client(streamable_http_client(MCP_URL, http_client=http()), mode=MODERN) as waiting,
+        Client(streamable_http_client(MCP_URL, http_client=http()), mode=MODERN) as other,
+    ):
+        wait = asyncio.create_task(waiting.call_tool("wait_for_reports", {"report_ids": [str(report.pk)]}))
+        await asyncio.sleep(1.5)  # the wait has read the report at least once and sleeps between reads
+        usage = await other.call_tool("get_usage", {})
+        done = wait.done()
+        await Report.objects.filter(pk=report.pk).aupdate(status=Status.COMPLETED, finished_at=at)
+        waited = await wait
+
+    assert (usage.is_error, done) == (False, False)
+    assert waited.structured_content["results"] == [{"report_id": str(report.pk), "status": "COMPLETED"}]

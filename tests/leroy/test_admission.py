@@ -123,3 +123,32 @@ async def test_a_waiter_is_admitted_when_a_slot_frees_within_the_wait():
 
     assert statuses == [200, 200]
     assert app.in_flight == 0
+
+
+async def test_a_long_poll_lends_its_process_slot_while_it_waits_and_takes_it_back_after():
+    from leroy.admission import lent
+
+    polling, served = asyncio.Event(), []
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/poll":
+            async with lent():
+                await polling.wait()
+        served.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"done"})
+
+    gate = admission(app, max_inflight=1)
+    async with client(gate) as http:
+        poll = asyncio.create_task(http.post("/poll", headers={"Authorization": "Bearer a"}))
+        await asyncio.sleep(0.05)
+        others = [await post(http, key) for key in ("b", "c")]  # the one process slot is free while "a" waits
+        in_flight_while_waiting = gate.in_flight
+        polling.set()
+        polled = await poll
+
+    assert [r.status_code for r in others] == [200, 200]
+    assert in_flight_while_waiting == 0
+    assert polled.status_code == 200
+    assert served == ["/api/mcp", "/api/mcp", "/poll"]
+    assert (gate.in_flight, gate.principals) == (0, {})
