@@ -109,9 +109,26 @@ def _strict_args(request: HttpRequest, spec: ToolSpec) -> BaseModel:
     try:
         body = json.loads(request.body or b"{}")
     except ValueError:
-        problem = {"field": "body", "problem": "The body is not JSON"}
-        raise DomainError("invalid_arguments", "Invalid arguments: the body is not JSON", problems=[problem]) from None
+        raise _not_json() from None
     return spec.args.from_arguments(body)
+
+
+def _not_json() -> DomainError:
+    problem = {"field": "body", "problem": "The body is not JSON"}
+    return DomainError("invalid_arguments", "Invalid arguments: the body is not JSON", problems=[problem])
+
+
+# ninja's own refusals (a body it cannot parse, a missing CSRF token, a credential where a session belongs), in the
+# one error shape of every other refusal.
+HTTP_ERROR_CODES = {401: "not_signed_in", 403: "csrf_failed"}
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
+    if error.status_code == 400:  # ninja could not parse the body (not JSON, not UTF-8)
+        return _refused(request, _not_json())
+    body = ErrorOut(error=ErrorDetail(code=HTTP_ERROR_CODES.get(error.status_code, "refused"), message=str(error)))
+    return api.create_response(request, body.model_dump(mode="json", exclude_none=True), status=error.status_code)
 
 
 @api.exception_handler(DomainError)

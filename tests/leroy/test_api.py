@@ -218,3 +218,37 @@ def test_a_rest_refusal_carries_the_same_details_as_the_tools(owner):
     assert (response.status_code, "Retry-After" in response) == (402, False)
     assert error == {"code": "quota_exhausted", "message": error["message"], **details}
     assert details["upgrade_url"] == "http://127.0.0.1:8000/account/"
+
+
+@pytest.mark.parametrize("body", [b"{bad", b"\xff\xfe"])
+def test_a_body_that_is_not_json_is_refused_in_the_refusal_shape(owner, body):
+    response = signed_in_client(owner).post(
+        "/api/v1/tests/probe_metered", body, content_type="application/json", headers={"X-CSRFToken": TOKEN}
+    )
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": {
+            "code": "invalid_arguments",
+            "message": "Invalid arguments: the body is not JSON",
+            "problems": [{"field": "body", "problem": "The body is not JSON"}],
+        }
+    }
+
+
+def test_a_missing_csrf_token_and_a_bearer_credential_are_refused_in_the_refusal_shape(owner):
+    no_token = signed_in_client(owner).post(
+        "/api/v1/tests/probe_metered", {"side": "buy"}, content_type="application/json"
+    )
+    bearer = Client().post(
+        "/api/v1/tests/probe_metered",
+        {"side": "buy"},
+        content_type="application/json",
+        headers={"Authorization": "Bearer x"},
+    )
+
+    assert (no_token.status_code, no_token.json()) == (
+        403,
+        {"error": {"code": "csrf_failed", "message": "CSRF check Failed"}},
+    )
+    assert (bearer.status_code, bearer.json()["error"]["code"]) == (401, "not_signed_in")
