@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, Field, StringConstraints
 
 from alerts.models import AlertRule, Attempt, Delivery
-from leroy.schemas import Instant, ToolArgs
+from leroy.schemas import Instant, Name, ToolArgs
 
 ALERT_ID = r"^alr_[0-9a-f]{24}$"
 DELIVERY_ID = r"^dlv_[0-9a-f]{24}$"
@@ -14,7 +14,7 @@ Ticker = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9.\-]{0,9}
 
 
 class CreateAlertArgs(ToolArgs):
-    name: str = Field(min_length=1, max_length=100, description="A name for the rule, shown in lists and payloads")
+    name: Name = Field(min_length=1, max_length=100, description="A name for the rule, shown in lists and payloads")
     symbols: list[Ticker] | None = Field(
         default=None,
         min_length=1,

@@ -17,7 +17,7 @@ from backtests.statistics import METRICS
 from billing.schemas import CreditUsage
 from evidence.models import Symbol
 from evidence.vocabulary import FREQUENCIES
-from leroy.schemas import Instant, InstantEnd, IsoDate, ToolArgs
+from leroy.schemas import Instant, InstantEnd, IsoDate, Name, ToolArgs
 
 if TYPE_CHECKING:
     import polars as pl
@@ -42,7 +42,7 @@ class IdArgs(ToolArgs):
 
 
 class CreateStrategyArgs(ToolArgs):
-    name: str = Field(min_length=1, max_length=200, description="Strategy name")
+    name: Name = Field(min_length=1, max_length=200, description="Strategy name")
     description: str = Field(default="", max_length=5000, description="What the strategy does")
     code: str = Field(min_length=1, max_length=65536, description="Complete Python source defining a bt.Strategy")
     version: str = Field(default="1.0.0", min_length=1, max_length=40, description="Version label")
@@ -50,7 +50,7 @@ class CreateStrategyArgs(ToolArgs):
 
 class UpdateStrategyArgs(ToolArgs):
     id: str = Field(min_length=1, max_length=64, description="The current strategy version's id")
-    name: str | None = Field(default=None, min_length=1, max_length=200, description="New name")
+    name: Name | None = Field(default=None, min_length=1, max_length=200, description="New name")
     description: str | None = Field(default=None, max_length=5000, description="New description")
     code: str | None = Field(default=None, min_length=1, max_length=65536, description="New complete source")
 
@@ -164,7 +164,7 @@ def _default_simulation() -> SimulationParameters:
 
 class RunOptimizationArgs(ToolArgs):
     strategy_id: str = Field(min_length=1, max_length=64, description="Saved strategy id")
-    name: str = Field(min_length=1, max_length=200, description="Optimization name")
+    name: Name = Field(min_length=1, max_length=200, description="Optimization name")
     data_ids: list[str] = Field(min_length=1, max_length=10, description="1-10 symbol ids")
     frequency: SampleFrequency = Field(description="5m, 15m, 1h, 4h or 1d")
     start_date: Instant = Field(description="ISO 8601")

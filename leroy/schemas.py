@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime, timedelta
 from functools import partial
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, GetPydanticSchema, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, GetPydanticSchema, ValidationError, field_validator
 from pydantic_core import core_schema
 
 from leroy.errors import DomainError
@@ -51,6 +51,16 @@ def invalid_arguments(error: ValidationError) -> DomainError:
     problems = [{"field": field, "problem": " or ".join(messages)} for field, messages in by_field.items()]
     summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
     return DomainError("invalid_arguments", f"Invalid arguments: {summary}", problems=problems)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_not_blank)]
+"""A name shown in lists: whitespace alone is refused."""
 
 
 # --- dates and instants in tool arguments: JSON text, parsed strictly, once ------------------------------------------

@@ -145,3 +145,22 @@ def test_dates_are_parsed_once_into_typed_values_and_published_as_plain_strings(
     assert grid.model_dump(mode="json")["end_date"] == "2024-12-31T23:59:59.999999Z"
     properties = type(backtest).model_json_schema()["properties"]
     assert properties["start_date"] == {"description": "YYYY-MM-DD", "title": "Start Date", "type": "string"}
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("create_strategy", {"code": "x"}),
+        ("update_strategy", {"id": "x"}),
+        ("run_optimization", optimization_args("x", "1")),
+        (
+            "create_evidence_alert",
+            {"universe": True, "side": "buy", "horizon_minutes": 15, "endpoint_url": "https://h.example/"},
+        ),
+    ],
+)
+def test_a_name_of_whitespace_alone_is_an_invalid_argument(tool, arguments):
+    with pytest.raises(DomainError) as refused:
+        REGISTRY[tool].args.from_arguments({**arguments, "name": " \t"})
+
+    assert refused.value.details["problems"] == [{"field": "name", "problem": "Value error, must not be blank"}]
