@@ -42,6 +42,7 @@ from backtests.probing import PROBE_CUTS
 from billing import services as billing
 from evidence.marketdata.selectors import bars_frame_version, bars_read, bars_stamp
 from evidence.models import Symbol
+from evidence.vocabulary import FREQUENCY_MINUTES
 from leroy import broker
 from leroy.clock import now
 from leroy.errors import DomainError, queue_unavailable
@@ -300,11 +301,21 @@ def _rows(loaded: tuple[list[dict], str]) -> int:
     return sum(len(data["ts_us"]) for data in loaded[0])
 
 
-def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datetime) -> tuple[list[dict], str]:
-    """Plain-list bars for the sandbox and the data version (SHA-256 over every symbol's bars)."""
+def completed_by(frequency: str, at: datetime) -> datetime:
+    """The last bar start whose bar had ended at `at` (a bar at ts covers [ts, ts + its frequency)): a later bar,
+    stored early (a provider's session still open, a replayed one), is not history yet."""
+    return at - timedelta(minutes=FREQUENCY_MINUTES[frequency])
+
+
+def load_bars(
+    *, tickers: list[str], frequency: str, start: datetime, end: datetime, as_of: datetime
+) -> tuple[list[dict], str]:
+    """Plain-list bars for the sandbox and the data version (SHA-256 over every symbol's bars): those in [start,
+    end] that had completed at `as_of` (the job's submission, so every run of a job reads the same bars)."""
+    until = min(end, completed_by(frequency, as_of))
     # Stamped by ticker: kept bars cost one query a symbol (a grid reads the same window once a point).
-    stamps = [bars_stamp(symbol=ticker, frequency=frequency, start=start, end=end) for ticker in tickers]
-    key = (tuple(tickers), frequency, start, end, tuple(stamps))
+    stamps = [bars_stamp(symbol=ticker, frequency=frequency, start=start, end=until) for ticker in tickers]
+    key = (tuple(tickers), frequency, start, until, tuple(stamps))
     if None not in stamps:
         with _BARS_LOCK:
             if (kept := _BARS_KEPT.get(key)) is not None:
@@ -312,7 +323,7 @@ def load_bars(*, tickers: list[str], frequency: str, start: datetime, end: datet
                 return kept
     datas, versions = [], []
     for symbol in [Symbol.objects.get(ticker=ticker) for ticker in tickers]:
-        frame = bars_read(symbol=symbol, frequency=frequency, start=start, end=end)
+        frame = bars_read(symbol=symbol, frequency=frequency, start=start, end=until)
         if frame.is_empty():
             raise BacktestError(
                 "no_data", f"{symbol.ticker} has no {frequency} bars between {start:%Y-%m-%d} and {end:%Y-%m-%d}."
@@ -528,7 +539,9 @@ def backtest_execute(*, report_id: str) -> None:
     report = Report.objects.select_related("strategy").get(pk=report_id)
     start, end = day_bounds(report.start_date, report.end_date)
     try:
-        datas, data_version = load_bars(tickers=report.tickers, frequency=report.frequency, start=start, end=end)
+        datas, data_version = load_bars(
+            tickers=report.tickers, frequency=report.frequency, start=start, end=end, as_of=report.created_at
+        )
     except BacktestError as error:
         _report_fail(report_id, {"code": error.code, "message": error.message, "line": None})
         return
@@ -877,7 +890,11 @@ def _run_point(optimization: Optimization, run: OptimizationRun) -> dict[str, An
     start, end = run_window(optimization, run)
     try:
         datas, data_version = load_bars(
-            tickers=optimization.tickers, frequency=optimization.frequency, start=start, end=end
+            tickers=optimization.tickers,
+            frequency=optimization.frequency,
+            start=start,
+            end=end,
+            as_of=optimization.created_at,
         )
     except BacktestError as error:
         return {"error": {"code": error.code, "message": error.message, "line": None}}
@@ -1080,6 +1097,7 @@ def _probe_job(optimization: Optimization, best: OptimizationRun | None) -> dict
         frequency=optimization.frequency,
         start=optimization.start_date,
         end=optimization.end_date,
+        as_of=optimization.created_at,
     )
     kept = OptimizationRun.objects.filter(pk=best.pk).values_list("decisions", flat=True).first()
     same = (

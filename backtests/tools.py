@@ -66,6 +66,7 @@ from backtests.schemas import (
 )
 from billing.schemas import CreditUsage
 from billing.selectors import credit_usage
+from leroy.clock import now
 from leroy.mcp.registry import Handler, Metering, ToolCall, ToolFailure, tool
 from leroy.schemas import ToolArgs
 
@@ -250,7 +251,8 @@ async def get_symbol(call: ToolCall, args: IdArgs) -> SymbolOut:
 
 @_tool("get_market_data_sample", "Market data sample", MarketDataSampleArgs, MarketDataSampleOut)
 async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> MarketDataSampleOut:
-    """The most recent OHLCV candles (up to `limit`, at most 10,000) of a stored frequency, with a CSV resource.
+    """The most recent completed OHLCV candles (up to `limit`, at most 10,000) of a stored frequency, with a CSV
+    resource; a candle whose period has not ended yet is never among them.
 
     start_date/end_date are inclusive ISO 8601 dates or date-times with an offset; a date-only end covers the day."""
     from evidence.marketdata.selectors import bars_read
@@ -260,7 +262,9 @@ async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> 
         services.require_frequency(symbol, args.frequency)
         if args.start_date and args.end_date:
             services.require_period(args.start_date, args.end_date)
-        bars = bars_read(symbol=symbol, frequency=args.frequency, start=args.start_date, end=args.end_date)
+        completed = services.completed_by(args.frequency, now())  # a bar stored before it ended is not served
+        end = completed if args.end_date is None else min(args.end_date, completed)
+        bars = bars_read(symbol=symbol, frequency=args.frequency, start=args.start_date, end=end)
         return MarketDataSampleOut.from_bars(symbol, args.frequency, bars.tail(args.limit))
 
     return await _run(run)

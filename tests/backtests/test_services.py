@@ -479,7 +479,7 @@ def test_bars_are_read_once_per_symbol_and_versioned_as_bars_data_version_gives(
     real_scan = store.scan_parquet
     monkeypatch.setattr(store, "scan_parquet", lambda paths: scans.append(paths) or real_scan(paths))
 
-    datas, version = services.load_bars(tickers=["TSTUSD", "XAUUSD"], frequency="1d", start=start, end=end)
+    datas, version = services.load_bars(tickers=["TSTUSD", "XAUUSD"], frequency="1d", start=start, end=end, as_of=now())
 
     assert len(scans) == 2
     assert [d["name"] for d in datas] == ["TSTUSD", "XAUUSD"]
@@ -498,13 +498,13 @@ def test_a_workers_bars_are_kept_until_a_partition_they_came_from_is_rewritten(c
     real_bars_read = services.bars_read
     monkeypatch.setattr(services, "bars_read", lambda **kwargs: reads.append(kwargs) or real_bars_read(**kwargs))
 
-    first = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
-    again = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
+    first = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end, as_of=now())
+    again = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end, as_of=now())
     # Ten more days of the same year: the year's partition file is replaced by one with them.
     bars_import(
         ticker="TSTUSD", frequency="1d", frame=frame_of(walk("TSTUSD", bars=130, seed=7)).tail(10), asset_class="crypto"
     )
-    extended = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
+    extended = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end, as_of=now())
 
     assert len(reads) == 2
     assert again is first
@@ -519,10 +519,10 @@ def test_kept_bars_cost_one_query_a_symbol(coin, other_coin, monkeypatch):
 
     start, end = services.day_bounds(date(2024, 1, 1), date(2024, 12, 31))
     monkeypatch.setattr(services, "_BARS_KEPT", OrderedDict())
-    first = services.load_bars(tickers=["TSTUSD", "XAUUSD"], frequency="1d", start=start, end=end)
+    first = services.load_bars(tickers=["TSTUSD", "XAUUSD"], frequency="1d", start=start, end=end, as_of=now())
 
     with CaptureQueriesContext(connection) as queries:
-        again = services.load_bars(tickers=["TSTUSD", "XAUUSD"], frequency="1d", start=start, end=end)
+        again = services.load_bars(tickers=["TSTUSD", "XAUUSD"], frequency="1d", start=start, end=end, as_of=now())
 
     assert again is first
     # Each symbol's partitions and their stamps, joined on its ticker: the symbol row itself is not read.
@@ -538,7 +538,7 @@ def test_a_worker_keeps_bars_up_to_its_row_bound_dropping_the_least_recent_windo
     )
 
     def rows(window):
-        datas, _ = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=window[0], end=window[1])
+        datas, _ = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=window[0], end=window[1], as_of=now())
         return len(datas[0]["ts_us"])
 
     assert [rows(first), rows(second), rows(large)] == [29, 35, 108]
@@ -553,7 +553,7 @@ def test_a_window_without_bars_is_refused_as_no_data_and_nothing_is_kept(coin, m
     start, end = services.day_bounds(date(2030, 1, 1), date(2030, 12, 31))
 
     with pytest.raises(services.BacktestError) as refused:
-        services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
+        services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end, as_of=now())
 
     assert (refused.value.code, refused.value.message) == (
         "no_data", "TSTUSD has no 1d bars between 2030-01-01 and 2030-12-31."
@@ -571,8 +571,8 @@ def test_bars_on_a_store_that_cannot_stamp_its_files_are_read_every_time(coin, m
     real_bars_read = services.bars_read
     monkeypatch.setattr(services, "bars_read", lambda **kwargs: reads.append(kwargs) or real_bars_read(**kwargs))
 
-    first = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
-    again = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end)
+    first = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end, as_of=now())
+    again = services.load_bars(tickers=["TSTUSD"], frequency="1d", start=start, end=end, as_of=now())
 
     assert len(reads) == 2
     assert again == first
@@ -1141,3 +1141,29 @@ def test_a_symbol_id_that_is_not_plain_ascii_digits_within_range_is_not_found(co
     assert selectors.symbol_get(symbol_id=given) is None
     assert (refused.value.code, refused.value.details) == ("symbol_not_found", {"data_id": given})
     assert selectors.symbol_get(symbol_id=str(coin.pk)) == coin
+
+
+def test_a_bar_whose_period_has_not_ended_is_neither_sampled_nor_backtested(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    import hashlib
+
+    from backtests.schemas import MarketDataSampleArgs
+    from evidence.marketdata.selectors import bars_frame_version, bars_read
+    from tests.calls import call_tool
+
+    stored = bars_read(symbol=coin, frequency="1d")
+    last = stored.get_column("ts").max()
+    with time_machine.travel(
+        last + timedelta(hours=15), tick=False
+    ):  # the last day's bar is stored, the day is not over
+        strategy = saved(owner)
+        sample = call_tool(
+            owner, "get_market_data_sample", MarketDataSampleArgs(id=str(coin.pk), frequency="1d", limit=2)
+        )
+        report = submit(owner, strategy, coin, django_capture_on_commit_callbacks, end_date=last.date())
+
+    completed = stored.filter(stored.get_column("ts") < last)
+    version = hashlib.sha256(bars_frame_version(completed, ticker="TSTUSD", frequency="1d").encode()).hexdigest()
+    assert [point.timestamp for point in sample.points] == completed.get_column("ts").tail(2).to_list()
+    assert (report.status, report.data_version) == (Status.COMPLETED, version)
