@@ -143,8 +143,9 @@ async def explain_setup_failure(call: ToolCall, args: SetupArgs) -> FailureOut:
 @tool(name="compare_against_benchmark", title="Compare against benchmark", args=SetupArgs, output=BenchmarkOut,
       access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
 async def compare_against_benchmark(call: ToolCall, args: SetupArgs) -> BenchmarkOut:
-    """The current frame's matched setup next to the benchmark's direction baseline for the same side, horizon
-    and historical sessions, both from the artifact. Costs 1 lookup."""
+    """The current frame's matched setup next to the benchmark's direction baseline for the same side and horizon
+    over the artifact's historical period: the baseline covers all the benchmark's ready minutes, not the setup's
+    sessions (window_basis says so; each sample is stated). Both from the artifact. Costs 1 lookup."""
     return await _metered(call, args, BenchmarkOut, lambda: research.benchmark_comparison(args=args))
 
 

@@ -418,7 +418,8 @@ def setup_failure(*, args: SetupArgs) -> Answer:
         losers = _group([r for r in labelled if r[f"r_{h}"] <= 0], h)
     fields = {
         **_setup_fields(setup, reader),
-        "sample": RESERVOIR_SAMPLE + " Losers are rows whose return is zero or negative.",
+        "sample": RESERVOIR_SAMPLE + " Losers are rows whose return is zero or negative. The groups and their gaps "
+        "describe these few rows only, not the key: its own statistics are the match's.",
         "rows_without_label": unlabelled,
         "winners": winners,
         "losers": losers,
@@ -429,8 +430,9 @@ def setup_failure(*, args: SetupArgs) -> Answer:
 
 
 def benchmark_comparison(*, args: SetupArgs) -> Answer:
-    """The matched key's statistics next to the benchmark's own direction baseline for the same side, horizon and
-    historical sessions; one lookup. A benchmark baseline below the minimum sample is not shown."""
+    """The matched key's statistics next to the benchmark's own direction baseline for the same side and horizon
+    over the artifact's historical period (its own sessions, not the setup's: `window_basis`); one lookup. A
+    benchmark baseline below the minimum sample is not shown."""
 
     at, reader = now(), memory_reader()
     setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)

@@ -25,18 +25,28 @@ def _tier(row: HistoricalEvidence) -> str:
 def _evidence_rows(rows: list[HistoricalEvidence]) -> list[str]:
     """One line per available row; its tier stands beside its numbers, which all come from that tier's key."""
     lines = [
-        "| Side | Horizon (min) | Tier | Sample | Sessions | Avg return % | Win rate | Profit factor | Lift (bps) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| Side | Horizon (min) | Tier | Sample | Sessions | Symbols | Avg return % | Win rate | Profit factor "
+        "| Lift (bps) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         if row.availability != "available":
             continue
         lines.append(
             f"| {SIDE_TITLES[row.side]} | {row.horizon_minutes} | {_tier(row)} | {_value(row.sample_size)} "
-            f"| {_value(row.distinct_sessions)} | {_value(row.average_return_pct)} | {_value(row.win_rate)} "
-            f"| {_value(row.profit_factor)} | {_value(row.lift_vs_baseline_bps)} |"
+            f"| {_value(row.distinct_sessions)} | {_value(row.distinct_symbols)} | {_value(row.average_return_pct)} "
+            f"| {_value(row.win_rate)} | {_value(row.profit_factor)} | {_value(row.lift_vs_baseline_bps)} |"
         )
     return lines
+
+
+# Which of the frame's conditions each tier's key holds (evidence.memory.artifact.TIER_KEYS), in words: a row of a
+# broader tier is never read as a match of the whole setup.
+POOLED = (
+    "Only exact_setup rows are the symbol's own; the other tiers pool the symbols counted under Symbols. "
+    "signal_pattern rows match the active signals but not the regime; contextual_analogue rows match the regime "
+    "and the number of active signals, not which."
+)
 
 
 def render(result: EvaluationOut) -> Presentation:
@@ -84,6 +94,8 @@ def render(result: EvaluationOut) -> Presentation:
         available = [row for row in result.historical_evidence if row.availability == "available"]
         if available:
             parts.append("\n".join(_evidence_rows(result.historical_evidence)))
+            if any(row.match_strength is not None and row.match_strength.score < 5 for row in available):
+                parts.append(POOLED)
             missing = [row for row in result.historical_evidence if row.availability != "available"]
             if missing:
                 horizons = ", ".join(f"{SIDE_TITLES[r.side]} {r.horizon_minutes}" for r in missing)

@@ -70,6 +70,22 @@ def test_presentation_contains_no_number_missing_from_the_structured_result(fed_
     assert numbers(result.presentation.text) <= numbers(structured)
 
 
+def test_the_scorecard_states_how_many_symbols_each_row_pools_and_what_a_broader_tier_does_not_match(fed_world, user):
+    from evidence.research.presentation import POOLED
+
+    result = evaluate(user, symbol="ALFA", side="both")
+
+    text = result.presentation.text
+    available = [row for row in result.historical_evidence if row.availability == "available"]
+    assert available
+    for row in available:
+        assert (
+            f"| {row.horizon_minutes} | {row.match_strength.tier} (score {row.match_strength.score}) | "
+            f"{row.sample_size} | {row.distinct_sessions} | {row.distinct_symbols} |"
+        ) in text
+    assert (POOLED in text) is any(row.match_strength.score < 5 for row in available)
+
+
 def test_both_sides_cost_two_and_a_repeat_on_the_same_frame_is_a_free_cache_hit(fed_world, user):
     first = evaluate(user, symbol="ALFA", side="both")
     again = evaluate(user, symbol="ALFA", side="both")
