@@ -561,6 +561,7 @@ class ExecutionOut(BaseModel):
     availability: Literal["available", "not_available"]
     reason: str | None
     volume_by_time_of_day: list[VolumeBucket]
+    basis: str  # which minutes the buckets count
     spread: Unavailable
     fill: Unavailable
     market_impact: Unavailable

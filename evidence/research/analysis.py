@@ -579,6 +579,11 @@ def execution_conditions(*, args: ExecutionArgs) -> ExecutionOut:
         availability="available" if table else "not_available",
         reason=None if table else f"{ticker} has no historical bars in the active artifact.",
         volume_by_time_of_day=[VolumeBucket(**row) for row in table],
+        basis=(
+            f"Every traded regular-session minute of {ticker} stored for the artifact's historical period, its "
+            "feature warm-up sessions included: a bucket's sessions counts those dates, so it can exceed the ready "
+            "sessions of the coverage in get_data_lineage."
+        ),
         spread=Unavailable(reason=NO_QUOTES),
         fill=Unavailable(reason="Leroy places no orders and has no fill data; no fill is inferred."),
         market_impact=Unavailable(reason="No order-book data is stored; no market impact is inferred."),

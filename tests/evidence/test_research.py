@@ -294,6 +294,9 @@ def test_execution_conditions_report_volume_and_never_a_spread_fill_or_impact(fe
     assert [b.model_dump() for b in result.volume_by_time_of_day] == stored
     assert result.volume_by_time_of_day[0].mean_volume_per_bar == 55675.34
     assert {result.spread.status, result.fill.status, result.market_impact.status} == {"not_available"}
+    ready = memory_reader().coverage()["historical"]["sessions"]
+    assert max(b.sessions for b in result.volume_by_time_of_day) > ready  # the warm-up sessions, counted
+    assert "warm-up sessions included" in result.basis
 
 
 def test_execution_conditions_of_an_unknown_symbol_are_not_available(fed_world):
