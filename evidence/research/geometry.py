@@ -4,6 +4,7 @@ from evidence.schemas import RequestSide, SetupGeometry
 from leroy.errors import DomainError
 
 PRICE_DECIMALS = 6
+MIN_DISTANCE = f"{10**-PRICE_DECIMALS:.{PRICE_DECIMALS}f}"  # one unit of the last decimal kept
 
 
 class InvalidSetup(DomainError):
@@ -28,11 +29,17 @@ def setup_geometry(
         if stop is not None:
             risk = round(sign * (entry - stop), PRICE_DECIMALS)
             if risk <= 0:
-                raise InvalidSetup(f"a {side} stop must lie {'below' if side == 'buy' else 'above'} the entry price")
+                raise InvalidSetup(
+                    f"a {side} stop must lie {'below' if side == 'buy' else 'above'} the entry price by at least "
+                    f"{MIN_DISTANCE} (prices are compared to {PRICE_DECIMALS} decimals)"
+                )
         if target is not None:
             reward = round(sign * (target - entry), PRICE_DECIMALS)
             if reward <= 0:
-                raise InvalidSetup(f"a {side} target must lie {'above' if side == 'buy' else 'below'} the entry price")
+                raise InvalidSetup(
+                    f"a {side} target must lie {'above' if side == 'buy' else 'below'} the entry price by at least "
+                    f"{MIN_DISTANCE} (prices are compared to {PRICE_DECIMALS} decimals)"
+                )
         if risk is not None and reward is not None:
             ratio = round(reward / risk, 4)
     return SetupGeometry(

@@ -50,3 +50,12 @@ def test_both_sides_echo_levels_only():
 def test_levels_against_the_direction_are_refused(side, stop, target):
     with pytest.raises(InvalidSetup):
         setup_geometry(side=side, entry=100.0, stop=stop, target=target)
+
+
+def test_levels_closer_than_the_kept_decimals_are_refused_saying_so():
+    with pytest.raises(InvalidSetup) as refused:
+        setup_geometry(side="buy", entry=100.0000004, stop=100.0000001, target=None)
+
+    assert refused.value.message == (
+        "a buy stop must lie below the entry price by at least 0.000001 (prices are compared to 6 decimals)"
+    )
