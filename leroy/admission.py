@@ -80,6 +80,7 @@ class Slots:
 class _Holding:
     process: Slots
     held: bool = True
+    done: bool = False  # the request has ended: a slot taken back after it would never be released
 
 
 _holding: ContextVar[_Holding | None] = ContextVar("leroy_admission_holding", default=None)
@@ -99,7 +100,10 @@ async def lent() -> AsyncIterator[None]:
         yield
     finally:
         await holding.process.acquire(None)
-        holding.held = True
+        if holding.done:  # a handler that outlived its request (the client went away): give it back at once
+            holding.process.release()
+        else:
+            holding.held = True
 
 
 def principal_of(scope: Scope) -> str:
@@ -161,6 +165,7 @@ class Admission:
                     await self.app(scope, receive, send)
                 finally:
                     _holding.reset(token)
+                    holding.done = True
                     if holding.held:  # a request cancelled while taking its lent slot back holds none
                         self.process.release()
             finally:

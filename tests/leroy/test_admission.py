@@ -152,3 +152,29 @@ async def test_a_long_poll_lends_its_process_slot_while_it_waits_and_takes_it_ba
     assert polled.status_code == 200
     assert served == ["/api/mcp", "/api/mcp", "/poll"]
     assert (gate.in_flight, gate.principals) == (0, {})
+
+
+async def test_a_handler_that_outlives_its_request_gives_back_the_slot_it_takes_again():
+    from leroy.admission import lent
+
+    resume, stray = asyncio.Event(), []
+
+    async def app(scope, receive, send):
+        async def handler():  # runs on after the response, as a handler whose client went away may
+            async with lent():
+                await resume.wait()
+
+        stray.append(asyncio.create_task(handler()))
+        await asyncio.sleep(0.01)  # the handler is inside lent: the slot is lent out
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"done"})
+
+    gate = admission(app, max_inflight=1)
+    async with client(gate) as http:
+        answered = await post(http, "a")
+        resume.set()
+        await stray[0]
+        after = await post(http, "b")
+
+    assert (answered.status_code, after.status_code) == (200, 200)
+    assert (gate.in_flight, gate.process.used) == (0, 0)
