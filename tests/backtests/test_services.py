@@ -1,3 +1,4 @@
+import hashlib
 import threading
 from collections import OrderedDict
 from datetime import date, timedelta
@@ -8,11 +9,14 @@ from django.conf import settings
 
 from backtests import probing, selectors, series, services, tasks
 from backtests.models import DryRunPass, Optimization, OptimizationRun, ProbeCut, Report, Status, Strategy
+from backtests.schemas import MarketDataSampleArgs
 from backtests.services import BacktestError
 from billing.models import Transfer
 from billing.selectors import credit_usage
+from evidence.marketdata.selectors import bars_frame_version, bars_read
 from leroy.clock import now
 from tests.backtests.conftest import SMA_CROSS, expected_layers
+from tests.calls import call_tool
 from tests.migrating import migrate_to, model_before
 
 pytestmark = pytest.mark.django_db
@@ -1146,21 +1150,13 @@ def test_a_symbol_id_that_is_not_plain_ascii_digits_within_range_is_not_found(co
 def test_a_bar_whose_period_has_not_ended_is_neither_sampled_nor_backtested(
     owner, coin, django_capture_on_commit_callbacks
 ):
-    import hashlib
-
-    from backtests.schemas import MarketDataSampleArgs
-    from evidence.marketdata.selectors import bars_frame_version, bars_read
-    from tests.calls import call_tool
-
     stored = bars_read(symbol=coin, frequency="1d")
     last = stored.get_column("ts").max()
-    with time_machine.travel(
-        last + timedelta(hours=15), tick=False
-    ):  # the last day's bar is stored, the day is not over
+    # The last day's bar is stored but its day is not over.
+    with time_machine.travel(last + timedelta(hours=15), tick=False):
         strategy = saved(owner)
-        sample = call_tool(
-            owner, "get_market_data_sample", MarketDataSampleArgs(id=str(coin.pk), frequency="1d", limit=2)
-        )
+        sample_args = MarketDataSampleArgs(id=str(coin.pk), frequency="1d", limit=2)
+        sample = call_tool(owner, "get_market_data_sample", sample_args)
         report = submit(owner, strategy, coin, django_capture_on_commit_callbacks, end_date=last.date())
 
     completed = stored.filter(stored.get_column("ts") < last)

@@ -1,9 +1,15 @@
+import asyncio
+from datetime import UTC, date, datetime
+
+import httpx2
 import pytest
 from asgiref.sync import sync_to_async
+from django.test import override_settings
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from backtests.models import Report, Strategy
+from backtests.models import Report, Status, Strategy
+from leroy.asgi import LeroyASGI
 from leroy.mcp.registry import load_tools
 from tests.backtests.conftest import SMA_CROSS, import_walk, optimization_args
 from tests.conftest import MCP_URL
@@ -323,15 +329,6 @@ async def test_every_tool_answers_in_its_output_model_while_jobs_are_pending_fai
 
 
 async def test_a_wait_holds_no_admission_slot_so_the_process_serves_other_calls_meanwhile(owner, api_key):
-    import asyncio
-    from datetime import UTC, date, datetime
-
-    import httpx2
-    from django.test import override_settings
-
-    from backtests.models import Status
-    from leroy.asgi import LeroyASGI
-
     at = datetime(2026, 3, 2, 15, 0, tzinfo=UTC)
     strategy = await Strategy.objects.acreate(user=owner, name="S", code="x", code_sha256="a" * 64, created_at=at)
     report = await Report.objects.acreate(
