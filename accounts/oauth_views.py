@@ -191,7 +191,7 @@ def register(request: HttpRequest) -> JsonResponse:
     try:
         metadata = json.loads(request.body)
         registered = oauth.oauth_client_register(metadata=metadata)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         response = JsonResponse(
             {"error": "invalid_client_metadata", "error_description": "The body must be a JSON object."}, status=400
         )

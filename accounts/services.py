@@ -44,9 +44,16 @@ def user_create(*, email: str, password: str | None) -> User:
     return User.objects.create_user(email=email, password=password)
 
 
+def suspended(user: User) -> bool:
+    """An account an operator deactivated (admin's "active" unticked): it had a password, unlike a sign-up not yet
+    confirmed. Signing up again must not reopen it, nor bring back its keys and tokens."""
+    return not user.is_active and user.has_usable_password()
+
+
 def signup_request(*, email: str, next_url: str = "") -> None:
     """Answer a sign-up by e-mail only: a new or unconfirmed address gets a link to choose its password, an
-    existing account a reminder with a reset link. The caller shows the same page either way."""
+    existing account a reminder with a reset link, a suspended one a note that it stays suspended. The caller shows
+    the same page either way."""
     email = email.strip().lower()
     origin = settings.LEROY_PUBLIC_ORIGIN
     with transaction.atomic():
@@ -59,6 +66,9 @@ def signup_request(*, email: str, next_url: str = "") -> None:
     if user.is_active and user.has_usable_password():
         context = {"origin": origin, "email": email, "reset_url": origin + reverse("accounts:password-reset")}
         template = "accounts/email/signup_existing.txt"
+    elif suspended(user):
+        context = {"origin": origin, "email": email}
+        template = "accounts/email/signup_suspended.txt"
     else:
         path = reverse(
             "accounts:signup-confirm",

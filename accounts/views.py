@@ -8,6 +8,8 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
@@ -92,6 +94,10 @@ class SignupConfirmView(auth_views.PasswordResetConfirmView):
             self.request.session[SIGNUP_NEXT] = next_url
         return super().dispatch(*args, **kwargs)
 
+    def get_user(self, uidb64: str) -> User | None:
+        user: User | None = super().get_user(uidb64)
+        return None if user is not None and services.suspended(user) else user  # its link is invalid
+
     def get_success_url(self) -> str:
         return self.request.session.pop(SIGNUP_NEXT, "") or reverse("accounts:account")
 
@@ -102,6 +108,17 @@ class SignupConfirmView(auth_views.PasswordResetConfirmView):
             response["Location"] = next_url
         messages.success(self.request, "Your account is ready.")
         return response
+
+
+@never_cache
+def admin_login(request: HttpRequest) -> HttpResponse:
+    """Django admin's sign-in page: staff sign in through the account sign-in and its lockout (admin's own form
+    checked passwords without it). A signed-in account without staff access is refused, not sent round again."""
+    if request.user.is_authenticated:
+        if request.user.is_active and request.user.is_staff:
+            return redirect(_next_on_site(request) or reverse("admin:index"))
+        raise PermissionDenied("This account has no access to the admin site.")
+    return redirect_to_login(_next_on_site(request) or reverse("admin:index"), reverse("accounts:login"))
 
 
 @method_decorator(never_cache, name="dispatch")

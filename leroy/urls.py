@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from accounts.views import admin_login
 from leroy.api import api
 from leroy.mcp.discovery import server_card
 from leroy.ops import healthz, metrics_view, readyz
@@ -12,6 +13,7 @@ urlpatterns = [
     path("account/", include("accounts.urls")),
     path("account/", include("backtests.urls")),
     path("account/", include("evidence.urls")),
+    path("admin/login/", admin_login, name="admin-login"),  # before admin's own: the account sign-in's lockout
     path("admin/", admin.site.urls),
     path("", include("billing.urls")),
     path("", include("accounts.oauth_urls")),

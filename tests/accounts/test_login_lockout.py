@@ -50,3 +50,35 @@ def test_one_network_guessing_many_addresses_is_locked_out(client: Client, owner
 
     assert attempt(client, "alice@example.com", PASSWORD).status_code == 429
     assert attempt(client, "alice@example.com", PASSWORD, address="203.0.113.9").status_code == 302
+
+
+@pytest.mark.django_db
+def test_the_admin_sign_in_is_the_account_sign_in_with_its_lockout(client: Client, owner):
+    owner.is_staff = True
+    owner.save(update_fields=["is_staff"])
+    for _ in range(5):
+        attempt(client, "alice@example.com", "wrong")
+
+    admin_form = client.post("/admin/login/?next=/admin/", {"username": "alice@example.com", "password": PASSWORD})
+    locked = attempt(client, "alice@example.com", PASSWORD)
+
+    assert (admin_form.status_code, admin_form["Location"]) == (302, "/account/login/?next=/admin/")
+    assert locked.status_code == 429
+    assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.django_db
+def test_staff_reach_the_admin_through_the_account_sign_in_and_others_are_refused(client: Client, owner, outsider):
+    owner.is_staff = True
+    owner.save(update_fields=["is_staff"])
+
+    anonymous = client.get("/admin/", follow=True)
+    signed_in = attempt(client, "alice@example.com", PASSWORD)
+    staff = client.get("/admin/login/?next=/admin/")
+    client.force_login(outsider)
+    refused = client.get("/admin/login/?next=/admin/")
+
+    assert anonymous.redirect_chain[-1] == ("/account/login/?next=/admin/", 302)
+    assert (signed_in.status_code, staff.status_code, staff["Location"]) == (302, 302, "/admin/")
+    assert client.get("/admin/").status_code == 302  # not staff: admin sends it to its sign-in...
+    assert refused.status_code == 403  # ...which refuses it instead of sending it round again

@@ -94,11 +94,13 @@ def test_invalid_metadata_is_refused_and_registers_nothing(client: Client, body,
     assert Application.objects.count() == 0
 
 
-def test_malformed_json_is_refused(client: Client):
-    response = client.post("/oauth/register/", "{", content_type="application/json")
+@pytest.mark.parametrize("body", ["{", "[" * 100_000 + "]" * 100_000])  # not JSON; nested past the parser's depth
+def test_malformed_json_is_refused(client: Client, body):
+    response = client.post("/oauth/register/", body, content_type="application/json")
 
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_client_metadata"
+    assert Application.objects.count() == 0
 
 
 @pytest.mark.parametrize(

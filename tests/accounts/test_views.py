@@ -1,8 +1,11 @@
 import re
 
 import pytest
+from django.contrib.auth.tokens import default_token_generator
 from django.test import Client
 from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from accounts import services
 from accounts.models import ApiKey, User
@@ -55,6 +58,25 @@ def test_signup_with_a_taken_email_answers_the_same_and_mails_the_owner_a_remind
     assert "/account/signup/confirm/" not in reminder.body
     owner.refresh_from_db()
     assert owner.check_password(PASSWORD)
+
+
+def test_a_suspended_account_is_not_reopened_by_signing_up_again_nor_its_old_link(client, owner, mailoutbox):
+    key = services.api_key_create(user=owner, name="agent").plaintext
+    User.objects.filter(pk=owner.pk).update(is_active=False)  # the operator suspends it (admin's "active")
+    owner.refresh_from_db()
+    uid, token = urlsafe_base64_encode(force_bytes(owner.pk)), default_token_generator.make_token(owner)
+    stale = reverse("accounts:signup-confirm", kwargs={"uidb64": uid, "token": token})  # a link made for it
+
+    client.post(reverse("accounts:signup"), {"email": "alice@example.com"})
+    page = client.get(stale, follow=True).content.decode()
+
+    note = mailoutbox[-1]
+    assert "suspended" in note.body
+    assert "/account/signup/confirm/" not in note.body
+    assert "no longer works" in page
+    owner.refresh_from_db()
+    assert (owner.is_active, owner.check_password(PASSWORD)) == (False, True)
+    assert services.api_key_authenticate(plaintext=key) is None
 
 
 def test_signup_link_refuses_weak_passwords_and_leaves_the_account_inactive(client, db, mailoutbox):
