@@ -29,6 +29,10 @@ class ActivationForm(SetPasswordForm):
 class EmailAuthenticationForm(AuthenticationForm):
     username = forms.EmailField(label="Email", max_length=254)
 
+    def clean_username(self) -> str:
+        # Addresses are stored in lower case (sign-up folds them): "Alice@example.com" is the same account.
+        return str(self.cleaned_data["username"]).lower()
+
 
 class ApiKeyCreateForm(forms.Form):
     name = forms.CharField(max_length=100)

@@ -170,6 +170,11 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     template_name = "accounts/password_reset_confirm.html"
     success_url = reverse_lazy("accounts:password-reset-complete")
 
+    def form_valid(self, form: Any) -> HttpResponse:
+        # The lockout's page offers a reset: a new password ends the account's count (not the address's).
+        throttle.login_succeeded(email=form.user.email, address="")
+        return super().form_valid(form)
+
 
 def _new_key(request: HttpRequest, user: User) -> tuple[ApiKey, str] | None:
     """The key created just before this redirect, from its one-time signed cookie, if it is this user's."""

@@ -1,5 +1,7 @@
 """Sign-in lockout per submitted address and per client address, with the same answer for unknown addresses."""
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -82,3 +84,22 @@ def test_staff_reach_the_admin_through_the_account_sign_in_and_others_are_refuse
     assert (signed_in.status_code, staff.status_code, staff["Location"]) == (302, 302, "/admin/")
     assert client.get("/admin/").status_code == 302  # not staff: admin sends it to its sign-in...
     assert refused.status_code == 403  # ...which refuses it instead of sending it round again
+
+
+@pytest.mark.django_db
+def test_an_address_typed_with_capitals_signs_in_to_its_account(client: Client, owner):
+    assert attempt(client, "Alice@Example.COM", PASSWORD).status_code == 302
+    assert client.session["_auth_user_id"] == str(owner.pk)
+
+
+@pytest.mark.django_db
+def test_a_password_reset_ends_the_accounts_lockout(client: Client, owner, mailoutbox):
+    for _ in range(5):
+        attempt(client, "alice@example.com", "wrong")
+    client.post("/account/password-reset/", {"email": "alice@example.com"})
+    [link] = re.findall(r"http://\S+/account/password-reset/\S+", mailoutbox[0].body)
+    form = client.get(link.removeprefix("http://127.0.0.1:8000"), follow=True)
+    new = "another horse battery staple"
+    client.post(form.redirect_chain[-1][0], {"new_password1": new, "new_password2": new})
+
+    assert attempt(client, "alice@example.com", new).status_code == 302
