@@ -947,6 +947,9 @@ def _best_run(optimization: Optimization, fold: int | None = None) -> Optimizati
         OptimizationRun.objects.filter(
             optimization=optimization, status=Status.COMPLETED, fold=fold, out_of_sample=False
         )
+        # A run without the metric (JSON null: no trades) is no candidate. On SQLite the cast below reads that null
+        # as 0.0, so it is excluded by the JSON value itself, as both databases read it.
+        .exclude(**{f"statistics__{optimization.target_metric}": None})
         .annotate(score=score)
         .filter(score__isnull=False)
         .defer("returns", "decisions")  # the bulk of a row; the best one's returns are read when needed

@@ -801,6 +801,22 @@ def test_the_best_run_is_picked_by_the_target_statistic_alone_lowest_iteration_o
     assert services._best_run(result).iteration == best
 
 
+@pytest.mark.parametrize(("direction", "best"), [("maximize", 2), ("minimize", 4)])
+def test_a_run_without_the_target_statistic_is_never_the_best_even_where_every_other_is_worse_than_zero(
+    owner, coin, django_capture_on_commit_callbacks, direction, best
+):
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False,
+                          target_direction=direction)  # fmt: skip
+    # Every real score is on the far side of zero; a null (no trades) read as 0.0 would win.
+    real = {2: -0.5, 3: -1.0, 4: -2.0, 5: -3.0} if direction == "maximize" else {2: 0.5, 3: 1.0, 4: 0.25, 5: 2.0}
+    scores = {1: None, 6: None, **real}
+    for run in OptimizationRun.objects.filter(optimization=result):
+        run.status, run.statistics = Status.COMPLETED, {"realized_pnl": scores[run.iteration]}
+        run.save()
+
+    assert services._best_run(result).iteration == best
+
+
 def test_a_failed_probe_run_closes_the_optimization_with_the_probe_not_run_and_the_grids_pbo(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch
 ):
