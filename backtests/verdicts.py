@@ -150,6 +150,11 @@ def cscv_of_sums(
     """
     blocks, points = sums.shape
     _cscv_refusal(observations, points, blocks, min_block_observations)
+    if len(np.unique(np.vstack([sums, squares]), axis=1).T) < 2:
+        # Every combination would rank a tie at the median (λ = 0, counted as overfit): no information, not PBO 1.
+        raise CscvRefused(
+            f"All {points} completed points have the same returns: the parameters changed nothing to choose between."
+        )
     size = observations // blocks
     chosen = np.array(list(itertools.combinations(range(blocks), blocks // 2)))
     mask = np.zeros((len(chosen), blocks))

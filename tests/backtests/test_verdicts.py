@@ -101,6 +101,17 @@ def test_cscv_refuses_a_grid_or_period_too_small():
         verdicts.cscv(np.ones((40, 3)), blocks=5)
 
 
+def test_cscv_of_points_that_all_have_the_same_returns_is_refused_not_a_pbo_of_one():
+    column = np.random.default_rng(3).normal(0, 0.01, 320)
+    same = np.column_stack([column] * 4)
+    one_differs = same.copy()
+    one_differs[:, 3] = np.random.default_rng(4).normal(0, 0.01, 320)
+
+    with pytest.raises(verdicts.CscvRefused, match="All 4 completed points have the same returns"):
+        verdicts.cscv(same)
+    assert 0.0 <= verdicts.cscv(one_differs)["value"] <= 1.0  # partial ties keep their average rank
+
+
 def test_cscv_of_each_points_block_sums_is_cscv_of_the_matrix_bit_for_bit():
     rng = np.random.default_rng(5)
     days = [f"2024-{month:02d}-{day:02d}" for month in range(1, 13) for day in range(1, 29)][:331]
