@@ -37,8 +37,7 @@ class CreateAlertArgs(ToolArgs):
     )
     expires_at: Instant | None = Field(
         default=None,
-        description="When the rule stops (ISO 8601 date-time with an offset, or a date: its first instant in UTC);"
-        " none: it runs until deleted",
+        description="When the rule stops (ISO 8601 with an offset, or a date: its first UTC instant); none: never",
     )
 
 

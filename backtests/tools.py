@@ -252,7 +252,7 @@ async def get_symbol(call: ToolCall, args: IdArgs) -> SymbolOut:
 @_tool("get_market_data_sample", "Market data sample", MarketDataSampleArgs, MarketDataSampleOut)
 async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> MarketDataSampleOut:
     """The most recent completed OHLCV candles (up to `limit`, at most 10,000) of a stored frequency, with a CSV
-    resource; a candle whose period has not ended yet is never among them.
+    resource.
 
     start_date/end_date are inclusive ISO 8601 dates or date-times with an offset; a date-only end covers the day."""
     from evidence.marketdata.selectors import bars_read

@@ -110,8 +110,7 @@ async def get_current_confluence_leaders(call: ToolCall, args: LeadersArgs) -> L
 async def search_market_memory(call: ToolCall, args: SearchArgs) -> SearchOut:
     """Served Market Memory keys for a side and horizon, filtered by tier, minimum sample, required active
     signals and symbol, most distinct sessions first. Keys below the minimum sample do not exist here; the forward
-    overlay is served only when current. An unknown symbol, or filters no key of the tier can have, are refused.
-    Costs 1 lookup."""
+    overlay is served only when current. An unknown symbol or impossible filter is refused. Costs 1 lookup."""
     return await _metered(call, args, SearchOut, lambda: research.market_memory_search(args=args))
 
 
@@ -143,9 +142,8 @@ async def explain_setup_failure(call: ToolCall, args: SetupArgs) -> FailureOut:
 @tool(name="compare_against_benchmark", title="Compare against benchmark", args=SetupArgs, output=BenchmarkOut,
       access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
 async def compare_against_benchmark(call: ToolCall, args: SetupArgs) -> BenchmarkOut:
-    """The current frame's matched setup next to the benchmark's direction baseline for the same side and horizon
-    over the artifact's historical period: the baseline covers all the benchmark's ready minutes, not the setup's
-    sessions (window_basis says so; each sample is stated). Both from the artifact. Costs 1 lookup."""
+    """The current frame's matched setup next to the benchmark's direction baseline (same side and horizon, over
+    all its ready minutes: not the setup's sessions), both from the artifact. Costs 1 lookup."""
     return await _metered(call, args, BenchmarkOut, lambda: research.benchmark_comparison(args=args))
 
 

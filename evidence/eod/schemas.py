@@ -139,9 +139,7 @@ class FrozenRowsOut(Trust):
 
 
 class ChangesArgs(ToolArgs):
-    publication_id: int = Field(
-        ge=0, description="Changes in snapshots published after this snapshot's publication id (a commitment's)."
-    )
+    publication_id: int = Field(ge=0, description="Changes in snapshots published after this snapshot publication id.")
 
 
 class ChangesOut(Trust):

@@ -12,7 +12,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 # and four publication-log tools brought it to 48,816, the tier fields and probe cost 49,131, output schemas that admit
 # the in-band refusal 49,568; the nine end-of-day tools (fixed texts kept out of their schemas; the subscriber three
 # carry usage and receipt) and the two walk-forward tools with the mode, fold and out_of_sample fields took it to
-# 57,602 for 61 tools. X-Leroy-Toolsets lets an agent take only the apps it needs. Raise it only for a new tool or
+# 57,602 for 61 tools; the execution conditions' basis field and four descriptions naming refusals, 57,939.
+# X-Leroy-Toolsets lets an agent take only the apps it needs. Raise it only for a new tool or
 # contract field, not for prose.
 TOOLS_LIST_TOKEN_BUDGET = 58_000
 LEGACY = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
