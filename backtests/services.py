@@ -373,6 +373,15 @@ def _reserve(user: User, amount: int, reference: str) -> int:
         raise BacktestError(error.code, error.message, **(error.details or {})) from None
 
 
+def _optimization_settle(optimization: Optimization) -> None:
+    """Resolve an optimization's hold at its end: its credits charged; a free optimization's one use when it ran a
+    point, none when it ran nothing."""
+    if optimization.use_free_optimization:
+        _settle(optimization.hold_id, 1 if optimization.completed_iterations else 0)
+    else:
+        _settle(optimization.hold_id, optimization.credits_charged)
+
+
 def _settle(hold_id: int | None, amount: int) -> None:
     if hold_id is None:
         return
@@ -683,12 +692,12 @@ def optimization_submit(
     reference = f"optimization:{optimization.pk}"
     if use_free_optimization:
         try:
-            billing.free_optimization_consume(user=user, reference=reference)
+            optimization.hold_id = billing.free_optimization_reserve(user=user, reference=reference).pk
         except billing.BillingError as error:
             raise BacktestError(error.code, error.message, **(error.details or {})) from None
     else:
         optimization.hold_id = _reserve(user, optimization.credits_reserved, reference)
-        optimization.save(update_fields=["hold_id"])
+    optimization.save(update_fields=["hold_id"])
     created = OptimizationRun.objects.bulk_create(
         OptimizationRun(optimization=optimization, iteration=i + 1, parameters=point, fold=fold)
         for i, (fold, point) in enumerate(runs)
@@ -716,7 +725,7 @@ def _optimization_queue(optimization_id: Any, chunks: list[list[int]]) -> None:
             optimization.status, optimization.finished_at = Status.FAILED, now()
             optimization.credits_charged = _points_charged(optimization)
             optimization.save(update_fields=["failed_iterations", "status", "finished_at", "credits_charged"])
-            _settle(optimization.hold_id, optimization.credits_charged)
+            _optimization_settle(optimization)
     raise queue_unavailable("optimization", optimization_id=str(optimization_id))
 
 
@@ -1308,7 +1317,7 @@ def _optimization_close(
                 "status", "lookahead_check", "verdict", "report_hash", "finished_at", "credits_charged", "walk_forward",
             ]
         )  # fmt: skip
-        _settle(optimization.hold_id, optimization.credits_charged)
+        _optimization_settle(optimization)
 
 
 WALK_FORWARD_CONFIG = ("train_months", "test_months", "anchored", "folds")
@@ -1386,7 +1395,7 @@ def _point_finish(
         optimization.finished_at = now()
         optimization.credits_charged = 0
         optimization.save(update_fields=["status", "error", "finished_at", "credits_charged"])
-        _settle(optimization.hold_id, 0)
+        _optimization_settle(optimization)
         return False
 
 
@@ -1406,7 +1415,7 @@ def optimization_cancel(*, user: User, optimization_id: str) -> Optimization:
     optimization.status, optimization.finished_at = Status.CANCELLED, now()
     optimization.credits_charged = _points_charged(optimization)
     optimization.save(update_fields=["status", "finished_at", "credits_charged"])
-    _settle(optimization.hold_id, optimization.credits_charged)
+    _optimization_settle(optimization)
     return optimization
 
 

@@ -398,9 +398,9 @@ async def run_optimization(call: ToolCall, args: RunOptimizationArgs) -> Optimiz
     Cost: LEROY_OPTIMIZATION_POINT_CREDITS (default 5) credits per grid point, LEROY_LOOKAHEAD_PROBE_CREDITS
     (default 5) for the best run's look-ahead probe and LEROY_PBO_CREDITS (default 1) for the verdict's PBO,
     reserved up front (returned as credits_reserved), or 0 when use_free_optimization is true (uses one of the
-    month's free optimizations); cancelled or failed points, and a PBO the grid is too small for, are refunded.
-    Above the optional max_credits it is refused and nothing is reserved. Returns {success, optimization_id,
-    total_iterations, credits_reserved, usage}."""
+    month's free optimizations, given back if no point runs); cancelled or failed points, and a PBO the grid is too
+    small for, are refunded. Above the optional max_credits it is refused and nothing is reserved. Returns
+    {success, optimization_id, total_iterations, credits_reserved, usage}."""
 
     return await _run(lambda: _submit_optimization(call.user(), args))
 

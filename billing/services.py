@@ -553,8 +553,9 @@ def _resolve(*, hold_id: int, amount: int, code: str) -> None:
         reference=hold.reference,
     )
     released = hold.amount - (amount if code == Code.POST else 0)
-    if period.closed_at is not None and released:
-        # The month already closed: what the hold gives back expires instead of becoming spendable.
+    if period.closed_at is not None and released and hold.debit_account.unit == Unit.CREDIT:
+        # The month already closed: what the hold gives back expires instead of becoming spendable (a free
+        # optimization returns to its past month's allowance, which nothing can spend any more).
         _post(
             debit=debit,
             credit=_accounts(period, Unit.CREDIT)[Kind.EXPIRED],
@@ -580,30 +581,34 @@ def credits_void(*, hold_id: int) -> None:
 
 
 @transaction.atomic
-def free_optimization_consume(*, user: User, reference: str) -> None:
-    """Use one of the month's free optimizations for `reference` (only when the caller explicitly asked)."""
+def free_optimization_reserve(*, user: User, reference: str) -> CreditHold:
+    """Hold one of the month's free optimizations for `reference` (only when the caller explicitly asked): settled
+    as one when the optimization ran a point, voided when it ran none (cancelled while queued, every point failed,
+    the queue refused it). The same `reference` returns the existing hold."""
     if not reference or len(reference) > 128:
         raise BillingError("invalid_request", "reference must be 1-128 characters", {"field": "reference"})
     at = now()
     period, accounts = _period_accounts(user, at, Unit.FREE_OPTIMIZATION)
     key = f"freeopt:{user.pk}:{reference}"
-    if Transfer.objects.filter(idempotency_key=key).exists():
-        return
+    existing = Transfer.objects.filter(idempotency_key=key).first()
+    if existing is not None:
+        return _hold_of(existing)
     if accounts[Kind.ALLOWANCE].available < 1:
         raise BillingError(
             "no_free_optimizations",
             f"No free optimizations are left for {period.period_start:%Y-%m}.",
             {"period_resets_at": selectors.period_end(period.period_start).isoformat().replace("+00:00", "Z")},
         )
-    _post(
+    hold = _post(
         debit=accounts[Kind.ALLOWANCE],
         credit=accounts[Kind.CONSUMED],
         amount=1,
-        code=Code.CHARGE,
+        code=Code.RESERVE,
         key=key,
         at=at,
         reference=reference,
     )
+    return _hold_of(hold)
 
 
 def periods_close() -> int:

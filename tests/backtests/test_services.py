@@ -389,6 +389,24 @@ def test_free_optimization_reserves_no_credits(owner, coin, django_capture_on_co
     assert Optimization.objects.count() == 1
 
 
+def test_a_free_optimization_that_runs_nothing_gives_its_use_back(owner, coin, django_capture_on_commit_callbacks):
+    queued = optimization(
+        owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False, use_free_optimization=True
+    )
+    while_queued = credit_usage(user=owner)["free_optimizations_remaining"]
+    services.optimization_cancel(user=owner, optimization_id=str(queued.pk))
+
+    ran = optimization(
+        owner, Strategy.objects.get(), coin, django_capture_on_commit_callbacks, use_free_optimization=True
+    )
+
+    codes = list(Transfer.objects.filter(code__in=["reserve", "post", "void"]).values_list("code", flat=True))
+    assert while_queued == 0  # held while it may run
+    assert (ran.status, ran.credits_charged) == (Status.COMPLETED, 0)
+    assert credit_usage(user=owner)["free_optimizations_remaining"] == 0  # the one that ran used it
+    assert sorted(codes) == ["post", "reserve", "reserve", "void"]
+
+
 def test_other_accounts_cannot_use_a_strategy(owner, outsider, coin, django_capture_on_commit_callbacks):
     strategy = saved(owner)
 

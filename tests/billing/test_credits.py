@@ -132,16 +132,19 @@ def test_credits_do_not_roll_over(pro_owner):
         assert selectors.credit_usage(user=pro_owner)["credits_remaining"] == 2990
 
 
-def test_free_optimizations_are_consumed_once_per_reference_and_run_out(owner):
-    services.free_optimization_consume(user=owner, reference="opt-1")
-    services.free_optimization_consume(user=owner, reference="opt-1")
-    assert selectors.credit_usage(user=owner)["free_optimizations_remaining"] == 0
+def test_free_optimizations_are_held_once_per_reference_run_out_and_come_back_when_voided(owner):
+    first = services.free_optimization_reserve(user=owner, reference="opt-1")
+    again = services.free_optimization_reserve(user=owner, reference="opt-1")
+    assert (again, selectors.credit_usage(user=owner)["free_optimizations_remaining"]) == (first, 0)
 
     with pytest.raises(BillingError) as refused:
-        services.free_optimization_consume(user=owner, reference="opt-2")
+        services.free_optimization_reserve(user=owner, reference="opt-2")
+    services.credits_void(hold_id=first.pk)
 
     assert refused.value.code == "no_free_optimizations"
     assert refused.value.details == {"period_resets_at": "2026-03-01T00:00:00Z"}
+    assert selectors.credit_usage(user=owner)["free_optimizations_remaining"] == 1
+    assert selectors.ledger_drift() == []
 
 
 def test_closing_a_month_expires_unused_credits_and_later_releases(pro_owner):
