@@ -455,13 +455,14 @@ def verdict_of(
     lookahead: str,
     pbo: dict[str, Any] | None = None,
     pbo_refusal: str | None = None,
+    max_drawdown_pct: float | None = None,
 ) -> dict[str, Any]:
     """The verdict of one run, deflated by every trial counted so far on the strategy (this one included)."""
     count, variance = selectors.trial_tally(user=strategy.user, strategy=strategy)
     deflated = verdicts.deflated_sharpe(_returns(daily_returns), trials=count, trial_sharpe_variance=variance)
     return verdicts.verdict(
         deflated=deflated, pbo=pbo, pbo_refusal=pbo_refusal, lookahead=lookahead, trades=trades,
-        thresholds=thresholds(),
+        thresholds=thresholds(), max_drawdown_pct=max_drawdown_pct,
     )  # fmt: skip
 
 
@@ -583,7 +584,7 @@ def backtest_execute(*, report_id: str) -> None:
         )  # fmt: skip
         locked.verdict = verdict_of(
             strategy=report.strategy, daily_returns=result["daily_returns"], trades=len(result["trades"]),
-            lookahead=check["status"],
+            lookahead=check["status"], max_drawdown_pct=stats["maximum_drawdown_percentage"],
         )  # fmt: skip
         locked.report_hash = statistics.report_hash(
             statistics=stats, result=result, lookahead_check=check, verdict=locked.verdict
@@ -1263,9 +1264,11 @@ def optimization_verdict(
         tests = OptimizationRun.objects.filter(optimization=optimization, out_of_sample=True, status=Status.COMPLETED)
         if not result.get("oos_returns"):
             return None
+        drawdowns = [d for run in tests if (d := (run.statistics or {}).get("maximum_drawdown_percentage")) is not None]
         return verdict_of(
             strategy=optimization.strategy, daily_returns=result["oos_returns"],
             trades=sum(run.trade_count for run in tests), lookahead=check["status"],
+            max_drawdown_pct=max(drawdowns, default=None),
         )  # fmt: skip
     best = best or _best_run(optimization)
     if best is None:
@@ -1274,6 +1277,7 @@ def optimization_verdict(
     return verdict_of(
         strategy=optimization.strategy, daily_returns=series.unpack(best.returns), trades=best.trade_count,
         lookahead=check["status"], pbo=computed, pbo_refusal=refusal,
+        max_drawdown_pct=(best.statistics or {}).get("maximum_drawdown_percentage"),
     )  # fmt: skip
 
 

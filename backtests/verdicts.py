@@ -274,10 +274,11 @@ def verdict(
     lookahead: str,
     trades: int,
     thresholds: Thresholds,
+    max_drawdown_pct: float | None = None,
 ) -> dict[str, Any]:
     """The status and its reasons. Overfit (look-ahead failed, or PBO above the limit) outranks insufficient
-    evidence (too few trades, an undefined DSR, no look-ahead probe, a PBO that could not be computed), which
-    outranks fragile (DSR below the limit); robust needs none of them."""
+    evidence (too few trades, an undefined DSR, no look-ahead probe, a PBO that could not be computed, an account
+    value that reached zero), which outranks fragile (DSR below the limit); robust needs none of them."""
     found: dict[str, list[dict[str, str]]] = {"overfit": [], "insufficient_evidence": [], "fragile": []}
     if lookahead == "failed":
         found["overfit"].append({"code": "lookahead", "message": "The look-ahead probe found decisions that change "
@@ -293,6 +294,12 @@ def verdict(
     if trades < thresholds.min_trades:
         found["insufficient_evidence"].append({"code": "trades", "message": f"{trades} trades, fewer than "
                                                f"LEROY_VERDICT_MIN_TRADES {thresholds.min_trades}."})  # fmt: skip
+    if max_drawdown_pct is not None and max_drawdown_pct >= 100:
+        # A drawdown of 100 % or more is an account value at or below zero (a short larger than the cash allows):
+        # returns measured on it, and every ratio built on them, describe nothing an account could have had.
+        found["insufficient_evidence"].append({"code": "account_value_not_positive", "message": "The account value "
+                                               f"fell to zero or below (maximum drawdown {max_drawdown_pct:.2f} %): "
+                                               "its returns and ratios are not meaningful."})  # fmt: skip
     dsr = deflated["value"]
     if dsr is None:
         found["insufficient_evidence"].append({"code": "deflated_sharpe_undefined", "message": "The returns are "

@@ -1197,3 +1197,23 @@ def test_a_bar_whose_period_has_not_ended_is_neither_sampled_nor_backtested(
     version = hashlib.sha256(bars_frame_version(completed, ticker="TSTUSD", frequency="1d").encode()).hexdigest()
     assert [point.timestamp for point in sample.points] == completed.get_column("ts").tail(2).to_list()
     assert (report.status, report.data_version) == (Status.COMPLETED, version)
+
+
+BIG_SHORT = """
+class BigShort(bt.Strategy):
+    def next(self):
+        if len(self) == 1:
+            self.sell(size=20000)
+"""
+
+
+def test_a_report_whose_account_value_went_below_zero_says_its_ratios_mean_nothing(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    report = submit(owner, saved(owner, BIG_SHORT), coin, django_capture_on_commit_callbacks)
+
+    codes = [reason["code"] for reason in report.verdict["reasons"]]
+    assert report.status == Status.COMPLETED
+    assert report.statistics["maximum_drawdown_percentage"] > 100  # 20,000 short at ~100 on 100,000 of cash
+    assert report.verdict["status"] == "insufficient_evidence"
+    assert "account_value_not_positive" in codes

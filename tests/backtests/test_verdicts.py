@@ -191,3 +191,24 @@ def test_verdict_status_follows_the_thresholds(dsr, pbo, lookahead, trades, stat
         "LEROY_VERDICT_MIN_DEFLATED_SHARPE": 0.95, "LEROY_VERDICT_MAX_PBO": 0.5, "LEROY_VERDICT_MIN_TRADES": 30,
     }  # fmt: skip
     assert "not investment advice" in result["note"]
+
+
+@pytest.mark.parametrize(("drawdown", "status"), [(99.99, "robust"), (100.0, "insufficient_evidence")])
+def test_an_account_value_that_reached_zero_leaves_no_evidence_whatever_its_ratios(drawdown, status):
+    result = verdicts.verdict(
+        deflated=deflated(0.99), pbo={"value": 0.1}, pbo_refusal=None, lookahead="passed", trades=40,
+        thresholds=THRESHOLDS, max_drawdown_pct=drawdown,
+    )  # fmt: skip
+
+    assert result["status"] == status
+    assert result["reasons"] == (
+        []
+        if drawdown < 100
+        else [
+            {
+                "code": "account_value_not_positive",
+                "message": "The account value fell to zero or below (maximum drawdown 100.00 %): its returns and "
+                "ratios are not meaningful.",
+            }
+        ]
+    )
