@@ -1179,6 +1179,11 @@ def _walk_forward_test(optimization_id: Any) -> None:
         result = finish.get("result")
         start, end = run_window(optimization, run)
         with transaction.atomic():
+            live = Optimization.objects.select_for_update().filter(pk=optimization.pk, status=Status.EXECUTING)
+            if not live.exists():
+                # Cancelled while it ran: not counted, not charged and no trial, as a grid point in flight.
+                OptimizationRun.objects.filter(pk=run.pk).update(status=Status.CANCELLED, finished_at=now())
+                return
             OptimizationRun.objects.filter(pk=run.pk).update(
                 status=Status.COMPLETED if result is not None else Status.FAILED,
                 statistics=statistics.compute(result) if result is not None else None,

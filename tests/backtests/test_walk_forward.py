@@ -180,6 +180,32 @@ def test_cancel_mid_walk_forward_stops_the_rest_and_refunds_exactly(owner, coin,
     assert (usage["credits_consumed"], usage["credits_remaining"]) == (5, 995)
 
 
+@pytest.mark.django_db
+def test_a_test_run_in_flight_at_a_cancel_is_cancelled_and_counts_as_no_trial(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    result = walk_forward(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
+    runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
+    run_point = services._run_point
+
+    def cancelled_while_testing(optimization, run):
+        finished = run_point(optimization, run)
+        if run.out_of_sample:
+            services.optimization_cancel(user=owner, optimization_id=str(result.pk))
+        return finished
+
+    monkeypatch.setattr(services, "_run_point", cancelled_while_testing)
+    for run in runs:
+        services.optimization_point_execute(run_id=run.pk, claim=f"task-{run.pk}")
+
+    result.refresh_from_db()
+    test = OptimizationRun.objects.get(optimization=result, out_of_sample=True)
+    assert (result.status, result.credits_charged) == (Status.CANCELLED, 30)  # the six train points
+    assert test.status == Status.CANCELLED
+    assert Trial.objects.filter(run__out_of_sample=True).exists() is False
+    assert Trial.objects.count() == 6
+
+
 def _saved_strategy_and_coin(owner):
     return str(saved(owner).pk), str(import_walk("TSTUSD").pk)
 
