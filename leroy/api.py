@@ -57,6 +57,8 @@ STATUS_OF_CODE = {
     "evidence_unavailable": 503,
     "queue_unavailable": 503,
     "database_unavailable": 503,
+    "not_signed_in": 401,
+    "csrf_failed": 403,
     "provider_unavailable": 503,
     "unknown_symbol": 404,
     "symbol_unknown": 404,
@@ -118,8 +120,8 @@ def _not_json() -> DomainError:
     return DomainError("invalid_arguments", "Invalid arguments: the body is not JSON", problems=[problem])
 
 
-# ninja's own refusals (a body it cannot parse, a missing CSRF token, a credential where a session belongs), in the
-# one error shape of every other refusal.
+# ninja's own refusals (a body it cannot parse, a missing CSRF token, a credential where a session belongs), as the
+# refusals every other route answers.
 HTTP_ERROR_CODES = {401: "not_signed_in", 403: "csrf_failed"}
 
 
@@ -127,8 +129,7 @@ HTTP_ERROR_CODES = {401: "not_signed_in", 403: "csrf_failed"}
 def _http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
     if error.status_code == 400:  # ninja could not parse the body (not JSON, not UTF-8)
         return _refused(request, _not_json())
-    body = ErrorOut(error=ErrorDetail(code=HTTP_ERROR_CODES.get(error.status_code, "refused"), message=str(error)))
-    return api.create_response(request, body.model_dump(mode="json", exclude_none=True), status=error.status_code)
+    return _refused(request, DomainError(HTTP_ERROR_CODES.get(error.status_code, "refused"), str(error)))
 
 
 @api.exception_handler(DomainError)

@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from billing.models import UsageEvent
 from evidence.models import Symbol
 from leroy.errors import DomainError
 from leroy.mcp.registry import load_tools
@@ -234,6 +235,7 @@ def test_a_body_that_is_not_json_is_refused_in_the_refusal_shape(owner, body):
             "problems": [{"field": "body", "problem": "The body is not JSON"}],
         }
     }
+    assert UsageEvent.objects.exists() is False
 
 
 def test_a_missing_csrf_token_and_a_bearer_credential_are_refused_in_the_refusal_shape(owner):
@@ -252,3 +254,4 @@ def test_a_missing_csrf_token_and_a_bearer_credential_are_refused_in_the_refusal
         {"error": {"code": "csrf_failed", "message": "CSRF check Failed"}},
     )
     assert (bearer.status_code, bearer.json()["error"]["code"]) == (401, "not_signed_in")
+    assert UsageEvent.objects.exists() is False
