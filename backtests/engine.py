@@ -293,6 +293,57 @@ class GuardedBroker(bt.brokers.BackBroker):
         finally:
             self.cancelling = False
 
+    # --- shorts are collateralised like longs -------------------------------------------------------------------
+    # Backtrader checks an order's cash only for what it costs, and a short's proceeds add cash: any short passed,
+    # so a 1x account could sell 7x its cash short. Here the proceeds are held against the short, and every short
+    # needs besides the cash a long of its size would (its value / leverage): an order that opens a position is
+    # refused for margin (as an unaffordable buy is) unless the cash after it covers every short at that. With no
+    # short after the order, nothing changes. An order that only reduces positions is never refused.
+    def _execute(self, order: Any, ago: Any = None, price: Any = None, cash: Any = None, position: Any = None,
+                 dtcoc: Any = None) -> Any:  # fmt: skip
+        if ago is None:  # the check at submission, on the price the order was made at
+            shortfall = self._shortfall(order, order.created.price, cash, position)
+            return cash - shortfall if shortfall else super()._execute(order, cash=cash, position=position)
+        if price is None or not self._shortfall(order, price, self.cash, self.positions[order.data]):
+            return super()._execute(order, ago=ago, price=price, dtcoc=dtcoc)
+        held = self.positions[order.data].size
+        closing = min(abs(held), abs(order.executed.remsize)) if held * order.executed.remsize < 0 else 0
+        if closing:  # the part that closes fills, as Backtrader fills the closing part of an unaffordable order
+            self.p.filler = lambda *_: closing
+            try:
+                super()._execute(order, ago=ago, price=price, dtcoc=dtcoc)
+            finally:
+                self.p.filler = None
+        order.margin()
+        self.notify(order)
+        self._ococheck(order)
+        self._bracketize(order, cancel=True)
+        return None
+
+    def _shortfall(self, order: Any, price: float, cash: float, position: Any) -> float:
+        """How much cash the account would lack to hold its shorts if `order` filled at `price` (0: none)."""
+        comminfo = self.getcommissioninfo(order.data)
+        leverage = comminfo.get_leverage()
+        after = position.clone()
+        entry = after.price
+        size, _, opened, closed = after.update(order.executed.remsize, price)
+        if not opened or not (size < 0 or any(p.size < 0 for d, p in self.positions.items() if d is not order.data)):
+            return 0.0
+        if closed:  # Backtrader's own arithmetic for the part that closes (shortcash, stock-like)
+            value = comminfo.getvaluesize(-closed, entry)
+            cash += (value / leverage if value > 0 else value) + comminfo.profitandloss(-closed, entry, price)
+            cash -= comminfo.getcommission(closed, price)
+        value = comminfo.getvaluesize(opened, price)
+        cash -= (value / leverage if value > 0 else value) + comminfo.getcommission(opened, price)
+        held = max(0.0, -size) * price * (1 + 1 / leverage)
+        now = max(data.datetime[0] for data in order.owner.datas if len(data))
+        for data, other in self.positions.items():
+            if data is not order.data and other.size < 0:
+                # marked at its last close before the bar being filled: a bar stamped `now` is not over yet
+                mark = data.close[0] if data.datetime[0] < now else data.close[-1] if len(data) > 1 else other.price
+                held += -other.size * mark * (1 + 1 / self.getcommissioninfo(data).get_leverage())
+        return max(0.0, held - cash)
+
     def _try_exec(self, order: Any) -> None:
         # A limit or stop order is matched only against a bar of its data after the one it was placed on, as
         # Backtrader already requires of market and close orders: with datas on different calendars, a bar of

@@ -162,3 +162,77 @@ def test_a_limit_or_stop_order_never_fills_on_the_bar_it_was_placed_after(kind, 
     assert outcome.result["trades"] == []
     assert outcome.result["orders"]["completed"] == 0
     assert outcome.result["orders"]["submitted"] == 8  # every Friday of the 60 days
+
+
+# Every order's status as the strategy is told it, and its position at the end.
+SHORTS = """
+class Shorts(bt.Strategy):
+    def next(self):
+        if len(self) == 5:
+            {first}
+        elif len(self) == 8:
+            {second}
+
+    def notify_order(self, order):
+        if order.status in (order.Completed, order.Margin):
+            print(order.getstatusname(), order.executed.size)
+
+    def stop(self):
+        print("held", self.position.size)
+"""
+
+
+def shorts(first: str, second: str = "pass", leverage: float = 1) -> list[str]:
+    source = SHORTS.format(first=first, second=second)
+    outcome = sandbox.run_job(source=source, datas=DATA, simulation=SIM | {"leverage": leverage}, parameters={},
+                              layers=ALL_LAYERS, limits=FAST)  # fmt: skip
+    assert outcome.ok is True, outcome.error
+    return outcome.prints.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("first", "leverage", "told"),
+    [
+        ("self.sell(size=700)", 1, ["Margin 0", "held 0"]),  # 7x the account's cash short: refused
+        ("self.sell(size=100)", 1, ["Completed -100", "held -100"]),  # 9,741 short on 10,000: held
+        ("self.sell(size=200)", 2, ["Completed -200", "held -200"]),  # 2x leverage, 19,482 on 10,000
+        ("self.sell(size=210)", 2, ["Margin 0", "held 0"]),  # 20,456 is more than 2x
+    ],
+)
+def test_a_short_needs_the_cash_a_long_of_its_size_would(first, leverage, told):
+    assert shorts(first, leverage=leverage) == told
+
+
+def test_a_second_short_beyond_the_collateral_is_refused_and_covering_always_fills():
+    assert shorts("self.sell(size=100)", "self.sell(size=5)") == [
+        "Completed -100", "Margin 0", "held -100"
+    ]  # fmt: skip
+    assert shorts("self.sell(size=100)", "self.buy(size=100)") == ["Completed -100", "Completed 100", "held 0"]
+
+
+def test_selling_a_long_through_zero_into_a_short_it_cannot_hold_is_refused_whole():
+    assert shorts("self.buy(size=50)", "self.sell(size=800)") == ["Completed 50", "Margin 0", "held 50"]
+
+
+def test_a_gap_that_leaves_the_short_uncovered_at_the_fill_closes_the_long_and_refuses_the_rest():
+    # Flat at 100, then a gap to 150 at the open of the bar the sell fills on: accepted on the close it was
+    # placed at (50 closed and 100 short need 20,000, the account has 10,000 + 10,000 of proceeds), refused at the
+    # fill (100 short at 150 needs 30,000 against 27,500), where the long's 50 are still sold.
+    flat = walk("GAP", bars=12)
+    prices = [100.0] * 5 + [150.0] * 7
+    gapped = flat | {key: prices for key in ("open", "high", "low", "close")}
+    source = SHORTS.format(first="self.sell(size=150)", second="pass").replace(
+        "if len(self) == 5:", "if len(self) == 2:\n            self.buy(size=50)\n        elif len(self) == 5:"
+    )
+    outcome = sandbox.run_job(source=source, datas=[gapped], simulation=SIM, parameters={}, layers=ALL_LAYERS,
+                              limits=FAST)  # fmt: skip
+
+    assert outcome.prints.splitlines() == ["Completed 50", "Margin -50", "held 0"]
+
+
+def test_a_long_is_refused_while_its_cash_holds_a_short_on_another_data():
+    two = [DATA[0], walk("OTHER", bars=60)]
+    source = SHORTS.format(first="self.sell(data=self.datas[1], size=100)", second="self.buy(size=50)")
+    outcome = sandbox.run_job(source=source, datas=two, simulation=SIM, parameters={}, layers=ALL_LAYERS, limits=FAST)
+
+    assert outcome.prints.splitlines() == ["Completed -100", "Margin 0", "held 0"]

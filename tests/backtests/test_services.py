@@ -1210,10 +1210,12 @@ class BigShort(bt.Strategy):
 def test_a_report_whose_account_value_went_below_zero_says_its_ratios_mean_nothing(
     owner, coin, django_capture_on_commit_callbacks
 ):
-    report = submit(owner, saved(owner, BIG_SHORT), coin, django_capture_on_commit_callbacks)
+    # 20,000 short at ~100 on 100,000 of cash: held at 25x leverage (80,000 of margin), ruined by a 5 % rise
+    leveraged = SIM | {"leverage": 25.0}
+    report = submit(owner, saved(owner, BIG_SHORT), coin, django_capture_on_commit_callbacks, simulation=leveraged)
 
     codes = [reason["code"] for reason in report.verdict["reasons"]]
     assert report.status == Status.COMPLETED
-    assert report.statistics["maximum_drawdown_percentage"] > 100  # 20,000 short at ~100 on 100,000 of cash
+    assert report.statistics["maximum_drawdown_percentage"] > 100
     assert report.verdict["status"] == "insufficient_evidence"
     assert "account_value_not_positive" in codes
