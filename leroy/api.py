@@ -151,13 +151,10 @@ def _invalid_arguments(request: HttpRequest, error: NinjaValidationError) -> Htt
         except DomainError as refusal:
             return api.create_response(request, refusal.payload(), status=422)
     problems = [
-        Problem(field=".".join(str(part) for part in item["loc"][2:]) or "body", problem=item["msg"])
+        {"field": ".".join(str(part) for part in item["loc"][2:]) or "body", "problem": item["msg"]}
         for item in error.errors
     ]
-    body = ErrorOut(
-        error=ErrorDetail(code="invalid_arguments", message="The arguments are invalid.", problems=problems)
-    )
-    return api.create_response(request, body.model_dump(mode="json"), status=422)
+    return _refused(request, DomainError("invalid_arguments", "The arguments are invalid.", problems=problems))
 
 
 @api.exception_handler(DatabaseError)
@@ -167,8 +164,7 @@ def _database_unavailable(request: HttpRequest, error: DatabaseError) -> HttpRes
 
 @api.exception_handler(AuthenticationError)
 def _not_signed_in(request: HttpRequest, error: AuthenticationError) -> HttpResponse:
-    body = ErrorOut(error=ErrorDetail(code="not_signed_in", message="Sign in to use the REST API."))
-    return api.create_response(request, body.model_dump(mode="json"), status=401)
+    return _refused(request, DomainError("not_signed_in", "Sign in to use the REST API."))
 
 
 def _view(spec: ToolSpec) -> Any:

@@ -255,3 +255,13 @@ def test_a_missing_csrf_token_and_a_bearer_credential_are_refused_in_the_refusal
     )
     assert (bearer.status_code, bearer.json()["error"]["code"]) == (401, "not_signed_in")
     assert UsageEvent.objects.exists() is False
+
+
+def test_a_request_without_a_session_is_refused_in_the_refusal_shape(owner):
+    response = Client().post("/api/v1/tests/probe_metered", {"side": "buy"}, content_type="application/json")
+
+    assert (response.status_code, response.json()) == (
+        401,
+        {"error": {"code": "not_signed_in", "message": "Sign in to use the REST API."}},
+    )
+    assert UsageEvent.objects.exists() is False
