@@ -1,0 +1,40 @@
+"""Checks on the request that must run before Django's own middleware reads it."""
+
+from collections.abc import Awaitable, Callable
+
+from asgiref.sync import iscoroutinefunction
+from django.core.exceptions import BadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.utils.decorators import sync_and_async_middleware
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def _unreadable(request: HttpRequest) -> HttpResponse | None:
+    if request.method in ("GET", "HEAD", "OPTIONS") or request.content_type != FORM:
+        return None
+    try:
+        request.POST  # noqa: B018 - parsed here, where its refusal can still be answered
+    except BadRequest:
+        return HttpResponseBadRequest("The form must be UTF-8 encoded.", content_type="text/plain; charset=utf-8")
+    return None
+
+
+@sync_and_async_middleware
+def unreadable_form_refused(
+    get_response: Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]],
+) -> Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]:
+    """A form Django refuses to read (Django 6 reads only UTF-8 forms) is answered 400 here. Left to the CSRF
+    check, which reads the form first, its `BadRequest` goes to the 400 page, whose CSRF check reads it again,
+    then to the 500 page, which does the same: every such POST, to any URL, ended a 500."""
+    if iscoroutinefunction(get_response):
+
+        async def middleware_async(request: HttpRequest) -> HttpResponse:
+            return _unreadable(request) or await get_response(request)  # type: ignore[misc]
+
+        return middleware_async
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        return _unreadable(request) or get_response(request)  # type: ignore[return-value]
+
+    return middleware
