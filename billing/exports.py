@@ -6,7 +6,7 @@ import hashlib
 import io
 from collections.abc import Iterable, Iterator
 from datetime import date
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
@@ -24,7 +24,7 @@ from billing.models import (
     Unit,
     UsageEvent,
 )
-from billing.selectors import net_credits, net_debits
+from billing.selectors import net_credits, net_debits, usd
 from leroy.clock import now
 
 COLUMNS = (
@@ -94,10 +94,6 @@ def month_start(month: str) -> date:
     if len(year) != 4 or len(number) != 2 or not (year + number).isdigit():
         raise ValueError(f"month must be YYYY-MM, not {month!r}")
     return date(int(year), int(number), 1)
-
-
-def usd(micros: int) -> str:
-    return str((Decimal(micros) / 1_000_000).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
 def escape(value: str) -> str:

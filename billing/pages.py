@@ -34,9 +34,12 @@ def usage(request: HttpRequest) -> HttpResponse:
 def plan(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)
     current = selectors.plan_of(user=request.user)
+    month = selectors.month_terms(user=request.user)
     stripe_on = bool(settings.LEROY_STRIPE_SECRET_KEY)
     context = {
         "plan": current,
+        "month": month,
+        "month_overage_usd": selectors.micros_to_usd(month.overage_micros_per_lookup),
         "plans": selectors.plan_rows(),
         "overage_usd": selectors.micros_to_usd(current.overage_micros_per_lookup),
         "stripe_on": stripe_on,

@@ -1,5 +1,6 @@
 """Reads of the ledger. Usage figures come from the period's cached balances, never from Stripe."""
 
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -29,6 +30,13 @@ RESEARCH_BOUNDARY = {"broker_write_authority": "none", "paper_trading": False, "
 def micros_to_usd(micros: int) -> float:
     """Integer micro-dollars as the JSON number the contracts show (exact to the cent and below)."""
     return micros / 1_000_000
+
+
+def usd(micros: int) -> str:
+    """Integer micro-dollars as exact dollars for people and finance, never rounded, at least to the cent:
+    10,000 -> "0.01", 5,000 -> "0.005", 75,000 -> "0.075", 0 -> "0.00"."""
+    whole, fraction = divmod(abs(micros), 1_000_000)
+    return f"{'-' if micros < 0 else ''}{whole}.{f'{fraction:06d}'.rstrip('0').ljust(2, '0')}"
 
 
 def period_end(start: date) -> datetime:
@@ -102,6 +110,25 @@ def lookup_usage_of_accounts(period: Period, accounts: dict[str, LedgerAccount])
 def _current(user: User) -> tuple[date, Period | None]:
     start = now().astimezone(UTC).date().replace(day=1)
     return start, Period.objects.filter(user=user, period_start=start).first()
+
+
+@dataclass(frozen=True)
+class MonthTerms:
+    """What the current UTC month's lookups run on: its period's snapshot once a charge opened it (an upgrade may
+    have raised it since; nothing lowers it before the month ends), else the plan it will open with."""
+
+    plan: Plan
+    overage_allowed: bool
+    overage_micros_per_lookup: int
+    ends_at: datetime
+
+
+def month_terms(*, user: User) -> MonthTerms:
+    start, period = _current(user)
+    if period is not None:
+        return MonthTerms(period.plan, period.overage_allowed, period.overage_micros_per_lookup, period_end(start))
+    plan = plan_of(user=user)
+    return MonthTerms(plan, plan.overage_allowed, plan.overage_micros_per_lookup, period_end(start))
 
 
 def _usage_and_rate(user: User) -> tuple[date, dict[str, Any], int]:
@@ -205,9 +232,10 @@ def ledger_drift() -> list[dict[str, Any]]:
 
 def usage_page(*, user: User, recent: int = 20) -> dict[str, Any]:
     """This month's lookups for the Usage page: the meter figures, one row per day, cache hits, recent calls."""
-    start, period = _current(user)
+    start, _ = _current(user)
     usage = lookup_usage(user=user)
-    rate = period.overage_micros_per_lookup if period else plan_of(user=user).overage_micros_per_lookup
+    terms = month_terms(user=user)
+    rate = terms.overage_micros_per_lookup
     events = UsageEvent.objects.filter(user=user, period_start=start)
     per_day: dict[date, dict[str, Any]] = {
         row["day"]: dict(row)
@@ -237,7 +265,8 @@ def usage_page(*, user: User, recent: int = 20) -> dict[str, Any]:
     return {
         "period_start": start,
         "period_resets_at": period_end(start),
-        "plan": plan_of(user=user),
+        "plan": terms.plan,
+        "overage_allowed": terms.overage_allowed,
         **usage,
         "overage_rate_usd": micros_to_usd(rate),
         "share_used": usage["used_lookups"] / included if included else 0.0,

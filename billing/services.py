@@ -696,7 +696,9 @@ def transfer_reverse(*, transfer_id: int, reason: str, created_by: User) -> Tran
 
 @transaction.atomic
 def plan_assign(*, user: User, plan: Plan) -> AccountPlan:
-    """Assign a plan. An upgrade adds the difference to this month's grants now; a downgrade waits a month."""
+    """Assign a plan. An upgrade (more included lookups, or overage where the month had none) tops this month's
+    grants up to the new plan's now; a downgrade waits a month. The month's overage rate is never changed once
+    overage could be charged at it: a lookup already billed keeps its price."""
     at = now()
     assignment, _ = AccountPlan.objects.update_or_create(user=user, defaults={"plan": plan, "assigned_at": at})
     if plan.overage_allowed and settings.LEROY_STRIPE_SECRET_KEY:
@@ -710,7 +712,8 @@ def plan_assign(*, user: User, plan: Plan) -> AccountPlan:
         return assignment  # the period opens with the new plan
     period = _lock_period(user, at)
     granted = {unit: selectors.net_debits(_accounts(period, unit)[Kind.ISSUANCE]) for unit in Unit.values}
-    if plan.included_lookups <= granted[Unit.LOOKUP]:
+    opens_overage = plan.overage_allowed and not period.overage_allowed
+    if plan.included_lookups <= granted[Unit.LOOKUP] and not opens_overage:
         return assignment
     # Top this month's grants up to the new plan's (measured against what the ledger actually granted).
     change = f"{start:%Y-%m}:{plan.code}:{at.timestamp():.6f}"
@@ -721,7 +724,6 @@ def plan_assign(*, user: User, plan: Plan) -> AccountPlan:
     }
     for unit, target in targets.items():
         _grant(period, unit, target - granted[unit], f"grant-delta:{user.pk}:{unit}:{change}", at)
-    Period.objects.filter(pk=period.pk).update(
-        plan=plan, overage_allowed=plan.overage_allowed, overage_micros_per_lookup=plan.overage_micros_per_lookup
-    )
+    overage = {"overage_allowed": True, "overage_micros_per_lookup": plan.overage_micros_per_lookup}
+    Period.objects.filter(pk=period.pk).update(plan=plan, **(overage if opens_overage else {}))
     return assignment

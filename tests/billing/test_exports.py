@@ -146,3 +146,24 @@ def test_usage_summary_has_one_row_per_account_that_reconciles_to_the_ledger(act
     assert manifest["totals"]["overage_amount_usd"] == "0.02"
     assert manifest["totals"]["used_lookups"] == 6
     assert manifest["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def test_a_sub_cent_rate_is_exported_exactly_not_rounded_to_the_cent(owner, charge, tmp_path):
+    plan = Plan.objects.create(
+        code="half-cent", name="Half cent", included_lookups=1, overage_allowed=True, overage_micros_per_lookup=5_000
+    )
+    services.plan_assign(user=owner, plan=plan)
+    for n in range(16):
+        charge(owner, fingerprint=f"fp{n}")  # 15 beyond the allowance: $0.075
+    entries, summary = tmp_path / "entries.csv", tmp_path / "summary.csv"
+
+    call_command("export_ledger", "--month", "2026-08", "--out", str(entries))
+    call_command("export_ledger", "--month", "2026-08", "--out", str(summary), "--kind", "usage_summary")
+
+    overage = [r for r in read(entries.read_bytes()) if r["entry_type"] == "overage"]
+    (row,) = read(summary.read_bytes())
+    manifest = json.loads((tmp_path / "entries.csv.manifest.json").read_text())
+    assert {(r["unit_price_usd"], r["amount_usd"]) for r in overage} == {("0.005", "0.005")}
+    assert len(overage) == 15
+    assert manifest["totals"]["overage"] == {"rows": 15, "quantity": 15, "amount_usd": "0.075"}
+    assert (row["overage_rate_usd"], row["overage_amount_usd"]) == ("0.005", "0.075")

@@ -281,3 +281,52 @@ def test_a_cache_hit_reads_the_accounts_without_locking_them_and_writes_only_its
     assert sql[0].startswith("SELECT") and 'FROM "billing_period" INNER JOIN "billing_ledgeraccount"' in sql[0]
     assert "FOR UPDATE" not in sql[0]
     assert [s.split()[0] + " " + s.split('"')[1] for s in sql[1:]] == ["INSERT billing_usageevent"]
+
+
+@pytest.mark.usefixtures("mid_august")
+def test_an_upgrade_mid_month_never_reprices_overage_already_billed(owner, charge):
+    half_cent = Plan.objects.create(
+        code="half-cent", name="Half cent", included_lookups=2, overage_allowed=True, overage_micros_per_lookup=5_000
+    )
+    services.plan_assign(user=owner, plan=half_cent)
+    for n in range(5):
+        charge(owner, fingerprint=f"before-{n}")  # 3 beyond the 2 included, at $0.005
+    before = selectors.usage_report(user=owner)
+
+    pro(owner)  # 2,000 included, overage at $0.01 from next month
+    after = selectors.usage_report(user=owner)
+    charge(owner, fingerprint="after")  # inside the new allowance
+
+    assert (before["overage_lookups"], before["overage_amount_usd"], before["overage_rate_usd"]) == (3, 0.015, 0.005)
+    assert (after["overage_lookups"], after["overage_amount_usd"], after["overage_rate_usd"]) == (3, 0.015, 0.005)
+    assert selectors.lookup_usage(user=owner)["lookups_remaining"] == 2000 - 3
+    assert selectors.month_terms(user=owner).plan.code == "pro"
+
+
+@pytest.mark.usefixtures("mid_august")
+def test_a_plan_that_adds_overage_without_more_lookups_allows_overage_this_month(owner, small_free_plan, charge):
+    for n in range(4):
+        charge(owner, fingerprint=f"free-{n}")
+    with pytest.raises(BillingError) as refused:
+        charge(owner, fingerprint="over-on-free")
+    metered = Plan.objects.create(code="metered-4", name="Metered 4", included_lookups=4, overage_allowed=True)
+
+    services.plan_assign(user=owner, plan=metered)
+    result = charge(owner, fingerprint="over-on-metered")
+
+    assert refused.value.code == "quota_exhausted"
+    assert (result.usage["overage_lookups"], result.usage["overage_amount_usd"]) == (1, 0.01)
+    assert Transfer.objects.filter(code=Code.GRANT, unit="lookup").count() == 1  # nothing more to grant
+    assert selectors.month_terms(user=owner).plan.code == "metered-4"
+
+
+@pytest.mark.usefixtures("mid_august")
+def test_a_downgrade_mid_month_keeps_the_months_terms(owner, charge):
+    pro(owner)
+    charge(owner)
+
+    services.plan_assign(user=owner, plan=Plan.objects.get(code="free"))
+    terms = selectors.month_terms(user=owner)
+
+    assert (terms.plan.code, terms.overage_allowed, terms.overage_micros_per_lookup) == ("pro", True, 10_000)
+    assert selectors.lookup_usage(user=owner)["included_lookups"] == 2000

@@ -182,3 +182,35 @@ def test_paid_checkout_webhook_assigns_the_plan_without_a_second_subscription(cl
     assert selectors.plan_of(user=owner).code == "pro"
     assert StripeCustomer.objects.get(user=owner).subscription_id == "sub_from_checkout"
     assert [call.path for call in fake.calls[calls_before:]] == []  # Checkout already subscribed the account
+
+
+def test_after_a_downgrade_the_pages_show_the_terms_this_month_runs_on(signed_in, owner, settings):
+    settings.LEROY_STRIPE_SECRET_KEY = ""
+    services.plan_assign(user=owner, plan=Plan.objects.get(code="pro"))
+    charge(owner, 1)
+    services.plan_assign(user=owner, plan=Plan.objects.get(code="free"))
+
+    plan_page = signed_in.get("/account/billing/").content.decode()
+    usage_page = signed_in.get("/account/usage/").content.decode()
+
+    assert '<strong id="current-plan">Free</strong>' in plan_page
+    assert 'id="month-terms"' in plan_page
+    assert "(the Pro plan): 2000 lookups, extra lookups $0.01 each" in plan_page
+    assert "<div><dt>Plan</dt><dd>Pro</dd></div>" in usage_page
+
+
+def test_a_sub_cent_rate_is_shown_exactly_on_the_pages(signed_in, owner, settings):
+    settings.LEROY_STRIPE_SECRET_KEY = ""
+    half_cent = Plan.objects.create(
+        code="half-cent", name="Half cent", included_lookups=1, overage_allowed=True, overage_micros_per_lookup=5_000
+    )
+    services.plan_assign(user=owner, plan=half_cent)
+    charge(owner, 16)
+
+    plan_page = signed_in.get("/account/billing/").content.decode()
+    usage_page = signed_in.get("/account/usage/").content.decode()
+
+    assert "extra lookups $0.005 each" in plan_page
+    assert "15 beyond the allowance ($0.075)" in plan_page
+    assert '<dd id="overage">15 lookups · $0.075</dd>' in usage_page
+    assert 'id="month-terms"' not in plan_page
