@@ -4,6 +4,7 @@ RFC 4180 CSV with money as 2-dp decimal strings, each recorded with a checksum m
 import csv
 import hashlib
 import io
+import re
 from collections.abc import Iterable, Iterator
 from datetime import date
 from decimal import Decimal
@@ -90,10 +91,9 @@ CREDIT_CODES = {Code.GRANT, Code.VOID}
 
 def month_start(month: str) -> date:
     """`YYYY-MM` as the first day of that month; ValueError for anything else."""
-    year, _, number = month.partition("-")
-    if len(year) != 4 or len(number) != 2 or not (year + number).isdigit():
+    if not re.fullmatch(r"[0-9]{4}-[0-9]{2}", month):  # ASCII digits only: str.isdigit() takes "٢٠٢٦"
         raise ValueError(f"month must be YYYY-MM, not {month!r}")
-    return date(int(year), int(number), 1)
+    return date(int(month[:4]), int(month[5:]), 1)
 
 
 def escape(value: str) -> str:

@@ -1,4 +1,4 @@
-"""Finance API (DRF): the month's ledger entries as paginated JSON or CSV, for staff; the Stripe webhook."""
+"""Finance API (DRF): the month's ledger entries as paginated JSON or CSV, for finance staff; the Stripe webhook."""
 
 import csv
 import io
@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.permissions import IsAdminUser
+from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -32,8 +32,28 @@ class CSVRenderer(BaseRenderer):
             exports.write_csv(data["results"], buffer)
         else:
             writer = csv.writer(buffer, lineterminator="\r\n")
-            writer.writerows([["detail"], [exports.escape(str(data.get("detail", data)))]])
+            writer.writerows([["detail"], [exports.escape(_detail(data))]])
         return buffer.getvalue().encode()
+
+
+def _detail(data: Any) -> str:
+    """An error's text: DRF's `detail`, or each invalid field's messages (never a Python repr)."""
+    if not isinstance(data, dict):
+        return str(data)
+    if "detail" in data:
+        return str(data["detail"])
+    return "; ".join(
+        f"{field}: {' '.join(str(m) for m in (errors if isinstance(errors, list) else [errors]))}"
+        for field, errors in data.items()
+    )
+
+
+class FinanceStaff(BasePermission):
+    """Staff allowed to read the ledger (`billing.view_transfer`, as its admin requires; superusers have it)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        return bool(user and user.is_active and user.is_staff and user.has_perm("billing.view_transfer"))
 
 
 class LedgerPagination(PageNumberPagination):
@@ -46,7 +66,7 @@ class FinanceLedgerView(APIView):
     """GET /api/finance/ledger?month=YYYY-MM[&page=N][&format=csv]"""
 
     authentication_classes = [SessionAuthentication]
-    permission_classes = [IsAdminUser]
+    permission_classes = [FinanceStaff]
     renderer_classes = [JSONRenderer, CSVRenderer]
 
     def get(self, request: Request) -> Response:

@@ -5,6 +5,7 @@ import json
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
@@ -73,12 +74,17 @@ def test_export_rejects_a_bad_month_and_writes_nothing(tmp_path):
     assert ExportBatch.objects.count() == 0
 
 
-@pytest.fixture
-def staff(db):
-    user = account_services.user_create(email="finance@example.com", password="correct horse battery staple")
+def staff_member(email: str, *permissions: str):
+    user = account_services.user_create(email=email, password="correct horse battery staple")
     user.is_staff = True
     user.save(update_fields=["is_staff"])
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="billing", codename__in=permissions))
     return user
+
+
+@pytest.fixture
+def staff(db):
+    return staff_member("finance@example.com", "view_transfer")
 
 
 def test_finance_api_pages_json(activity, staff, client):
@@ -114,13 +120,28 @@ def test_finance_api_is_for_staff_only(activity, client):
     assert client.get("/api/finance/ledger", {"month": "2026-08"}).status_code == 403
 
 
-def test_finance_api_refuses_a_bad_month(staff, client):
+def test_finance_api_is_not_for_staff_without_the_ledgers_view_permission(activity, client):
+    client.force_login(staff_member("support@example.com"))
+
+    assert client.get("/api/finance/ledger", {"month": "2026-08"}).status_code == 403
+    assert client.get("/admin/billing/transfer/").status_code == 403
+
+
+@pytest.mark.parametrize("month", ["August", "٢٠٢٦-٠٨", "2026-8", "2026-08-01", " 2026-08"])
+def test_finance_api_refuses_a_bad_month(staff, client, month):
     client.force_login(staff)
 
-    response = client.get("/api/finance/ledger", {"month": "August"})
+    response = client.get("/api/finance/ledger", {"month": month})
 
-    assert response.status_code == 400
-    assert "YYYY-MM" in response.json()["month"][0]
+    assert (response.status_code, response.json()) == (400, {"month": [f"month must be YYYY-MM, not {month!r}"]})
+
+
+def test_finance_api_states_a_bad_month_in_csv_as_text(staff, client):
+    client.force_login(staff)
+
+    response = client.get("/api/finance/ledger", {"month": "2026-13", "format": "csv"})
+
+    assert (response.status_code, response.content) == (400, b"detail\r\nmonth: month must be in 1..12\r\n")
 
 
 def test_usage_summary_has_one_row_per_account_that_reconciles_to_the_ledger(activity, outsider, tmp_path, charge):
