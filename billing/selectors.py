@@ -243,24 +243,38 @@ def usage_page(*, user: User, recent: int = 20) -> dict[str, Any]:
         .values("day")
         .annotate(included=Sum("included_qty"), overage=Sum("overage_qty"), calls=Count("pk"))
     }
+    # Lookups a correcting transfer gave back count on no day and no call, as they count in no balance.
+    undone: dict[int, dict[str, int]] = {}
+    charges = (Code.CHARGE, Code.OVERAGE)
+    reversals = Transfer.objects.filter(reverses__usage_event__in=events, reverses__code__in=charges)
+    for event_id, at, code, amount in reversals.values_list(
+        "reverses__usage_event_id", "reverses__usage_event__occurred_at", "reverses__code", "amount"
+    ):
+        undone.setdefault(event_id, {Code.CHARGE: 0, Code.OVERAGE: 0})[code] += amount
+        row = per_day.setdefault(at.astimezone(UTC).date(), {})
+        row["undone"] = row.get("undone", 0) + amount
     today = now().astimezone(UTC).date()
     days = []
     for day_number in range(1, today.day + 1):
         day = start.replace(day=day_number)
         row = per_day.get(day, {})
-        days.append((f"{day:%m-%d}", (row.get("included") or 0) + (row.get("overage") or 0)))
+        days.append((f"{day:%m-%d}", (row.get("included") or 0) + (row.get("overage") or 0) - row.get("undone", 0)))
     counts = events.aggregate(calls=Count("pk"), hits=Count("pk", filter=Q(cache_hit=True)))
-    calls = [
-        {
-            "tool": event.tool,
-            "occurred_at": event.occurred_at,
-            "lookups": event.units_charged,
-            "overage_lookups": event.overage_qty,
-            "overage_usd": micros_to_usd(event.overage_qty * rate),
-            "cache_hit": event.cache_hit,
-        }
-        for event in events.order_by("-occurred_at", "-pk")[:recent]
-    ]
+    calls = []
+    for event in events.order_by("-occurred_at", "-pk")[:recent]:
+        back = undone.get(event.pk, {Code.CHARGE: 0, Code.OVERAGE: 0})
+        overage = event.overage_qty - back[Code.OVERAGE]
+        calls.append(
+            {
+                "tool": event.tool,
+                "occurred_at": event.occurred_at,
+                "lookups": event.units_charged - back[Code.CHARGE] - back[Code.OVERAGE],
+                "overage_lookups": overage,
+                "overage_usd": micros_to_usd(overage * rate),
+                "cache_hit": event.cache_hit,
+                "reversed": event.pk in undone,
+            }
+        )
     included = usage["included_lookups"]
     return {
         "period_start": start,

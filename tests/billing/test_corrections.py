@@ -98,3 +98,20 @@ def test_a_reversed_overage_exports_as_a_money_credit(owner, staff, charge):
     assert rows["adjust"]["created_by"] == "finance@example.com"
     assert selectors.lookup_usage(user=owner)["overage_lookups"] == 0
     assert batch.totals["adjust"] == {"rows": 1, "quantity": -2, "amount_usd": "-0.02"}
+
+
+def test_the_usage_page_counts_a_reversed_charge_on_no_day_and_no_call(owner, staff, charge):
+    charge(owner, units=2, fingerprint="kept")
+    charge(owner, units=3, fingerprint="reversed")
+    reversed_event = Transfer.objects.get(code=Code.CHARGE, amount=3).usage_event
+    services.transfer_reverse(
+        transfer_id=Transfer.objects.get(code=Code.CHARGE, amount=3).pk, reason="failed upstream", created_by=staff
+    )
+
+    page = selectors.usage_page(user=owner)
+
+    assert page["used_lookups"] == 2
+    assert page["daily"][-1] == ("08-18", 2)
+    assert sum(lookups for _, lookups in page["daily"]) == 2
+    assert [(call["lookups"], call["reversed"]) for call in page["recent"]] == [(0, True), (2, False)]
+    assert reversed_event.units_charged == 3  # the event itself stays as it was
