@@ -23,7 +23,7 @@ from accounts import oauth
 from accounts import services as account_services
 from billing import selectors as billing_selectors
 from leroy import metrics
-from leroy.errors import DATABASE_RETRY_AFTER, database_unavailable
+from leroy.errors import DATABASE_RETRY_AFTER, DomainError, database_unavailable
 from leroy.mcp import calllog
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
 from leroy.ratelimit import rate_limit_retry_after
@@ -428,12 +428,19 @@ class McpTransport:
         elif token is not None and spec.scope not in token.scopes:
             payload, challenge = insufficient_scope(spec)
             status = 403
+        elif isinstance(params, dict) and not isinstance(params.get("arguments", {}), dict | None):
+            # The SDK refuses arguments that are not an object with a bare -32602 before the tool's strict parser
+            # runs: answered in band here, by that parser, as every other misfit is.
+            try:
+                spec.args.from_arguments(params["arguments"])
+                return False
+            except DomainError as refusal:
+                payload, challenge, status = refusal.payload(), None, 200
         else:
             return False
         result = error_result(payload, challenge)
         if _header(scope, b"mcp-protocol-version") == MODERN:
             result["resultType"] = "complete"
-        await _respond(
-            send, status, {"jsonrpc": "2.0", "id": request_id, "result": result}, {"WWW-Authenticate": challenge}
-        )
+        headers = {"WWW-Authenticate": challenge} if challenge else None
+        await _respond(send, status, {"jsonrpc": "2.0", "id": request_id, "result": result}, headers)
         return True

@@ -55,3 +55,25 @@ async def test_legacy_call_whose_mcp_name_matches_still_runs(mcp_http):
 
     assert response.status_code == 200
     assert sse_or_json(response)["result"]["structuredContent"]["text"] == "hi"
+
+
+@pytest.mark.parametrize("arguments", [[], "text", 5, True])
+@pytest.mark.parametrize("era", ["2025-11-25", MODERN])
+async def test_arguments_that_are_not_an_object_are_refused_in_band_by_the_tools_parser(mcp_http, arguments, era):
+    if era == MODERN:
+        body, headers = modern_call("probe_echo", {}), modern_headers("tools/call", "probe_echo")
+        body["params"]["arguments"] = arguments
+    else:
+        body, headers = legacy_call("probe_echo") | {"params": {"name": "probe_echo", "arguments": arguments}}, LEGACY
+    async with mcp_http() as http:
+        response = await http.post("/api/mcp", json=body, headers=headers)
+
+    result = sse_or_json(response)["result"]
+    assert (response.status_code, result["isError"]) == (200, True)
+    assert result["structuredContent"] == {
+        "error": {
+            "code": "invalid_arguments",
+            "message": "Invalid arguments: arguments: Input should be an object",
+            "problems": [{"field": "arguments", "problem": "Input should be an object"}],
+        }
+    }
