@@ -10,6 +10,7 @@ itself, which proves nothing about who runs the log (the output says so).
   leroy-verify --key KEY --answer answer.json --proof proof.json      # an answer proof, fully offline
   leroy-verify --key KEY --checkpoint cp.txt --entries entries.json   # the whole log from files
   leroy-verify --log URL --key KEY --timestamp --tsa-roots roots.pem  # ... and the checkpoint's RFC 3161 token
+  leroy-verify --log URL --key KEY --eod heldout.json                 # ... an end-of-day evidence answer as logged
 """
 
 import argparse
@@ -37,6 +38,15 @@ from leroy_verify.note import Checkpoint, NoteError, Verifier, open_note, parse_
 from leroy_verify.timestamp import TimestampError, check, load_certificates
 
 PAGE = 1000
+
+# By an end-of-day answer's data_type: the eod_snapshot field committing its calculation_sha256, and the answer's
+# fields that hash is taken over. A replay answer shows one page of one symbol's legs while its hash covers every
+# symbol's, so it is held to the log by its stated hash alone.
+EOD_BLOCKS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "validation": ("heldout_sha256", ("first", "last", "rows")),
+    "walk_forward": ("walk_forward_sha256", ("components", "rows")),
+    "historical_replay": ("replay_sha256", None),
+}
 
 
 class Failed(Exception):
@@ -113,7 +123,7 @@ def check_consistency(run: Run, earlier: Checkpoint, later: Checkpoint, proof_fi
     run.ok("consistency", f"size {earlier.size} is a prefix of size {later.size}: the log only grew")
 
 
-def check_entries(run: Run, checkpoint: Checkpoint, source: str | None) -> None:
+def check_entries(run: Run, checkpoint: Checkpoint, source: str | None) -> list[dict[str, Any]]:
     if source:
         entries = json.loads(_read(source))["entries"]
     else:
@@ -130,6 +140,33 @@ def check_entries(run: Run, checkpoint: Checkpoint, source: str | None) -> None:
     if frontier_root(edge) != checkpoint.root:
         raise Failed("entries: their tree root is not the checkpoint's (an entry edited, deleted or reordered)")
     run.ok("entries", f"all {len(entries)} entries hash to the checkpoint's root")
+    return entries
+
+
+def check_eod(run: Run, entries: list[dict[str, Any]], answer_file: str) -> None:
+    """A replay, held-out or walk-forward answer: its fields hash to its calculation_sha256, and that hash is the
+    one its snapshot's eod_snapshot entry committed."""
+    answer = json.loads(_read(answer_file))
+    if answer.get("data_type") not in EOD_BLOCKS:
+        raise Failed(f"eod: data_type {answer.get('data_type')!r} is not replay, held-out or walk-forward evidence")
+    field, hashed = EOD_BLOCKS[answer["data_type"]]
+    stated = answer["calculation_sha256"]
+    if hashed is not None:
+        digest = hashlib.sha256(rfc8785.dumps({name: answer[name] for name in hashed})).hexdigest()
+        if digest != stated:
+            raise Failed("eod: the answer's fields do not hash to its calculation_sha256 (the answer was changed, "
+                         "or asked for one symbol: save the answer for every symbol)")  # fmt: skip
+        run.ok("eod answer hash", f"{' and '.join(hashed)} hash to {digest}")
+    logged = [item for item in entries if item["entry"].get("kind") == "eod_snapshot"
+              and item["entry"].get("snapshot_sha256") == answer["snapshot_sha256"]]  # fmt: skip
+    if not logged:
+        raise Failed("eod: no eod_snapshot entry in the log commits the answer's snapshot_sha256")
+    index, entry = logged[0]["index"], logged[0]["entry"]
+    if field not in entry:
+        raise Failed(f"eod: entry {index} has no {field} (logged before the evidence was committed)")
+    if entry[field] != stated:
+        raise Failed(f"eod: entry {index} committed another {field} (the evidence was changed after it was logged)")
+    run.ok("eod evidence", f"{answer['data_type']} of the {entry['session']} snapshot is what entry {index} committed")
 
 
 def check_entry(run: Run, checkpoint: Checkpoint, index: int) -> None:
@@ -222,6 +259,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "the log's)")  # fmt: skip
     parser.add_argument("--tsa-roots", help="PEM file of the TSA's root (and intermediate) certificates")
     parser.add_argument("--tsa-cert", help="PEM file of the TSA certificate the token must be signed with")
+    parser.add_argument("--eod", help="a replay, held-out or walk-forward answer JSON: check it against the log")
     args = parser.parse_args(argv)
     if args.timestamp is not None and args.tsa_roots is None:
         parser.error("--timestamp needs --tsa-roots: a token is only as good as the TSA certificate it chains to")
@@ -253,8 +291,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
         if args.earlier is not None:
             earlier = _checkpoint(run, "earlier checkpoint", _read(args.earlier), verifier)
             check_consistency(run, earlier, latest, args.consistency)
-        if args.entries is not None:
-            check_entries(run, latest, args.entries or None)
+        if args.entries is not None or args.eod is not None:
+            entries = check_entries(run, latest, args.entries or None)
+            if args.eod is not None:
+                check_eod(run, entries, args.eod)
         if args.entry is not None:
             check_entry(run, latest, args.entry)
     except Failed as failure:

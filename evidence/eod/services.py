@@ -179,12 +179,12 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
     summary = universe_summary(per_symbol)
     replay_block = {"summary": summary, "sha256": canonical_sha256({"components": components, "summary": summary,
                                                                      "symbols": replays})}  # fmt: skip
-    heldout_block = {
+    published = {
         "first": universe.heldout_first.isoformat(),
         "last": universe.heldout_last.isoformat(),
         "rows": heldout_rows,
-        "sha256": canonical_sha256({"components": components, "rows": heldout_rows}),
     }
+    heldout_block = {**published, "sha256": canonical_sha256(published)}  # exactly what get_heldout_evidence publishes
     walk_block = {"rows": walk_rows, "sha256": canonical_sha256({"components": components, "rows": walk_rows})}
     with transaction.atomic():
         append_lock()  # taken before the revision is read, so concurrent runs of a session serialise here
@@ -208,6 +208,11 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
                 "row_count": len(rows),
                 "engine_sha256": components["engine"]["sha256"],
                 "data_sha256": components["data"]["sha256"],
+                # The evidence blocks are served apart from the rows: committing their hashes here is what makes
+                # a later change to any of them show against the log.
+                "replay_sha256": replay_block["sha256"],
+                "heldout_sha256": heldout_block["sha256"],
+                "walk_forward_sha256": walk_block["sha256"],
             }
         )
         snapshot = EodSnapshot.objects.create(

@@ -50,6 +50,21 @@ def test_a_run_writes_the_snapshot_its_rows_and_one_log_commitment(world):
     assert snapshot.components["universe"]["sha256"] == world.universe.sha256
 
 
+def test_the_log_entry_commits_the_replay_heldout_and_walk_forward_hashes(world):
+    snapshot = eod_run(session=LAST)
+
+    body = json.loads(LogEntry.objects.get(index=snapshot.log_index).body)
+    heldout = {name: snapshot.heldout[name] for name in ("first", "last", "rows")}
+    walk = {"components": snapshot.components, "rows": snapshot.walk_forward["rows"]}
+    assert body["replay_sha256"] == snapshot.replay["sha256"]
+    assert body["heldout_sha256"] == snapshot.heldout["sha256"] == hashlib.sha256(rfc8785.dumps(heldout)).hexdigest()
+    assert (
+        body["walk_forward_sha256"]
+        == snapshot.walk_forward["sha256"]
+        == hashlib.sha256(rfc8785.dumps(walk)).hexdigest()
+    )
+
+
 def test_the_heldout_tail_has_one_validation_row_per_available_symbol(world):
     snapshot = eod_run(session=LAST)
 

@@ -1,7 +1,8 @@
 """`leroy-verify` in a clean process (no Django settings, none of the server's packages imported): it verifies the
-log, its entries and an answer proof, and it catches edited, deleted and reordered entries, a forked log and a
-wrong key."""
+log, its entries, an answer proof and end-of-day evidence against its snapshot's entry, and it catches edited,
+deleted and reordered entries, a forked log, a wrong key and changed end-of-day evidence."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -11,14 +12,19 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
+import rfc8785
 import time_machine
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.db import transaction
 from pydantic import BaseModel
 
+from evidence.eod import selectors as eod
+from evidence.eod.schemas import HeldoutOut, ReplayOut, WalkForwardOut
+from evidence.eod.services import eod_run
 from evidence.publication import selectors, services
 from evidence.publication.schemas import Receipt
 from evidence.publication.signing import format_private_key, parse_private_key
+from tests.evidence.eod_world import LAST, eod_world, universe_settings
 
 pytestmark = pytest.mark.django_db
 VERIFY = shutil.which("leroy-verify", path=str(Path(sys.executable).parent))
@@ -238,3 +244,68 @@ def test_an_answer_or_proof_of_another_shape_fails_on_one_line_without_a_traceba
     assert code == 1
     assert len([line for line in lines if line.startswith("FAIL")]) == 1
     assert lines[-1].startswith(f"FAIL  input: {reason}: ")
+
+
+@pytest.fixture
+def published(tmp_path, client):
+    """One end-of-day snapshot in the log, and its replay, held-out and walk-forward answers as the tools serve them."""
+    world = eod_world(tmp_path)
+    with universe_settings(world):
+        eod_run(session=LAST)
+    answers = {
+        "replay.json": ReplayOut.model_validate(eod.replay(symbol=None, offset=0, limit=50)),
+        "heldout.json": HeldoutOut.model_validate(eod.heldout()),
+        "walk_forward.json": WalkForwardOut.model_validate(eod.walk_forward(symbol=None)),
+    }
+    for name, answer in answers.items():
+        (tmp_path / name).write_text(answer.model_dump_json())
+    (tmp_path / "checkpoint.txt").write_text(client.get("/log/checkpoint").content.decode())
+    (tmp_path / "key.txt").write_text(client.get("/.well-known/leroy-log-key").content.decode())
+    (tmp_path / "entries.json").write_text(client.get("/log/entries", {"start": 0, "end": 1}).content.decode())
+    return tmp_path
+
+
+def verify_eod(files: Path, answer: str) -> tuple[int, list[str]]:
+    return verify("--key", files / "key.txt", "--checkpoint", files / "checkpoint.txt", "--entries",
+                  files / "entries.json", "--eod", files / answer, cwd=files)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("answer", "checks"),
+    [
+        ("heldout.json", ["eod answer hash", "eod evidence"]),
+        ("walk_forward.json", ["eod answer hash", "eod evidence"]),
+        ("replay.json", ["eod evidence"]),  # one page of one symbol cannot show the hash of every symbol's legs
+    ],
+)
+def test_end_of_day_evidence_verifies_against_its_snapshots_entry(published, answer, checks):
+    code, lines = verify_eod(published, answer)
+
+    assert code == 0
+    assert [line.split(":")[0] for line in lines] == [
+        "ok    checkpoint signature", "ok    entries", *[f"ok    {check}" for check in checks],
+    ]  # fmt: skip
+    data_type = json.loads((published / answer).read_text())["data_type"]
+    assert lines[-1] == f"ok    eod evidence: {data_type} of the 2023-02-28 snapshot is what entry 0 committed"
+
+
+def test_a_changed_heldout_row_fails_whether_or_not_its_hash_was_recomputed(published):
+    answer = json.loads((published / "heldout.json").read_text())
+    answer["rows"][0]["engine_return"] += 0.01
+    (published / "edited.json").write_text(json.dumps(answer))
+    hashed = {name: answer[name] for name in ("first", "last", "rows")}
+    answer["calculation_sha256"] = hashlib.sha256(rfc8785.dumps(hashed)).hexdigest()  # as an operator would
+    (published / "rehashed.json").write_text(json.dumps(answer))
+
+    edited = verify_eod(published, "edited.json")
+    rehashed = verify_eod(published, "rehashed.json")
+
+    assert edited[0] == rehashed[0] == 1
+    assert edited[1][-1] == (
+        "FAIL  eod: the answer's fields do not hash to its calculation_sha256 (the answer was changed, or asked for "
+        "one symbol: save the answer for every symbol)"
+    )
+    assert rehashed[1][-2].startswith("ok    eod answer hash: first and last and rows hash to ")
+    assert rehashed[1][-1] == (
+        "FAIL  eod: entry 0 committed another heldout_sha256 (the evidence was changed after it was logged)"
+    )
