@@ -85,7 +85,7 @@ def test_the_publication_log_page_shows_the_checkpoint_and_its_commands_verify(p
     assert "answers of 2026-11-03" in person.locator("#log-entries tbody tr").first.inner_text()
     shoot("publication-log")
     # Run the page's own first and third commands (the key pinned from the page) against the live log.
-    first, _, third, _ = [pre.inner_text() for pre in person.locator("#verify pre").all()]
+    first, _, third, *_ = [pre.inner_text() for pre in person.locator("#verify pre").all()]
     key = shlex.split(first)[-1]
     cli = str(Path(sys.executable).with_name("leroy-verify"))
     for command in (first, third.replace("KEY", shlex.quote(key))):

@@ -131,3 +131,18 @@ def test_tlog_tiles_rebuild_the_signed_root_from_hash_tiles_and_entry_bundles(cl
     missing = ["/log/tile/0/001", "/log/tile/0/001.p/45", "/log/tile/1/000", "/log/tile/0/1", "/log/tile/0/x000",
                "/log/tile/64/000.p/1", "/log/tile/entries/002.p/1", "/log/tile/0/000.p/0"]  # fmt: skip
     assert [client.get(path).status_code for path in missing] == [404] * len(missing)
+
+
+def test_the_log_page_says_exactly_what_is_committed_and_that_no_witness_cosigns(client, log):
+    page = " ".join(client.get("/log/").content.decode().split())
+
+    assert "every day's commitment to the answers it gave" not in page
+    assert (
+        "every end-of-day snapshot with the hashes of its replay, held-out and walk-forward evidence, and each day's "
+        "Merkle root of the hashes of the metered answers that carried a receipt (other answers are not committed)"
+    ) in page
+    assert (
+        "No outside witness cosigns the checkpoints: a split view (different logs shown to different clients)" in page
+    )
+    assert "<td>end-of-day snapshot of 2026-07-03</td>" in page
+    assert "leroy-verify --log http://127.0.0.1:8000 --key KEY --eod heldout.json" in page
