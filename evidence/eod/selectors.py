@@ -4,7 +4,7 @@ read ever computes anything. Each answer's fields include the trust contract."""
 import json
 from typing import Any
 
-from django.db.models import Max
+from django.db.models import Max, Min
 
 from evidence.eod.engine import canonical_sha256
 from evidence.eod.heldout import EVIDENCE_CLASS, REUSE_ADMISSION
@@ -110,20 +110,19 @@ def maturity() -> dict[str, Any]:
     snapshot = latest()
     snapshots = EodSnapshot.objects.all()
     changes = [len(c) for c in snapshots.values_list("changes", flat=True)]
-    first = snapshots.order_by("session").values_list("session", flat=True).first()
-    fields = {
+    first = snapshots.aggregate(first=Min("session"))["first"]  # `latest` exists, so there is a first
+    fields = {  # as published (dates in ISO form), since the calculation hash is taken over exactly these
         "total_snapshots": len(changes),
         "distinct_market_dates": snapshots.values("session").distinct().count(),
-        "first_date": first,
-        "latest_date": snapshot.session,
+        "first_date": first.isoformat(),
+        "latest_date": snapshot.session.isoformat(),
         "latest_revision": snapshots.filter(session=snapshot.session).aggregate(r=Max("revision"))["r"],
         "instrument_count": EodRow.objects.filter(snapshot=snapshot).count(),
         "change_count": sum(changes),
         "snapshots_with_changes": sum(1 for c in changes if c),
         "performance_status": "not_calculated_from_commitments",  # a hash proves what was stored, not returns
     }
-    return {**trust(snapshot, "forward_commitment", canonical_sha256({k: str(v) for k, v in fields.items()})),
-            **fields}  # fmt: skip
+    return {**trust(snapshot, "forward_commitment", canonical_sha256(fields)), **fields}
 
 
 def provenance() -> dict[str, Any]:
@@ -147,8 +146,8 @@ def signal(*, symbol: str) -> dict[str, Any]:
         ("state", "action", "recommended_state", "suggested_position", "lines_applied", "lines_next_session",
          "current_leg", "first_entry")
     )  # fmt: skip
-    fields = {**blank, **{k: v for k, v in row.row.items() if k != "session"}}
-    return {**trust(snapshot, "end_of_day_signal", canonical_sha256(row.row)), **fields}
+    fields = {**blank, **{k: v for k, v in row.row.items() if k != "session"}}  # as_of already names the session
+    return {**trust(snapshot, "end_of_day_signal", canonical_sha256(fields)), **fields}
 
 
 def frozen_rows(*, publication_id: int | None) -> dict[str, Any]:

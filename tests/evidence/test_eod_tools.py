@@ -130,6 +130,29 @@ async def test_subscriber_tools_cost_one_lookup_and_repeat_free_on_the_same_snap
     assert answers["get_forward_changes_since"].structured_content["snapshots"] == []
 
 
+def recomputed(answer: dict, *, without: set[str]) -> str:
+    """The calculation hash as the documentation tells a user to recompute it from the answer's own fields."""
+    return hashlib.sha256(rfc8785.dumps({k: v for k, v in answer.items() if k not in without})).hexdigest()
+
+
+async def test_the_maturity_hash_is_recomputed_from_the_answers_own_fields(mcp_http, published):
+    await sync_to_async(published)()
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http()), mode=MODERN) as client:
+        answer = (await client.call_tool("get_publication_maturity", {})).structured_content
+
+    assert answer["total_snapshots"] == 1  # an int, hashed as the int it is published as
+    assert recomputed(answer, without=TRUST) == answer["calculation_sha256"]
+
+
+async def test_the_signal_hash_is_recomputed_from_the_answers_own_fields(mcp_http, published, api_key):
+    await sync_to_async(published)()
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=MODERN) as client:
+        answer = (await client.call_tool("get_signal", {"symbol": "ALFA"})).structured_content
+
+    assert "session" not in answer  # as_of names it
+    assert recomputed(answer, without=TRUST | {"usage", "receipt"}) == answer["calculation_sha256"]
+
+
 async def test_without_a_completed_snapshot_every_tool_refuses_and_nothing_is_charged(mcp_http, api_key):
     async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=MODERN) as client:
         answers = {name: await client.call_tool(name, args) for name, (args, _) in {**PUBLIC, **SUBSCRIBER}.items()}
