@@ -36,16 +36,20 @@ def metered_answer[T: BaseModel](
     output: type[T],
     compute: Callable[[], Answer],
     cache_scope: str | None = None,
+    cache_args: BaseModel | None = None,
     finish: Callable[[T], T] | None = None,
 ) -> T:
     """Compute (or reuse) an answer and charge its lookups: 0 when nothing was looked up, 0 for an identical
     request answered again within `cache_scope` (e.g. the same frame of the same artifact), else its lookups.
+    `cache_args`, when given, name the answer in the cache instead of `args` (e.g. with a default resolved to the id
+    it stands for, so both ways of naming one answer are one entry); idempotency still goes by `args`.
 
     `finish` completes an answer once its usage is known (it runs after the charge, inside its transaction: if it
     fails, the charge is rolled back). A retried `client_request_id` returns the stored answer unchanged.
     """
     fingerprint = request_fingerprint(tool, args)
-    cache_key = f"leroy:answer:{tool}:{user.pk}:{fingerprint}:{cache_scope}" if cache_scope is not None else None
+    cached_as = request_fingerprint(tool, cache_args if cache_args is not None else args)
+    cache_key = f"leroy:answer:{tool}:{user.pk}:{cached_as}:{cache_scope}" if cache_scope is not None else None
     cached: dict[str, Any] | None = cache.get(cache_key) if cache_key is not None else None
     answer = Answer(cached["fields"], cached["lookups"]) if cached is not None else compute()
 

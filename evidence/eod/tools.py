@@ -37,9 +37,11 @@ async def _public[T: BaseModel](output: type[T], read: Callable[[], dict[str, An
 
 
 async def _subscriber[T: BaseModel](call: ToolCall, args: BaseModel, output: type[T],
-                                    read: Callable[[], dict[str, Any]]) -> T:  # fmt: skip
+                                    read: Callable[[], dict[str, Any]],
+                                    resolved: Callable[[dict[str, Any]], BaseModel] | None = None) -> T:  # fmt: skip
     """One lookup of a completed snapshot, cached per snapshot; a refusal (nothing to serve) or a symbol absent
-    from the snapshot costs 0."""
+    from the snapshot costs 0. `resolved` gives the arguments naming the answer once defaults are resolved, so one
+    snapshot is one cache entry however it was named."""
 
     def run() -> T:
         user = call.user()
@@ -51,6 +53,7 @@ async def _subscriber[T: BaseModel](call: ToolCall, args: BaseModel, output: typ
             output=output,
             compute=lambda: Answer(fields, 0 if fields.get("status") == "absent_from_snapshot" else 1),
             cache_scope=fields["snapshot_sha256"],
+            cache_args=resolved(fields) if resolved is not None else None,
             finish=lambda result: receipt_attach(user=user, tool=call.tool, answer=result),
         )
 
@@ -120,7 +123,11 @@ async def get_frozen_forward_rows(call: ToolCall, args: FrozenRowsArgs) -> Froze
     """One snapshot's exact frozen rows and components; SHA-256 of RFC 8785 {session, revision, components, rows}
     is its snapshot_sha256. Costs 1 lookup."""
     return await _subscriber(
-        call, args, FrozenRowsOut, lambda: selectors.frozen_rows(publication_id=args.publication_id)
+        call,
+        args,
+        FrozenRowsOut,
+        lambda: selectors.frozen_rows(publication_id=args.publication_id),
+        resolved=lambda fields: args.model_copy(update={"publication_id": fields["publication_id"]}),
     )
 
 

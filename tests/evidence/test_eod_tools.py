@@ -130,6 +130,23 @@ async def test_subscriber_tools_cost_one_lookup_and_repeat_free_on_the_same_snap
     assert answers["get_forward_changes_since"].structured_content["snapshots"] == []
 
 
+async def test_the_latest_snapshot_asked_by_default_then_by_its_id_is_one_cached_answer(mcp_http, published, api_key):
+    snapshot = await sync_to_async(published)()
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=MODERN) as client:
+        latest = (await client.call_tool("get_frozen_forward_rows", {})).structured_content
+        named = (
+            await client.call_tool("get_frozen_forward_rows", {"publication_id": snapshot.log_index})
+        ).structured_content
+
+    events = await sync_to_async(list)(UsageEvent.objects.order_by("pk"))
+    charged = [(event.units_charged, event.cache_hit) for event in events]
+    assert (latest["usage"]["lookup_cost"], latest["usage"]["cache"]) == (1, "miss")
+    assert (named["usage"]["lookup_cost"], named["usage"]["cache"]) == (0, "hit")
+    assert named["publication_id"] == latest["publication_id"] == snapshot.log_index
+    assert named["rows"] == latest["rows"]
+    assert charged == [(1, False), (0, True)]
+
+
 def recomputed(answer: dict, *, without: set[str]) -> str:
     """The calculation hash as the documentation tells a user to recompute it from the answer's own fields."""
     return hashlib.sha256(rfc8785.dumps({k: v for k, v in answer.items() if k not in without})).hexdigest()
