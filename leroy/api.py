@@ -2,7 +2,8 @@
 
 Every tool whose spec says `rest` (every read tool, and the journal) gets a route `/api/v1/<app>/<tool name>` that
 takes the tool's Args model (a JSON body; a GET when the tool has no arguments), answers its output model, and runs
-the tool's own handler, so the answer, the metering and the refusals are the MCP tool's.
+the tool's own handler, so the answer, the metering and the refusals are the MCP tool's. Any other method is refused
+with 405 and an `Allow` header, in the same refusal shape.
 
 Only the Django session of a signed-in account authenticates here, with CSRF on unsafe methods. API keys and OAuth
 access tokens are accepted at /api/mcp alone: a request presenting any Authorization header is refused, even when it
@@ -48,9 +49,10 @@ class ErrorOut(BaseModel):
 
 
 # Every status a generated route can answer besides 200: refusals (400/402/404/409/503), no session (401), a missing
-# CSRF token (403, Django's own page), invalid arguments (422).
-ERROR_STATUSES = frozenset({400, 401, 402, 404, 409, 422, 503})
+# CSRF token (403, Django's own page), a method the route does not take (405), invalid arguments (422).
+ERROR_STATUSES = frozenset({400, 401, 402, 404, 405, 409, 422, 503})
 STATUS_OF_CODE = {
+    "method_not_allowed": 405,
     "idempotency_conflict": 409,
     "quota_exhausted": 402,
     "insufficient_credits": 402,
@@ -106,8 +108,11 @@ api = NinjaAPI(
 
 
 def _strict_args(request: HttpRequest, spec: ToolSpec) -> BaseModel:
-    """The JSON body parsed exactly as MCP parses a call's arguments (strict: `"yes"` is not a boolean, `"5"` not a
-    number), so both edges refuse the same calls with the same `invalid_arguments` problems."""
+    """The call's arguments (a POST's JSON body, a GET's query string) parsed exactly as MCP parses a call's
+    arguments (strict: `"yes"` is not a boolean, `"5"` not a number; an unknown name is refused, not ignored), so
+    both edges refuse the same calls with the same `invalid_arguments` problems."""
+    if request.method == "GET":
+        return spec.args.from_arguments(request.GET.dict())
     try:
         body = json.loads(request.body or b"{}")
     except ValueError:
@@ -187,9 +192,26 @@ def _view(spec: ToolSpec) -> Any:
         return with_body
 
     async def without_body(request: HttpRequest) -> Any:
-        return await answer(request, spec.args())
+        return await answer(request, _strict_args(request, spec))
 
     return without_body
+
+
+# Every method HTTP defines (RFC 9110 §9, RFC 5789) that a route may be asked with; ninja alone would answer a
+# wrong one with an HTML page.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+
+
+def _wrong_method(allowed: str) -> Any:
+    """An operation refusing every method its route does not take, before any session or charge."""
+
+    async def refuse(request: HttpRequest) -> HttpResponse:
+        message = f"This route takes {allowed} only, not {request.method}."
+        response = _refused(request, DomainError("method_not_allowed", message))
+        response["Allow"] = allowed
+        return response
+
+    return refuse
 
 
 def _mount() -> None:
@@ -199,9 +221,10 @@ def _mount() -> None:
             continue
         app = spec.handler.__module__.split(".")[0]
         router = routers.setdefault(app, Router(tags=[app]))
+        allowed = "POST" if spec.args.model_fields else "GET"
         router.add_api_operation(
             f"/{spec.name}",
-            ["POST"] if spec.args.model_fields else ["GET"],
+            [allowed],
             _view(spec),
             auth=None if spec.access == "public" else AccountSession(),
             response={200: spec.output, ERROR_STATUSES: ErrorOut},
@@ -209,6 +232,8 @@ def _mount() -> None:
             summary=spec.title,
             description=spec.description,
         )
+        wrong = [method for method in METHODS if method != allowed]
+        router.add_api_operation(f"/{spec.name}", wrong, _wrong_method(allowed), auth=None, include_in_schema=False)
     for app, router in routers.items():
         api.add_router(f"/{app}/", router)
 

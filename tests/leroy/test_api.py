@@ -265,3 +265,54 @@ def test_a_request_without_a_session_is_refused_in_the_refusal_shape(owner):
         {"error": {"code": "not_signed_in", "message": "Sign in to use the REST API."}},
     )
     assert UsageEvent.objects.exists() is False
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("get", "/api/v1/tests/probe_metered", "POST"),
+        ("put", "/api/v1/tests/probe_metered", "POST"),
+        ("put", "/api/v1/evidence/get_publication_maturity", "GET"),
+        ("delete", "/api/v1/evidence/get_publication_maturity", "GET"),
+    ],
+)
+def test_a_method_the_route_does_not_take_is_a_405_refusal_naming_the_one_it_does(owner, method, path, allowed):
+    for client in (signed_in_client(owner), Client()):
+        response = getattr(client, method)(path, headers={"X-CSRFToken": TOKEN})
+
+        assert (response.status_code, response["Content-Type"], response["Allow"]) == (
+            405,
+            "application/json; charset=utf-8",
+            allowed,
+        )
+        assert response.json() == {
+            "error": {
+                "code": "method_not_allowed",
+                "message": f"This route takes {allowed} only, not {method.upper()}.",
+            }
+        }
+    assert UsageEvent.objects.exists() is False
+
+
+def test_a_get_route_refuses_a_query_parameter_it_does_not_take_as_mcp_refuses_an_unknown_argument(owner):
+    public = Client().get("/api/v1/evidence/get_publication_maturity?x=1")
+    signed_in = signed_in_client(owner).get("/api/v1/tests/probe_whoami?x=1&y=")
+
+    assert (public.status_code, public.json()) == (
+        422,
+        {
+            "error": {
+                "code": "invalid_arguments",
+                "message": "Invalid arguments: x: Extra inputs are not permitted",
+                "problems": [{"field": "x", "problem": "Extra inputs are not permitted"}],
+            }
+        },
+    )
+    assert (signed_in.status_code, signed_in.json()["error"]["problems"]) == (
+        422,
+        [
+            {"field": "x", "problem": "Extra inputs are not permitted"},
+            {"field": "y", "problem": "Extra inputs are not permitted"},
+        ],
+    )
+    assert UsageEvent.objects.exists() is False
