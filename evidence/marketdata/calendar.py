@@ -46,6 +46,12 @@ def warm() -> None:
     xnys_minutes()
 
 
+def covered_days() -> tuple[date, date]:
+    """The first and last day the loaded calendar covers. It can place no bar outside them, and pandas cannot even
+    slice its schedule at a day past its nanosecond bounds (1677-2262): it raises KeyError."""
+    return date.fromisoformat(CALENDAR_START), date.fromisoformat(CALENDAR_END)
+
+
 def calendar_lineage() -> dict[str, str]:
     return {"lib": "exchange_calendars", "name": CALENDAR_NAME, "version": exchange_calendars.__version__}
 

@@ -81,6 +81,10 @@ def _normalized(frame: pl.DataFrame) -> pl.DataFrame:
     if missing:
         raise _reject(f"missing columns: {', '.join(missing)}", missing_columns=missing, columns=frame.columns)
     ts_type = frame.schema["ts"]
+    # A strict cast still reads true as 1.0: a column of booleans would import as prices of 1 and 0.
+    booleans = [name for name in BAR_COLUMNS[1:] if frame.schema[name] == pl.Boolean]
+    if booleans:
+        raise _reject("price and volume columns must be numeric, not true/false", boolean_columns=booleans)
     if not isinstance(ts_type, pl.Datetime) or ts_type.time_zone is None:
         raise _reject("column ts must hold time-zone-aware datetimes", ts_dtype=str(ts_type))
     try:
@@ -164,6 +168,16 @@ def _check_alignment(bars: pl.DataFrame, *, frequency: str, asset_class: str) ->
                 )
         return GapReport(checked=False)
 
+    covered_first, covered_last = calendar.covered_days()
+    uncovered = bars.filter(~ts.dt.date().is_between(covered_first, covered_last))
+    if len(uncovered):
+        raise _reject(
+            f"{len(uncovered)} bars lie outside the XNYS calendar's range, {covered_first} to {covered_last}",
+            calendar_first=covered_first.isoformat(),
+            calendar_last=covered_last.isoformat(),
+            outside_count=len(uncovered),
+            examples=_examples(uncovered),
+        )
     first_day = bars.get_column("ts").min().date()  # type: ignore[union-attr]
     last_day = bars.get_column("ts").max().date()  # type: ignore[union-attr]
     sched = calendar.schedule(first_day, last_day)

@@ -180,3 +180,99 @@ def test_command_reads_epoch_millisecond_parquet_and_reports_rejection(tmp_path:
         call_command("import_bars", str(path), "--symbol", "AAPL", "--frequency", "1m")
 
     assert Symbol.objects.exists() is False
+
+
+HEADER = "ts,open,high,low,close,volume\n"
+
+
+def _import_file(tmp_path: Path, content: bytes, *options: str) -> None:
+    path = tmp_path / "bars.csv"
+    path.write_bytes(content)
+    call_command("import_bars", str(path), "--symbol", "AAPL", "--frequency", "1m", *options)
+
+
+@pytest.mark.parametrize(
+    ("row", "frequency"),
+    [
+        ("9999-12-31T23:59:00Z", "1m"),  # past pandas' nanosecond bounds: the schedule slice raised KeyError
+        ("0001-01-01T00:00:00Z", "1d"),
+        ("2031-01-02T15:00:00Z", "1m"),  # a weekday the calendar has not loaded, not "no session"
+    ],
+)
+def test_command_rejects_bars_outside_the_calendars_range_and_writes_nothing(
+    row: str, frequency: str, tmp_path: Path, data_dir: Path
+) -> None:
+    with pytest.raises(CommandError) as raised:
+        _import_file(tmp_path, f"{HEADER}{row},1,1,1,1,1\n".encode(), "--frequency", frequency)
+
+    example = row.replace("Z", "+00:00")
+    assert str(raised.value) == (
+        "import rejected: 1 bars lie outside the XNYS calendar's range, 1885-01-01 to 2030-12-31 "
+        f'{{"calendar_first": "1885-01-01", "calendar_last": "2030-12-31", "examples": ["{example}"], '
+        '"outside_count": 1}'
+    )
+    assert Symbol.objects.exists() is False
+    assert BarPartition.objects.exists() is False
+    assert _files(data_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "options", "message"),
+    [
+        (b"", [], "unreadable file or timestamps: empty CSV"),
+        (HEADER.encode(), [], "no bars to import {}"),
+        (
+            f"{HEADER}2026-06-29T13:30:00Z,\xff,1,1,1,1\n".encode("latin-1"),
+            [],
+            "unreadable file or timestamps: invalid utf-8 sequence",
+        ),
+        (
+            f"{HEADER}2026-06-29T13:30:00Z,true,true,true,true,false\n".encode(),
+            [],
+            'price and volume columns must be numeric, not true/false '
+            '{"boolean_columns": ["open", "high", "low", "close", "volume"]}',
+        ),
+        (
+            f"{HEADER}2026-06-29T13:30:00Z,1,1\n2026-06-29T13:31:00Z,1,1,1,1,1,1\n".encode(),
+            [],
+            "unreadable file or timestamps: found more fields than defined in 'Schema'\n\n"
+            "Consider setting 'truncate_ragged_lines=True'.",
+        ),
+        (
+            f"{HEADER}99999999999999999999999999,1,1,1,1,1\n".encode(),
+            [],
+            "unreadable file or timestamps: conversion from `f64` to `i64` failed in column 'ts' for 1 out of 1 "
+            "values: [1.0000e23]",
+        ),
+    ],
+)  # fmt: skip
+def test_command_rejects_a_hostile_file_with_a_message_and_writes_nothing(
+    content: bytes, options: list[str], message: str, tmp_path: Path, data_dir: Path
+) -> None:
+    with pytest.raises(CommandError) as raised:
+        _import_file(tmp_path, content, *options)
+
+    assert str(raised.value) == f"import rejected: {message}"
+    assert Symbol.objects.exists() is False
+    assert BarPartition.objects.exists() is False
+    assert _files(data_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("zone", "row", "message"),
+    [
+        ("Bogus/Zone", "2026-06-29 09:30:00", "unable to parse time zone: 'Bogus/Zone'"),
+        ("America/New_York", "2026-03-08 02:30:00", "datetime '2026-03-08 02:30:00' is non-existent in time zone"),
+        ("America/New_York", "2026-11-01 01:30:00", "datetime '2026-11-01 01:30:00' is ambiguous in time zone"),
+    ],
+)
+def test_command_rejects_a_zone_it_cannot_apply_and_writes_nothing(
+    zone: str, row: str, message: str, tmp_path: Path, data_dir: Path
+) -> None:
+    with pytest.raises(CommandError) as raised:
+        _import_file(tmp_path, f"{HEADER}{row},1,1,1,1,1\n".encode(), "--timezone", zone)
+
+    assert str(raised.value).startswith(f"import rejected: unreadable file or timestamps: {message}")
+    assert Symbol.objects.exists() is False
+    assert BarPartition.objects.exists() is False
+    assert _files(data_dir) == []
