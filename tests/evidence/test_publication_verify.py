@@ -16,6 +16,7 @@ import rfc8785
 import time_machine
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.db import transaction
+from django.test import override_settings
 from pydantic import BaseModel
 
 from evidence.eod import selectors as eod
@@ -28,6 +29,7 @@ from tests.evidence.eod_world import LAST, eod_world, universe_settings
 
 pytestmark = pytest.mark.django_db
 VERIFY = shutil.which("leroy-verify", path=str(Path(sys.executable).parent))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Answer(BaseModel):
@@ -38,7 +40,8 @@ class Answer(BaseModel):
 
 
 def verify(*args: str | Path, cwd: Path) -> tuple[int, list[str]]:
-    env = {"PATH": os.environ["PATH"], "HOME": str(cwd)}  # no DJANGO_SETTINGS_MODULE, no LEROY_*, no database
+    # No DJANGO_SETTINGS_MODULE, no LEROY_*, no database; this checkout's leroy_verify, not the one installed.
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "PYTHONPATH": str(ROOT)}
     done = subprocess.run([VERIFY, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     assert done.stderr == ""
     return done.returncode, done.stdout.splitlines()
@@ -65,7 +68,8 @@ def files(tmp_path, client):
 def test_the_verifier_imports_nothing_of_the_server_and_no_django(tmp_path):
     code = ("import sys, leroy_verify.cli; bad = sorted({m.split('.')[0] for m in sys.modules} & "
             "{'django', 'evidence', 'accounts', 'billing', 'backtests', 'alerts', 'leroy'}); print(bad)")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PATH": os.environ["PATH"]},
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+                          env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, check=True)  # fmt: skip
 
     assert done.stdout.strip() == "[]"
@@ -178,6 +182,26 @@ def test_a_forked_log_fails_the_consistency_check(tmp_path, client):
     assert code == 1
     assert lines[1].startswith("ok    earlier checkpoint signature: 127.0.0.1:8000/log size 2")
     assert lines[-1].startswith("FAIL  consistency: the tree of size 2 is not a prefix of the tree of size 5")
+
+
+def test_an_earlier_checkpoint_of_another_origin_fails_the_consistency_check(tmp_path, client):
+    # A demo served on another port than its settings named once signed the log's first checkpoints under one
+    # origin and its later ones under another: one key, trees that are consistent, but two logs by name.
+    services.entries_append([snapshot(0), snapshot(1)])
+    (tmp_path / "earlier.txt").write_text(client.get("/log/checkpoint").content.decode())
+    with override_settings(LEROY_LOG_ORIGIN="127.0.0.1:8811/log"):
+        services.entries_append([snapshot(2)])
+        (tmp_path / "checkpoint.txt").write_text(client.get("/log/checkpoint").content.decode())
+
+    code, lines = verify("--key", str(services.signer().verifier), "--checkpoint", tmp_path / "checkpoint.txt",
+                         "--earlier", tmp_path / "earlier.txt", cwd=tmp_path)  # fmt: skip
+
+    assert code == 1
+    assert lines[0].startswith("ok    checkpoint signature: 127.0.0.1:8811/log size 3")
+    assert lines[0].endswith(" by test.leroy.invalid/log, a key not named for the origin")  # the tests' key
+    assert lines[-1] == (
+        "FAIL  consistency: the earlier checkpoint is of log 127.0.0.1:8000/log, the later of 127.0.0.1:8811/log"
+    )
 
 
 @pytest.fixture
