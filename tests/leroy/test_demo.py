@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 from datetime import date
 from io import StringIO
 
@@ -16,6 +19,8 @@ from evidence.models import AnswerReceipt, Frame
 from evidence.schemas import EvaluateArgs
 from leroy.management.commands.demo import DEMO_EMAIL, Command, demo_optimizations, issue_demo_credentials
 from leroy.mcp.registry import call_for
+from tests.migrated import copy_migrated
+from tests.processes import ROOT
 
 
 def test_demo_prints_a_working_write_key_and_revokes_the_previous_one(db):
@@ -46,6 +51,30 @@ def test_demo_prints_the_landing_page_url(db):
     call_command("demo", "--no-serve", "--no-data", "--port", "8123", stdout=out)
 
     assert "Leroy: http://127.0.0.1:8123/\n" in out.getvalue()
+
+
+def run_demo(tmp_path, **env: str) -> str:
+    """`manage.py demo --no-serve --no-data` from the command line, under production settings, on its own database."""
+    database = tmp_path / "demo.sqlite3"
+    if not database.exists():
+        copy_migrated(database)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LEROY_", "DATABASE_URL", "REDIS_URL", "PORT"))}
+    base.update(DJANGO_SETTINGS_MODULE="leroy.settings", LEROY_VAR_DIR=str(tmp_path / "var"),
+                DATABASE_URL=f"sqlite:///{database}", SECRET_KEY="demo-origin-" + "x" * 40)  # fmt: skip
+    command = [sys.executable, "manage.py", "demo", "--no-serve", "--no-data"]
+    done = subprocess.run(command, cwd=ROOT, env=base | env, capture_output=True, text=True, timeout=180, check=True)
+    return done.stdout
+
+
+def test_the_demo_names_the_log_for_the_port_it_serves_unless_an_origin_is_set(tmp_path):
+    # Settings name the log's origin as they load, before the command runs: `make demo` with PORT=8811 signed its
+    # first checkpoints as 127.0.0.1:8000/log and the served processes' later ones as 127.0.0.1:8811/log.
+    served = run_demo(tmp_path, PORT="8811")
+    configured = run_demo(tmp_path, PORT="8811", LEROY_PUBLIC_ORIGIN="https://demo.example")
+
+    named = "Publication log origin (its key and checkpoints are named for it): "
+    assert f"Leroy: http://127.0.0.1:8811/\n{named}127.0.0.1:8811/log\n" in served
+    assert f"Leroy: http://127.0.0.1:8811/\n{named}demo.example/log\n" in configured
 
 
 def test_the_printed_demo_optimizations_are_valid_tool_arguments():

@@ -81,6 +81,10 @@ def demo_optimizations(strategy_id: str, data_id: str, first: date, last: date) 
     return optimization, optimization | {"name": "demo walk-forward", **periods}
 
 
+def served_origin(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
 class Command(BaseCommand):
     help = "Migrate, load demo data, build Market Memory, then `serve` (uvicorn, a Celery worker, beat) until Ctrl-C."
 
@@ -89,9 +93,20 @@ class Command(BaseCommand):
         parser.add_argument("--no-serve", action="store_true", help="prepare everything, then exit")
         parser.add_argument("--no-data", action="store_true", help="skip demo data and Market Memory")
 
+    def run_from_argv(self, argv: list[str]) -> None:
+        origin = served_origin(self.create_parser(argv[0], argv[1]).parse_args(argv[2:]).port)
+        if "LEROY_PUBLIC_ORIGIN" not in os.environ and origin != settings.LEROY_PUBLIC_ORIGIN:
+            # Settings derive the log's origin (its key's name, every checkpoint's first line), the CSRF origin and
+            # the OAuth issuer from LEROY_PUBLIC_ORIGIN as they load, before a command runs: start again with the
+            # served port's, so this process and every one it starts name one origin from the first checkpoint on.
+            os.execve(sys.executable, [sys.executable, *argv], {**os.environ, "LEROY_PUBLIC_ORIGIN": origin})  # noqa: S606
+        super().run_from_argv(argv)
+
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         env = dict(os.environ)
+        origin = served_origin(options["port"])
+        env.setdefault("LEROY_PUBLIC_ORIGIN", origin)  # before the first process that may write the log starts
         # The README's local alert receiver (`python -m alerts.receiver 9000`) may take deliveries over http.
         env.setdefault("LEROY_WEBHOOK_ALLOW_HOSTS", "127.0.0.1:9000")
         if not options["no_data"]:
@@ -102,13 +117,15 @@ class Command(BaseCommand):
 
         self.stdout.write(startup_notice())
         password, key = issue_demo_credentials()
-        origin = f"http://127.0.0.1:{options['port']}"
         config = {
             "mcpServers": {
                 "leroy": {"type": "http", "url": f"{origin}/api/mcp", "headers": {"Authorization": f"Bearer {key}"}}
             }
         }
         self.stdout.write(f"\nLeroy: {origin}/")
+        self.stdout.write(
+            f"Publication log origin (its key and checkpoints are named for it): {settings.LEROY_LOG_ORIGIN}"
+        )
         self.stdout.write(f"Account page: {origin}/account/  (log in as {DEMO_EMAIL} / {password})")
         self.stdout.write("E-mail (sign-up and password-reset links) is printed on this console.")
         self.stdout.write("MCP client config:\n" + json.dumps(config, indent=2))
@@ -118,7 +135,6 @@ class Command(BaseCommand):
             self.save_demo_strategy()
         if options["no_serve"]:
             return
-        env.setdefault("LEROY_PUBLIC_ORIGIN", origin)
         sys.exit(serve(port=options["port"], env=env))  # one worker process: no proxy header is trusted
 
     def prepare_evidence(self) -> str:
