@@ -225,7 +225,7 @@ if env_str("LEROY_EMAIL_HOST"):
         }
     }
 else:
-    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
+    MAILERS = {"default": {"BACKEND": "leroy.mail.ReadableConsoleBackend"}}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
