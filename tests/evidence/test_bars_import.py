@@ -276,3 +276,22 @@ def test_command_rejects_a_zone_it_cannot_apply_and_writes_nothing(
     assert Symbol.objects.exists() is False
     assert BarPartition.objects.exists() is False
     assert _files(data_dir) == []
+
+
+@pytest.mark.parametrize("ticker", ["A/../../../ESC", "A/..", "A/./B", "A//B", "A/"])
+def test_a_ticker_that_would_leave_its_directory_is_refused_and_nothing_is_written(ticker: str, data_dir: Path) -> None:
+    around = _files(data_dir.parent)  # A/../../../ESC was written beside the store, not in it
+
+    with pytest.raises(ImportRejected, match=re.escape(f"invalid ticker {ticker!r}")):
+        bars_import(ticker=ticker, frequency="1m", frame=minute_bars(SESSIONS[:1]))
+
+    assert Symbol.objects.exists() is False
+    assert _files(data_dir.parent) == around
+    assert _files(data_dir) == []
+
+
+@pytest.mark.parametrize("ticker", ["BRK.B", "^GSPC", "EUR/USD"])
+def test_vendor_tickers_with_dots_carets_and_slashes_are_stored(ticker: str) -> None:
+    bars_import(ticker=ticker, frequency="1m", frame=minute_bars(SESSIONS[:1]))
+
+    assert Symbol.objects.get().ticker == ticker
