@@ -353,9 +353,14 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
 
 
 def cache_scope(situation: Situation) -> str | None:
-    """Identical requests on the same frame of the same artifact get the same answer (a cache hit costs 0)."""
-    frame = situation.current.frame
-    return None if frame is None else f"{frame.source_time.isoformat()}:{situation.reader.sha256}"
+    """Identical requests on the same frame of the same artifact get the same answer (a cache hit costs 0), while
+    the frame is as fresh (a frame that went stale since, in a halt or a feed outage, is answered anew as stale)
+    and the forward overlay as current as they were."""
+    current = situation.current
+    if current.frame is None:
+        return None
+    overlay = situation.reader.freshness(at=situation.at)["status"]
+    return f"{current.frame.source_time.isoformat()}:{current.status}:{overlay}:{situation.reader.sha256}"
 
 
 def evaluation_answer(args: EvaluateArgs, situation: Situation) -> Answer:

@@ -204,3 +204,21 @@ def test_a_behind_overlay_is_withheld_and_its_lag_stated(fed_world, user, monkey
         result.strategy_coverage.forward_overlay_freshness,
         result.strategy_coverage.forward_overlay_lag_sessions,
     ) == ("behind", 2)
+
+
+def test_a_repeat_after_the_frame_went_stale_is_answered_anew_as_stale(fed_world, user):
+    fresh = evaluate(user, symbol="ALFA", side="buy")
+    with time_machine.travel(fed_world.replay + timedelta(minutes=10), tick=False):  # a halt: no newer frame
+        again = evaluate(user, symbol="ALFA", side="buy")
+
+    assert (fresh.status, fresh.current_market_frame.frame_status, fresh.usage.cache) == (
+        "evaluated",
+        "available",
+        "miss",
+    )
+    assert (again.status, again.current_market_frame.frame_status, again.usage.cache) == (
+        "stale_frame",
+        "stale",
+        "miss",
+    )
+    assert again.current_market_frame.source_time == fresh.current_market_frame.source_time
