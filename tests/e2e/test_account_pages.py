@@ -191,3 +191,28 @@ def test_plan_page_without_stripe_keys_says_ledger_only(person: Page, origin: st
     assert person.get_by_role("button", name=re.compile("Stripe")).count() == 0
     assert person.locator("#credits-remaining").inner_text() == "1000"
     shoot("plan")
+
+
+def test_a_form_submitted_twice_goes_once(person: Page, origin: str, alice: User):
+    log_in(person, origin, "alice@example.com")
+    person.wait_for_url(origin + "/account/")
+    person.get_by_label("Name").fill("clicked twice")
+
+    # The page's own handler sees each submission first; this one, added after it, records whether the page let
+    # the submission go and then holds it, so both clicks land while the first would still be on its way.
+    went = person.evaluate(
+        """() => {
+            const went = [];
+            document.addEventListener("submit", (event) => {
+                went.push(!event.defaultPrevented);
+                event.preventDefault();
+            });
+            const button = document.querySelector('form[action$="/account/keys/"] button[type=submit]');
+            button.click();
+            button.click();
+            return went;
+        }"""
+    )
+
+    assert went == [True, False]
+    assert ApiKey.objects.exists() is False

@@ -9,6 +9,20 @@ document.addEventListener("click", (event) => {
   );
 });
 document.addEventListener("submit", (event) => {
-  const message = event.target.dataset.confirm;
-  if (message && !window.confirm(message)) event.preventDefault();
+  const form = event.target;
+  const message = form.dataset.confirm;
+  if (message && !window.confirm(message)) {
+    event.preventDefault();
+    return;
+  }
+  // A second click while the first submission is on its way would make a second key or alert whose secret is
+  // never shown: the form goes once, until the page is left.
+  if (form.dataset.submitted) {
+    event.preventDefault();
+    return;
+  }
+  form.dataset.submitted = "1";
+});
+window.addEventListener("pageshow", (event) => {
+  if (event.persisted) document.querySelectorAll("form[data-submitted]").forEach((form) => delete form.dataset.submitted);
 });
