@@ -51,6 +51,17 @@ def open_session(at: datetime) -> SessionWindow | None:
     return SessionWindow(session=session, open=opens, close=closes)
 
 
+# A session's last minute closes with the session: its bars are still taken this long after the close, so the tick
+# after the close collects that minute, and a session is compacted into the verified store only once this is over.
+LATE_BARS = timedelta(minutes=15)
+
+
+def feed_session(at: datetime) -> SessionWindow | None:
+    """The session whose closed minutes the feed takes at `at`: the open one, else one that closed less than
+    LATE_BARS ago (None: the market has been closed longer)."""
+    return open_session(at) or open_session(at - LATE_BARS)
+
+
 def feed_universe() -> list[Symbol]:
     """The symbols the feed follows: the corpus's fixed overlay universe and its benchmark."""
     corpus = Corpus.objects.select_related("benchmark").first()
@@ -67,16 +78,17 @@ def _live_frame(symbol: Symbol, window: SessionWindow, through: datetime) -> pl.
 
 
 def live_bars_ingest(*, ticker: str, bars: pl.DataFrame, feed: str, at: datetime | None = None) -> int:
-    """Append verified minute bars of the open session; all or nothing. Returns how many were appended.
+    """Append verified minute bars of the fed session (`feed_session`); all or nothing. Returns how many were
+    appended.
 
-    Refused: a closed market, a bar outside the open session's minute grid, a bar not yet closed at `at`, bars out
+    Refused: a closed market, a bar outside the fed session's minute grid, a bar not yet closed at `at`, bars out
     of order, duplicates or bars at or before the last one received, and inconsistent OHLC or negative volume.
     """
     at = at or now()
     symbol = Symbol.objects.filter(ticker=normalize_ticker(ticker)).first()
     if symbol is None:
         raise ImportRejected(f"unknown symbol {ticker!r}")
-    window = open_session(at)
+    window = feed_session(at)
     if window is None:
         raise ImportRejected("the regular session is closed; live bars are accepted only while it is open")
     if bars.is_empty():
@@ -114,7 +126,7 @@ def live_bars_ingest(*, ticker: str, bars: pl.DataFrame, feed: str, at: datetime
 def replay_tick(*, at: datetime | None = None) -> int:
     """The demo's replay driver: feed every closed minute of the stored provisional session up to `at`."""
     at = at or now()
-    window = open_session(at)
+    window = feed_session(at)
     corpus = Corpus.objects.first()
     if window is None or corpus is None or (corpus.verified_through and window.session <= corpus.verified_through):
         return 0  # only provisional (unverified) sessions are replayed
@@ -130,9 +142,10 @@ def replay_tick(*, at: datetime | None = None) -> int:
 
 def provider_tick(*, at: datetime | None = None) -> int:
     """The production feed: pull each followed symbol's new closed minutes of the open session from the configured
-    market-data provider and ingest them. One symbol's failure is logged and does not stop the others."""
+    market-data provider and ingest them (after the close, the session's last minutes). One symbol's failure is
+    logged and does not stop the others."""
     at = at or now()
-    window = open_session(at)
+    window = feed_session(at)
     if window is None:
         return 0
     provider = default_provider()
@@ -151,14 +164,14 @@ def provider_tick(*, at: datetime | None = None) -> int:
 
 
 def live_bars_compact(*, at: datetime | None = None) -> list[date]:
-    """Close compaction: move provider live bars of sessions that have closed into the verified bar store.
+    """Close compaction: move provider live bars of sessions that closed (LATE_BARS ago) into the verified store.
 
     Each symbol's session goes through the store's own validation (`bars_import`); when every symbol of a session is
     stored, its live bars are deleted and the corpus's verified boundary advances. Replayed sessions are never
     compacted: their tape already lies in the store as provisional data.
     """
     at = at or now()
-    window = open_session(at)
+    window = feed_session(at)
     current = window.session if window else None
     sessions = sorted(
         {ts.date() for ts in LiveBar.objects.filter(feed="provider").values_list("ts", flat=True)}
@@ -167,8 +180,8 @@ def live_bars_compact(*, at: datetime | None = None) -> list[date]:
     compacted = []
     for day in sessions:
         start = calendar.schedule(day, day).row(0, named=True)
-        if start["session_close"] > at:
-            continue
+        if start["session_close"] + LATE_BARS > at:
+            continue  # its last minutes may still come
         rows = LiveBar.objects.filter(feed="provider", ts__gte=start["session_open"], ts__lt=start["session_close"])
         with transaction.atomic():
             for symbol in Symbol.objects.filter(pk__in=rows.values("symbol")).order_by("ticker"):

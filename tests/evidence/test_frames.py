@@ -202,3 +202,39 @@ def test_closed_provider_sessions_are_compacted_into_the_verified_store(world):
     assert stored.equals(live)
     assert LiveBar.objects.exists() is False
     assert Corpus.objects.get().verified_through == window.session
+
+
+def test_the_tick_after_the_close_feeds_the_sessions_last_minute(world, iex):
+    window = frames.open_session(world.replay)
+    with time_machine.travel(window.close - MINUTE + timedelta(seconds=30), tick=False):
+        during = frames.provider_tick()  # the last minute has not closed yet
+    with time_machine.travel(window.close + timedelta(seconds=5), tick=False):
+        after = frames.provider_tick()
+    with time_machine.travel(window.close + frames.LATE_BARS + MINUTE, tick=False):
+        late = frames.provider_tick()
+
+    minutes = (window.close - window.open) // MINUTE
+    assert (during, after, late) == (3 * (minutes - 1), 3, 0)  # ALFA, BRVO and SYNX
+    last = LiveBar.objects.filter(symbol__ticker="ALFA").order_by("-ts").first()
+    assert last.ts == window.close - MINUTE
+
+
+def test_a_session_is_compacted_only_once_its_last_minutes_could_have_come(world):
+    from evidence.marketdata.importers import bars_import
+
+    window = frames.open_session(world.replay)
+    bars_import(
+        ticker="CMPX", frequency="1m", frame=tape(world, "ALFA", None, window.open - MINUTE), asset_class="equity"
+    )
+    session = tape(world, "ALFA", window.open, window.close - MINUTE)
+    with time_machine.travel(window.close - MINUTE, tick=False):
+        frames.live_bars_ingest(ticker="CMPX", bars=session.head(len(session) - 1), feed="provider")
+    with time_machine.travel(window.close + MINUTE, tick=False):
+        early = frames.live_bars_compact()  # the last minute is still on its way
+        frames.live_bars_ingest(ticker="CMPX", bars=session.tail(1), feed="provider")
+    with time_machine.travel(window.close + frames.LATE_BARS, tick=False):
+        compacted = frames.live_bars_compact()
+
+    assert (early, compacted) == ([], [window.session])
+    assert tape(world, "CMPX", window.open, window.close).equals(session)
+    assert Corpus.objects.get().verified_through == window.session
