@@ -295,3 +295,44 @@ def test_vendor_tickers_with_dots_carets_and_slashes_are_stored(ticker: str) -> 
     bars_import(ticker=ticker, frequency="1m", frame=minute_bars(SESSIONS[:1]))
 
     assert Symbol.objects.get().ticker == ticker
+
+
+YAHOO_US = "Date,Open,High,Low,Close,Adj Close,Volume\n06/01/2015,10,11,9,10,10,100\n06/02/2015,10,11,9,10,10,100\n"
+
+
+def test_slashed_dates_are_refused_as_ambiguous_and_nothing_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "us.csv"
+    path.write_text(YAHOO_US)
+
+    with pytest.raises(CommandError) as refused:
+        call_command("import_bars", str(path), "--symbol", "USD8", "--frequency", "1d")
+
+    assert str(refused.value) == (
+        "import rejected: dates like '06/01/2015' read either day or month first; pass --date-format "
+        "(e.g. '%m/%d/%Y' or '%d/%m/%Y %H:%M') {\"example\": \"06/01/2015\"}"
+    )
+    assert Symbol.objects.exists() is False
+
+
+def test_a_date_format_reads_month_first_dates_as_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "us.csv"
+    path.write_text(YAHOO_US)
+
+    call_command("import_bars", str(path), "--symbol", "USD8", "--frequency", "1d", "--date-format", "%m/%d/%Y")
+
+    report = json.loads(capsys.readouterr().out)
+    assert (report["first_ts"], report["last_ts"], report["rows_written"]) == (
+        "2015-06-01T00:00:00+00:00",
+        "2015-06-02T00:00:00+00:00",
+        2,
+    )
+
+
+def test_split_times_without_seconds_are_read_as_hours_and_minutes(tmp_path: Path) -> None:
+    path = tmp_path / "hhmm.csv"
+    path.write_text("date,time,open,high,low,close,volume\n2026-06-29,09:30,1,1,1,1,1\n2026-06-29,9:31,1,1,1,1,1\n")
+
+    call_command("import_bars", str(path), "--symbol", "HHMM", "--frequency", "1m", "--timezone", "America/New_York")
+
+    stored = bars_read(symbol=Symbol.objects.get(), frequency="1m").get_column("ts").to_list()
+    assert stored == [utc(2026, 6, 29, 13, 30), utc(2026, 6, 29, 13, 31)]

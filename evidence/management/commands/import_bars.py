@@ -28,7 +28,18 @@ def _read(path: Path) -> pl.DataFrame:
     return pl.read_csv(path, infer_schema_length=10000, try_parse_dates=False)
 
 
-def _timestamps(column: pl.Series, timezone: str) -> pl.Series:
+def _ambiguous_dates(text: pl.Series) -> None:
+    """Slashed dates read either way (06/01/2015: 1 June or 6 January); polars would guess, so the caller says."""
+    sample = text.drop_nulls().head(1).to_list()
+    if sample and "/" in str(sample[0]):
+        raise ImportRejected(
+            f"dates like {sample[0]!r} read either day or month first; pass --date-format "
+            "(e.g. '%m/%d/%Y' or '%d/%m/%Y %H:%M')",
+            {"example": str(sample[0])},
+        )
+
+
+def _timestamps(column: pl.Series, timezone: str, date_format: str | None) -> pl.Series:
     if column.dtype.is_integer() or column.dtype.is_float():
         magnitude = abs(float(column.max()))  # type: ignore[arg-type]
         unit = "s" if magnitude < 1e11 else "ms" if magnitude < 1e14 else "us" if magnitude < 1e17 else "ns"
@@ -40,17 +51,22 @@ def _timestamps(column: pl.Series, timezone: str) -> pl.Series:
         parsed = column.cast(pl.Datetime("us"))
     else:
         text = column.cast(pl.String).str.strip_chars()
-        try:
-            parsed = text.str.to_datetime(time_unit="us", strict=True, ambiguous="raise")
-        except pl.exceptions.PolarsError:
-            parsed = text.str.to_datetime(time_unit="us", strict=True, time_zone="UTC")
+        if date_format is not None:
+            parsed = text.str.to_datetime(date_format, time_unit="us", strict=True, ambiguous="raise")
+        else:
+            _ambiguous_dates(text)
+            try:
+                parsed = text.str.to_datetime(time_unit="us", strict=True, ambiguous="raise")
+            except pl.exceptions.PolarsError:
+                parsed = text.str.to_datetime(time_unit="us", strict=True, time_zone="UTC")
     if isinstance(parsed.dtype, pl.Datetime) and parsed.dtype.time_zone is None:
         parsed = parsed.dt.replace_time_zone(timezone, ambiguous="raise", non_existent="raise")
     return parsed.dt.convert_time_zone("UTC")
 
 
-def vendor_frame(raw: pl.DataFrame, *, timezone: str = "UTC") -> pl.DataFrame:
-    """Map a vendor layout onto ts, open, high, low, close, volume."""
+def vendor_frame(raw: pl.DataFrame, *, timezone: str = "UTC", date_format: str | None = None) -> pl.DataFrame:
+    """Map a vendor layout onto ts, open, high, low, close, volume. `date_format` (strftime) reads the timestamps,
+    or the date and time columns joined by a space; without it slashed dates are refused as ambiguous."""
     names = {name.strip().strip("<>").strip().lower().replace(" ", "_"): name for name in raw.columns}
     picked: dict[str, str] = {}
     for target, candidates in ALIASES.items():
@@ -59,14 +75,23 @@ def vendor_frame(raw: pl.DataFrame, *, timezone: str = "UTC") -> pl.DataFrame:
                 picked[target] = names[candidate]
                 break
     if "date" in names and "time" in names:  # split date and time columns (Finam, MetaStock, some brokers)
-        date = raw.get_column(names["date"]).cast(pl.String).str.replace_all("-", "").str.zfill(8)
-        clock = raw.get_column(names["time"]).cast(pl.String).str.replace_all(":", "").str.zfill(6)
-        combined = (date + clock).str.to_datetime("%Y%m%d%H%M%S", time_unit="us", strict=True)
+        day = raw.get_column(names["date"]).cast(pl.String).str.strip_chars()
+        time_text = raw.get_column(names["time"]).cast(pl.String).str.strip_chars()
+        if date_format is not None:
+            combined = (day + " " + time_text).str.to_datetime(date_format, time_unit="us", strict=True)
+        else:
+            _ambiguous_dates(day)
+            # HH:MM (no seconds) gets its seconds before the colons go: 09:30 is 093000, not 000930.
+            clock = pl.when(time_text.str.count_matches(":") == 1).then(time_text + ":00").otherwise(time_text)
+            digits = pl.select(clock.str.replace_all(":", "").str.zfill(6)).to_series()
+            combined = (day.str.replace_all("-", "").str.zfill(8) + digits).str.to_datetime(
+                "%Y%m%d%H%M%S", time_unit="us", strict=True
+            )
         ts = combined.dt.replace_time_zone(timezone, ambiguous="raise", non_existent="raise").dt.convert_time_zone(
             "UTC"
         )
     elif "ts" in picked:
-        ts = _timestamps(raw.get_column(picked["ts"]), timezone)
+        ts = _timestamps(raw.get_column(picked["ts"]), timezone, date_format)
     else:
         raise ImportRejected("no timestamp column found", {"columns": raw.columns})
     missing = [name for name in ("open", "high", "low", "close", "volume") if name not in picked]
@@ -93,6 +118,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--timezone", default="UTC", help="zone of timestamps that carry none (e.g. America/New_York)"
         )
+        parser.add_argument(
+            "--date-format", help="strftime of the timestamps (of date and time joined by a space), e.g. %%m/%%d/%%Y"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path: Path = options["path"]
@@ -100,7 +128,7 @@ class Command(BaseCommand):
             raise CommandError(f"no such file: {path}")
         try:
             raw = _read(path)
-            frame = vendor_frame(raw, timezone=options["timezone"])
+            frame = vendor_frame(raw, timezone=options["timezone"], date_format=options["date_format"])
             report = bars_import(
                 ticker=options["symbol"],
                 frequency=options["frequency"],
