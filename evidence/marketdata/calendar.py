@@ -1,7 +1,7 @@
 """The XNYS calendar (exchange_calendars), loaded once per process; its lib and version go into lineage."""
 
 import threading
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from functools import lru_cache
 
 import exchange_calendars
@@ -83,6 +83,15 @@ def session_bounds(session: date) -> tuple[datetime, datetime]:
     request path computes each once per process instead of slicing the pandas schedule on every call."""
     row = schedule(session, session).row(0, named=True)
     return row["session_open"], row["session_close"]
+
+
+HORIZON_CROSSES_CLOSE = "The horizon crosses the session close; outcomes never cross the close."
+
+
+def horizon_crosses_close(start: datetime, minutes: int, close: datetime) -> bool:
+    """Whether a holding of `minutes` from the bar starting at `start` would end past the session's last bar (an
+    outcome never crosses the close, so Market Memory has none to show for it)."""
+    return start + timedelta(minutes=minutes + 1) > close
 
 
 def session_of_minute(ts: datetime) -> date | None:

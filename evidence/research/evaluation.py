@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from evidence.live import frames
+from evidence.marketdata import calendar
 from evidence.memory.reader import Evidence, MemoryReader, Resolution
 from evidence.memory.selectors import memory_published_at, memory_reader
 from evidence.memory.strategies import STRATEGIES
@@ -265,6 +266,16 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
     baselines: list[Baseline] = []
     lines: list[str] = []
     regime = _regime(frame) if frame is not None else None
+    # A horizon that would end past today's close has no outcome to compare with: history is shown for none.
+    crossing = (
+        {
+            h
+            for h in horizons
+            if calendar.horizon_crosses_close(frame.source_time, h, calendar.session_bounds(frame.session)[1])
+        }
+        if frame is not None
+        else set()
+    )
     if frame is not None and regime is not None:
         side_confluence = []
         for side in sides:
@@ -278,6 +289,9 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
             side_confluence.append(SideConfluence(side=side, active_signals=active, active_signal_count=len(active)))  # type: ignore[arg-type]
             found = reader.resolve(symbol=ticker, side=side, mask=mask, regime=regime.id, horizons=tuple(horizons))
             for horizon in horizons:
+                if horizon in crossing:
+                    rows.append(_evidence_row(side, horizon, None, calendar.HORIZON_CROSSES_CLOSE))
+                    continue
                 resolved = found[horizon]
                 match = resolved.match
                 rows.append(
@@ -288,9 +302,10 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
                     matches.append(_match(match, "historical"))
                 if resolved.baseline is not None:
                     baselines.append(_baseline(resolved.baseline))
-            if fresh["status"] == "current":  # a stale overlay is withheld, never shown as current evidence
+            within = tuple(h for h in horizons if h not in crossing)
+            if fresh["status"] == "current" and within:  # a stale overlay is withheld, never shown as current
                 overlay = reader.lookup(
-                    symbol=ticker, side=side, mask=mask, regime=regime.id, horizons=tuple(horizons), period=1
+                    symbol=ticker, side=side, mask=mask, regime=regime.id, horizons=within, period=1
                 )
                 matches += [_match(m, "forward_overlay") for m in overlay.values() if m is not None]
         confluence = ActiveConfluence(sides=side_confluence, regime=regime)

@@ -103,9 +103,8 @@ def _outcome(hypothesis: ResearchHypothesis) -> dict[str, Any]:
     schedule = calendar.schedule(session, session).row(0, named=True)
     close = schedule["session_close"]
     end = start + timedelta(minutes=hypothesis.horizon_minutes)
-    if end + MINUTE > close:
-        reason = "The horizon crosses the session close; outcomes never cross the close."
-        return {**base, "outcome_status": "not_available", "reason": reason}
+    if calendar.horizon_crosses_close(start, hypothesis.horizon_minutes, close):
+        return {**base, "outcome_status": "not_available", "reason": calendar.HORIZON_CROSSES_CLOSE}
     symbol = symbol_get(ticker=hypothesis.symbol)
     bars = bars_read(symbol=symbol, frequency="1m", start=schedule["session_open"], end=close) if symbol else None
     dense = dense_minutes(bars).filter(pl.col("session") == session) if bars is not None and len(bars) else None

@@ -222,3 +222,23 @@ def test_a_repeat_after_the_frame_went_stale_is_answered_anew_as_stale(fed_world
         "miss",
     )
     assert again.current_market_frame.source_time == fresh.current_market_frame.source_time
+
+
+def test_a_horizon_that_would_end_past_todays_close_shows_no_history(world, user):
+    from evidence.live import frames
+    from evidence.marketdata import calendar
+
+    close = frames.open_session(world.replay).close
+    near_close = close - timedelta(minutes=10)  # the frame's bar starts at close - 11 min: 5 minutes still fit
+    with time_machine.travel(near_close, tick=False):
+        frames.replay_tick()
+        frames.frames_refresh()
+        result = evaluate(user, symbol="ALFA", side="buy")
+
+    by_horizon = {row.horizon_minutes: row for row in result.historical_evidence}
+    assert result.current_market_frame.source_time == close - timedelta(minutes=11)
+    assert [h for h, row in by_horizon.items() if row.reason == calendar.HORIZON_CROSSES_CLOSE] == [15, 30, 60]
+    assert {by_horizon[h].availability for h in (15, 30, 60)} == {"not_available"}
+    assert {by_horizon[h].sample_size for h in (15, 30, 60)} == {None}
+    assert by_horizon[5].reason != calendar.HORIZON_CROSSES_CLOSE
+    assert [m.horizon_minutes for m in result.market_memory.matches if m.horizon_minutes != 5] == []
