@@ -9,7 +9,9 @@ class SignupForm(forms.Form):
     """Only the address: the password is chosen from the link e-mailed to it, so the answer never says
     whether an account exists."""
 
-    email = forms.EmailField(max_length=254)
+    email = forms.EmailField(
+        max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email", "autofocus": True})
+    )
 
     def clean_email(self) -> str:
         return self.cleaned_data["email"].strip().lower()
@@ -27,7 +29,16 @@ class ActivationForm(SetPasswordForm):
 
 
 class EmailAuthenticationForm(AuthenticationForm):
-    username = forms.EmailField(label="Email", max_length=254)
+    username = forms.EmailField(
+        label="Email",
+        max_length=254,
+        widget=forms.EmailInput(attrs={"autocomplete": "username", "autofocus": True}),
+    )
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        # Django's says both fields may be case-sensitive; the address is not (it is matched in lower case).
+        "invalid_login": "Please enter a correct email and password. Note that the password is case-sensitive.",
+    }
 
     def clean_username(self) -> str:
         # Addresses are stored in lower case (sign-up folds them): "Alice@example.com" is the same account.

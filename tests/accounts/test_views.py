@@ -229,3 +229,14 @@ def test_the_account_page_names_keys_by_their_number_in_the_account(signed_in, o
 
     assert 'action="/account/keys/1/revoke/"' in page
     assert "/account/keys/2/revoke/" not in page
+
+
+def test_the_login_form_names_its_fields_for_password_managers_and_a_failure_blames_only_the_password(client, owner):
+    page = client.get(reverse("accounts:login")).content.decode()
+    response = client.post(reverse("accounts:login"), {"username": "ALICE@example.com", "password": "wrong"})
+
+    assert 'autocomplete="username"' in page
+    assert 'autocomplete="current-password"' in page
+    assert "Please enter a correct email and password. Note that the password is case-sensitive." in (
+        response.content.decode()
+    )

@@ -159,3 +159,12 @@ def test_notes_recorded_at_once_take_distinct_numbers_in_one_journal(alice):
     results, _ = race(8, 3, lambda client, call: record(alice, note=f"{client}-{call}").hypothesis_id)
 
     assert sorted(results) == list(range(1, 25))
+
+
+def test_the_journal_page_keeps_a_notes_line_breaks_and_escapes_it(fed_world, alice, client):
+    record(alice, note="line one\n<b>line two</b>")
+    client.force_login(alice)
+
+    page = client.get("/account/journal/").content.decode()
+
+    assert "<td>line one<br>&lt;b&gt;line two&lt;/b&gt;</td>" in page
