@@ -226,6 +226,16 @@ def _check_alignment(bars: pl.DataFrame, *, frequency: str, asset_class: str) ->
     per_session = (
         slots.join(counts, on="session", how="left").with_columns(pl.col("present").fill_null(0)).sort("session")
     )
+    crowded = per_session.filter(pl.col("present") > pl.col("expected"))
+    if len(crowded):  # above 30 minutes vendors stamp bars differently, but none fits more bars than slots
+        raise _reject(
+            f"{len(crowded)} sessions hold more bars than {frequency} bars can fill",
+            crowded_count=len(crowded),
+            examples=[
+                f"{row['session'].isoformat()}: {row['present']} bars, at most {row['expected']}"
+                for row in crowded.head(MAX_LISTED).iter_rows(named=True)
+            ],
+        )
     short = per_session.filter((pl.col("present") > 0) & (pl.col("present") < pl.col("expected")))
     absent = per_session.filter(pl.col("present") == 0)
     return GapReport(

@@ -336,3 +336,15 @@ def test_split_times_without_seconds_are_read_as_hours_and_minutes(tmp_path: Pat
 
     stored = bars_read(symbol=Symbol.objects.get(), frequency="1m").get_column("ts").to_list()
     assert stored == [utc(2026, 6, 29, 13, 30), utc(2026, 6, 29, 13, 31)]
+
+
+def test_hourly_bars_denser_than_hours_are_rejected_and_nothing_is_written(data_dir: Path) -> None:
+    half_hours = minute_bars(SESSIONS[:1]).gather_every(30)  # 13 bars in a session an hourly grid fills with 7
+
+    with pytest.raises(ImportRejected) as refused:
+        bars_import(ticker="HOURLY", frequency="1h", frame=half_hours)
+
+    assert refused.value.message == "1 sessions hold more bars than 1h bars can fill"
+    assert refused.value.details["examples"] == ["2026-06-29: 13 bars, at most 7"]
+    assert Symbol.objects.exists() is False
+    assert _files(data_dir) == []
