@@ -60,7 +60,10 @@ class BuildError(Exception):
 def build_plan(*, through: date | None = None) -> BuildPlan:
     corpus = Corpus.objects.select_related("benchmark").first()
     if corpus is None:
-        raise BuildError("no corpus defined: load demo data or create a Corpus (benchmark, historical boundary)")
+        raise BuildError(
+            "no corpus defined: load demo data, or add one in admin (Evidence > Corpora: benchmark symbol, last "
+            "historical session, overlay tickers, source vendor)"
+        )
     symbols = list(Symbol.objects.filter(partitions__frequency="1m").distinct().order_by("ticker"))
     if corpus.benchmark not in symbols:
         raise BuildError(f"benchmark {corpus.benchmark.ticker} has no 1m bars")
