@@ -16,8 +16,18 @@ from leroy.charts import drawdown, heat_map, line_chart
 TRADES_PER_PAGE = 25
 
 
+# Where the metric's name does not read as words (an acronym, an abbreviation).
+LABELS = {
+    "realized_pnl": "Realized P&L",
+    "cagr": "CAGR",
+    "annualized_sharpe_ratio": "Annualized Sharpe ratio",
+    "std_dev_returns": "Standard deviation of returns",
+    "avg_bars_held": "Average bars held",
+}
+
+
 def _label(name: str) -> str:
-    return name.replace("_", " ").replace("percentage", "%").capitalize()
+    return LABELS.get(name) or name.replace("_", " ").replace("percentage", "%").capitalize()
 
 
 @account_page

@@ -60,3 +60,18 @@ def test_the_report_page_shows_the_verdict_beside_the_statistics(client, owner):
     assert "<dt>Trials</dt><dd>7</dd>" in page
     assert "not investment advice" in page
     assert "LEROY_VERDICT_MAX_PBO = 0.5" in page
+
+
+def test_the_report_page_names_its_figures_in_words_and_keeps_small_values(client, owner):
+    report = report_of(owner, {"status": "passed", "k": 3, "cuts": [CUT]})
+    report.statistics = {"total_return": -5.38e-05, "cagr": 0.123456789, "realized_pnl": 12.5}
+    report.diagnostics = {"sandbox_layers": ["ast"], "bars": {"ALFA": 2356, "BRVO": 2355}}
+    report.save(update_fields=["statistics", "diagnostics"])
+    client.force_login(owner)
+
+    page = client.get(f"/account/reports/{report.pk}/").content.decode()
+
+    assert "<dt>Total return</dt><dd>-5.38e-05</dd>" in page
+    assert "<dt>CAGR</dt><dd>0.123457</dd>" in page
+    assert "<dt>Realized P&amp;L</dt><dd>12.5</dd>" in page
+    assert "<dt>Bars</dt><dd>ALFA 2356, BRVO 2355</dd>" in page
