@@ -33,8 +33,12 @@ def _label(name: str) -> str:
 @account_page
 def strategies(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)
+    # A strategy's reports are those of every revision, as its own page lists them.
     rows = [
-        {"strategy": strategy, "reports": selectors.reports_of(user=request.user, strategy_id=str(strategy.pk))[:3]}
+        {
+            "strategy": strategy,
+            "reports": selectors.reports_of(user=request.user).filter(strategy__lineage=strategy.lineage)[:3],
+        }
         for strategy in selectors.strategies_current(user=request.user)
     ]
     optimizations = selectors.optimizations_of(user=request.user)[:20]

@@ -75,3 +75,19 @@ def test_the_report_page_names_its_figures_in_words_and_keeps_small_values(clien
     assert "<dt>CAGR</dt><dd>0.123457</dd>" in page
     assert "<dt>Realized P&amp;L</dt><dd>12.5</dd>" in page
     assert "<dt>Bars</dt><dd>ALFA 2356, BRVO 2355</dd>" in page
+
+
+def test_the_strategies_list_shows_the_reports_of_earlier_revisions_as_the_strategy_page_does(client, owner):
+    report = report_of(owner, None)
+    first = report.strategy
+    Strategy.objects.filter(pk=first.pk).update(is_current=False)
+    Strategy.objects.create(
+        user=owner, name="S", code="class S: pass", code_sha256="b" * 64, created_at=AT, lineage=first.lineage,
+        revision=2,
+    )  # fmt: skip
+    client.force_login(owner)
+
+    page = client.get("/account/strategies/").content.decode()
+
+    assert f'href="/account/reports/{report.pk}/"' in page
+    assert "revision 2" in page
