@@ -348,3 +348,13 @@ def test_hourly_bars_denser_than_hours_are_rejected_and_nothing_is_written(data_
     assert refused.value.details["examples"] == ["2026-06-29: 13 bars, at most 7"]
     assert Symbol.objects.exists() is False
     assert _files(data_dir) == []
+
+
+def test_a_lone_time_column_of_epoch_seconds_is_the_timestamp(tmp_path: Path) -> None:
+    path = tmp_path / "tradingview.csv"
+    path.write_text("time,open,high,low,close,Volume\n1782739800,1,1,1,1,1\n1782739860,1,1,1,1,1\n")
+
+    call_command("import_bars", str(path), "--symbol", "TV", "--frequency", "1m")
+
+    stored = bars_read(symbol=Symbol.objects.get(), frequency="1m").get_column("ts").to_list()
+    assert stored == [utc(2026, 6, 29, 13, 30), utc(2026, 6, 29, 13, 31)]

@@ -13,7 +13,7 @@ from evidence.vocabulary import ASSET_CLASSES, FREQUENCIES
 # Column names used by common vendors (Yahoo, Polygon, Alpaca, Finam/MetaStock, Stooq, IB exports), lowercased
 # and stripped of angle brackets.
 ALIASES = {
-    "ts": ("ts", "timestamp", "datetime", "date_time", "time_stamp", "t", "date"),
+    "ts": ("ts", "timestamp", "datetime", "date_time", "time_stamp", "t", "date", "time"),  # TradingView: "time"
     "open": ("open", "o", "open_price"),
     "high": ("high", "h", "high_price"),
     "low": ("low", "l", "low_price"),
