@@ -13,7 +13,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, get_args
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -39,6 +39,7 @@ from backtests.models import (
 )
 from backtests.policy import declared_parameters
 from backtests.probing import PROBE_CUTS
+from backtests.schemas import SampleFrequency
 from billing import services as billing
 from evidence.marketdata.selectors import bars_frame_version, bars_read, bars_stamp
 from evidence.models import Symbol
@@ -258,13 +259,15 @@ def check_parameters(strategy: Strategy, names: set[str]) -> None:
 
 
 def require_frequency(symbol: Symbol, frequency: str, **details: object) -> None:
-    """Refuse a frequency the symbol holds no bars at."""
+    """Refuse a frequency the symbol holds no bars at; the ones offered are those it holds that a request may name
+    (minute bars are stored, but no tool takes 1m)."""
     if frequency not in symbol.frequencies:
+        offered = [held for held in symbol.frequencies if held in get_args(SampleFrequency)]
         raise BacktestError(
             "frequency_unavailable",
-            f"{symbol.ticker} has no {frequency} data; available: {', '.join(symbol.frequencies) or 'none'}.",
+            f"{symbol.ticker} has no {frequency} data; available: {', '.join(offered) or 'none'}.",
             **details,
-            available=symbol.frequencies,
+            available=offered,
         )
 
 

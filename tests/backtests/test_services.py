@@ -14,6 +14,7 @@ from backtests.services import BacktestError
 from billing.models import Transfer
 from billing.selectors import credit_usage
 from evidence.marketdata.selectors import bars_frame_version, bars_read
+from evidence.models import Symbol
 from leroy.clock import now
 from tests.backtests.conftest import SMA_CROSS, expected_layers
 from tests.calls import call_tool
@@ -1219,3 +1220,14 @@ def test_a_report_whose_account_value_went_below_zero_says_its_ratios_mean_nothi
     assert report.statistics["maximum_drawdown_percentage"] > 100
     assert report.verdict["status"] == "insufficient_evidence"
     assert "account_value_not_positive" in codes
+
+
+def test_a_missing_frequency_offers_only_frequencies_a_request_may_name(owner, coin):
+    Symbol.objects.filter(pk=coin.pk).update(frequencies=["1m", "1d"])
+    coin.refresh_from_db()
+
+    with pytest.raises(services.BacktestError) as caught:
+        services.require_frequency(coin, "5m")
+
+    assert caught.value.message == "TSTUSD has no 5m data; available: 1d."
+    assert caught.value.details["available"] == ["1d"]
