@@ -240,3 +240,16 @@ def test_the_login_form_names_its_fields_for_password_managers_and_a_failure_bla
     assert "Please enter a correct email and password. Note that the password is case-sensitive." in (
         response.content.decode()
     )
+
+
+def test_every_page_starts_with_a_link_past_the_navigation_and_names_its_action_columns(client, owner):
+    services.mcp_activate(user=owner)
+    services.api_key_create(user=owner, name="agent")
+    client.force_login(owner)
+
+    page = client.get(reverse("accounts:account")).content.decode()
+
+    body = page[page.index("<body>") :]
+    assert body.startswith('<body>\n<a class="skip" href="#content">Skip to content</a>')
+    assert '<main id="content">' in page
+    assert "<th>Last used</th><th>Actions</th></tr></thead>" in page
