@@ -303,7 +303,8 @@ class GuardedBroker(bt.brokers.BackBroker):
                  dtcoc: Any = None) -> Any:  # fmt: skip
         if ago is None:  # the check at submission, on the price the order was made at
             shortfall = self._shortfall(order, order.created.price, cash, position)
-            return cash - shortfall if shortfall else super()._execute(order, cash=cash, position=position)
+            # The cash it would leave, net of what its shorts hold: below zero, so check_submitted refuses it.
+            return -shortfall if shortfall else super()._execute(order, cash=cash, position=position)
         if price is None or not self._shortfall(order, price, self.cash, self.positions[order.data]):
             return super()._execute(order, ago=ago, price=price, dtcoc=dtcoc)
         held = self.positions[order.data].size

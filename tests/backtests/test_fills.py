@@ -236,3 +236,13 @@ def test_a_long_is_refused_while_its_cash_holds_a_short_on_another_data():
     outcome = sandbox.run_job(source=source, datas=two, simulation=SIM, parameters={}, layers=ALL_LAYERS, limits=FAST)
 
     assert outcome.prints.splitlines() == ["Completed -100", "Margin 0", "held 0"]
+
+
+def test_a_short_beyond_the_collateral_is_refused_at_submission_not_accepted_first():
+    source = SHORTS.format(first="self.sell(size=210)", second="pass").replace(
+        "if order.status in (order.Completed, order.Margin):", "if True:"
+    )
+    outcome = sandbox.run_job(source=source, datas=DATA, simulation=SIM | {"leverage": 2}, parameters={},
+                              layers=ALL_LAYERS, limits=FAST)  # fmt: skip
+
+    assert outcome.prints.splitlines() == ["Submitted 0", "Margin 0", "held 0"]
