@@ -129,7 +129,9 @@ def entries_append(entries: list[Mapping[str, Any]]) -> list[LogEntry]:
     head = LogCheckpoint.objects.order_by("-tree_size").first()
     size = head.tree_size if head is not None else 0
     edge = [bytes.fromhex(h) for h in head.frontier] if head is not None else []
-    at = now()
+    # Never stamped before the entry it follows: processes' clocks may disagree (a skewed node, the demo's replay
+    # clock beside the real one), and a log read in order must not go back in time.
+    at = max(now(), head.created_at) if head is not None else now()
     rows = []
     for offset, body in enumerate(bodies):
         data = canonical({**body, "logged_at": at.isoformat().replace("+00:00", "Z")})

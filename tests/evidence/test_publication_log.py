@@ -347,3 +347,13 @@ def test_a_rest_mirror_answer_carries_a_receipt_that_matches_the_json_it_returne
     receipt = body.pop("receipt")
     assert receipt["answer_id"] == body["evaluation_id"]
     assert receipt["answer_sha256"] == hashlib.sha256(rfc8785.dumps(body)).hexdigest()
+
+
+def test_an_entry_appended_by_a_clock_behind_the_log_is_stamped_no_earlier_than_the_one_before():
+    with time_machine.travel(datetime(2026, 12, 7, 4, 1, tzinfo=UTC), tick=False):
+        first = services.entry_append(snapshot("2026-07-01"))
+    with time_machine.travel(datetime(2026, 5, 19, 14, 30, tzinfo=UTC), tick=False):  # another process's replay clock
+        second = services.entry_append(snapshot("2026-07-02"))
+
+    assert second.logged_at == first.logged_at == datetime(2026, 12, 7, 4, 1, tzinfo=UTC)
+    assert json.loads(second.body)["logged_at"] == "2026-12-07T04:01:00Z"
