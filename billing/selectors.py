@@ -124,7 +124,10 @@ class MonthTerms:
 
 
 def month_terms(*, user: User) -> MonthTerms:
-    start, period = _current(user)
+    return _month_terms(user, *_current(user))
+
+
+def _month_terms(user: User, start: date, period: Period | None) -> MonthTerms:
     if period is not None:
         return MonthTerms(period.plan, period.overage_allowed, period.overage_micros_per_lookup, period_end(start))
     plan = plan_of(user=user)
@@ -232,9 +235,9 @@ def ledger_drift() -> list[dict[str, Any]]:
 
 def usage_page(*, user: User, recent: int = 20) -> dict[str, Any]:
     """This month's lookups for the Usage page: the meter figures, one row per day, cache hits, recent calls."""
-    start, _ = _current(user)
+    start, period = _current(user)
     usage = lookup_usage(user=user)
-    terms = month_terms(user=user)
+    terms = _month_terms(user, start, period)
     rate = terms.overage_micros_per_lookup
     events = UsageEvent.objects.filter(user=user, period_start=start)
     per_day: dict[date, dict[str, Any]] = {

@@ -266,17 +266,10 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
     baselines: list[Baseline] = []
     lines: list[str] = []
     regime = _regime(frame) if frame is not None else None
-    # A horizon that would end past today's close has no outcome to compare with: history is shown for none.
-    crossing = (
-        {
-            h
-            for h in horizons
-            if calendar.horizon_crosses_close(frame.source_time, h, calendar.session_bounds(frame.session)[1])
-        }
-        if frame is not None
-        else set()
-    )
     if frame is not None and regime is not None:
+        # A horizon that would end past today's close has no outcome to compare with: history is looked up for none.
+        close = calendar.session_bounds(frame.session)[1]
+        within = tuple(h for h in horizons if not calendar.horizon_crosses_close(frame.source_time, h, close))
         side_confluence = []
         for side in sides:
             mask = _mask(frame, side) or 0
@@ -287,9 +280,11 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
                 for bit, s in enumerate(STRATEGIES)
             ]  # fmt: skip
             side_confluence.append(SideConfluence(side=side, active_signals=active, active_signal_count=len(active)))  # type: ignore[arg-type]
-            found = reader.resolve(symbol=ticker, side=side, mask=mask, regime=regime.id, horizons=tuple(horizons))
+            found = (
+                reader.resolve(symbol=ticker, side=side, mask=mask, regime=regime.id, horizons=within) if within else {}
+            )
             for horizon in horizons:
-                if horizon in crossing:
+                if horizon not in within:
                     rows.append(_evidence_row(side, horizon, None, calendar.HORIZON_CROSSES_CLOSE))
                     continue
                 resolved = found[horizon]
@@ -302,7 +297,6 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
                     matches.append(_match(match, "historical"))
                 if resolved.baseline is not None:
                     baselines.append(_baseline(resolved.baseline))
-            within = tuple(h for h in horizons if h not in crossing)
             if fresh["status"] == "current" and within:  # a stale overlay is withheld, never shown as current
                 overlay = reader.lookup(
                     symbol=ticker, side=side, mask=mask, regime=regime.id, horizons=within, period=1

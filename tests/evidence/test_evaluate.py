@@ -242,3 +242,17 @@ def test_a_horizon_that_would_end_past_todays_close_shows_no_history(world, user
     assert {by_horizon[h].sample_size for h in (15, 30, 60)} == {None}
     assert by_horizon[5].reason != calendar.HORIZON_CROSSES_CLOSE
     assert [m.horizon_minutes for m in result.market_memory.matches if m.horizon_minutes != 5] == []
+
+
+def test_minutes_before_the_close_every_horizon_shows_no_history(world, user):
+    from evidence.live import frames
+    from evidence.marketdata import calendar
+
+    close = frames.open_session(world.replay).close
+    with time_machine.travel(close - timedelta(minutes=2), tick=False):  # the frame's bar starts at close - 3 min
+        frames.replay_tick()
+        frames.frames_refresh()
+        result = evaluate(user, symbol="ALFA", side="buy")
+
+    assert {row.reason for row in result.historical_evidence} == {calendar.HORIZON_CROSSES_CLOSE}
+    assert result.market_memory.matches == []

@@ -82,9 +82,8 @@ def vendor_frame(raw: pl.DataFrame, *, timezone: str = "UTC", date_format: str |
         else:
             _ambiguous_dates(day)
             # HH:MM (no seconds) gets its seconds before the colons go: 09:30 is 093000, not 000930.
-            clock = pl.when(time_text.str.count_matches(":") == 1).then(time_text + ":00").otherwise(time_text)
-            digits = pl.select(clock.str.replace_all(":", "").str.zfill(6)).to_series()
-            combined = (day.str.replace_all("-", "").str.zfill(8) + digits).str.to_datetime(
+            clock = time_text.str.replace(r"^(\d{1,2}:\d{2})$", "${1}:00").str.replace_all(":", "").str.zfill(6)
+            combined = (day.str.replace_all("-", "").str.zfill(8) + clock).str.to_datetime(
                 "%Y%m%d%H%M%S", time_unit="us", strict=True
             )
         ts = combined.dt.replace_time_zone(timezone, ambiguous="raise", non_existent="raise").dt.convert_time_zone(
