@@ -233,6 +233,11 @@ def memory_blocks(reader: MemoryReader, at: datetime) -> tuple[MarketMemoryCover
 
 def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
     """The evaluation of `args` against `situation`; its usage and presentation are filled in by the metering edge."""
+    return _evaluated(args, situation)[0]
+
+
+def _evaluated(args: EvaluateArgs, situation: Situation) -> tuple[EvaluationOut, int]:
+    """The evaluation and the number of sides whose history was looked up in Market Memory."""
     ticker = args.symbol
     horizons = list(args.holding_horizons or HORIZONS)
     sides = ["buy", "sell"] if args.side == "both" else [args.side]
@@ -266,10 +271,12 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
     baselines: list[Baseline] = []
     lines: list[str] = []
     regime = _regime(frame) if frame is not None else None
+    consulted = 0
     if frame is not None and regime is not None:
         # A horizon that would end past today's close has no outcome to compare with: history is looked up for none.
         close = calendar.session_bounds(frame.session)[1]
         within = tuple(h for h in horizons if not calendar.horizon_crosses_close(frame.source_time, h, close))
+        consulted = len(sides) if within else 0
         side_confluence = []
         for side in sides:
             mask = _mask(frame, side) or 0
@@ -358,7 +365,7 @@ def build_evaluation(args: EvaluateArgs, situation: Situation) -> EvaluationOut:
         ),  # metering replaces it with the charge
         presentation=Presentation(format="markdown", state=status, text=""),  # type: ignore[arg-type]  # see finish()
     )
-    return result
+    return result, consulted
 
 
 def cache_scope(situation: Situation) -> str | None:
@@ -373,9 +380,9 @@ def cache_scope(situation: Situation) -> str | None:
 
 
 def evaluation_answer(args: EvaluateArgs, situation: Situation) -> Answer:
-    """The evaluation and its lookups: 1 per side consulted (`both` = 2), 0 when no frame was usable."""
-    result = build_evaluation(args, situation)
-    lookups = 0 if result.market_memory is None else (2 if args.side == "both" else 1)
+    """The evaluation and its lookups: 1 per side whose history was looked up (`both` = 2); 0 when no frame was
+    usable or every horizon crosses today's close."""
+    result, lookups = _evaluated(args, situation)
     return Answer(result.model_dump(mode="json", exclude={"usage"}), lookups=lookups)
 
 

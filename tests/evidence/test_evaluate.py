@@ -244,7 +244,7 @@ def test_a_horizon_that_would_end_past_todays_close_shows_no_history(world, user
     assert [m.horizon_minutes for m in result.market_memory.matches if m.horizon_minutes != 5] == []
 
 
-def test_minutes_before_the_close_every_horizon_shows_no_history(world, user):
+def test_minutes_before_the_close_every_horizon_shows_no_history_and_costs_nothing(world, user):
     from evidence.live import frames
     from evidence.marketdata import calendar
 
@@ -256,3 +256,4 @@ def test_minutes_before_the_close_every_horizon_shows_no_history(world, user):
 
     assert {row.reason for row in result.historical_evidence} == {calendar.HORIZON_CROSSES_CLOSE}
     assert result.market_memory.matches == []
+    assert (result.usage.lookup_cost, result.usage.used_lookups) == (0, 0)
