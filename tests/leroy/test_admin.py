@@ -3,6 +3,7 @@ import re
 import pytest
 from django.apps import apps
 from django.contrib import admin
+from django.db import connection
 from django.urls import reverse
 
 from accounts.models import User
@@ -124,3 +125,33 @@ def test_ledger_admin_is_read_only(client, db):
     for model in (LedgerAccount, Transfer):
         opts = model._meta
         assert client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_add")).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "data", "in_range"),
+    [
+        ("post", "admin:accounts_user_changelist", {"action": "delete_selected", "_selected_action": ["abc"]}, True),
+        (
+            "post",
+            "admin:accounts_user_changelist",
+            {"action": "delete_selected", "_selected_action": ["9" * 20]},
+            False,
+        ),
+        ("post", "admin:billing_accountplan_add", {"user": "abc"}, True),
+        ("get", "admin:accounts_user_changelist", {"pk__in": "9" * 20}, False),
+    ],
+    ids=["action-not-an-id", "action-id-out-of-range", "autocomplete-not-an-id", "lookup-out-of-range"],
+)
+def test_a_value_the_admin_does_not_check_is_a_bad_request_and_changes_nothing(
+    client, db, method, path, data, in_range
+):
+    # Django's admin queries with these unchecked: each was a 500 (the ids out of range on SQLite only, which cannot
+    # bind them; PostgreSQL's backend drops them from the lookup and the page answers for no row).
+    staff = User.objects.create_superuser(email="admin@example.com", password="x-long-password")
+    client.force_login(staff)
+    client.raise_request_exception = False
+
+    response = getattr(client, method)(reverse(path), data)
+
+    assert response.status_code == (400 if in_range or connection.vendor == "sqlite" else 200)
+    assert list(User.objects.values_list("pk", flat=True)) == [staff.pk]
