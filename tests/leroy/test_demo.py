@@ -2,7 +2,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from io import StringIO
 
 import pytest
@@ -17,7 +17,13 @@ from billing.models import UsageEvent
 from billing.services import BillingError
 from evidence.models import AnswerReceipt, Frame
 from evidence.schemas import EvaluateArgs
-from leroy.management.commands.demo import DEMO_EMAIL, Command, demo_optimizations, issue_demo_credentials
+from leroy.management.commands.demo import (
+    DEMO_EMAIL,
+    Command,
+    demo_optimizations,
+    issue_demo_credentials,
+    served_clock,
+)
 from leroy.mcp.registry import call_for
 from tests.migrated import copy_migrated
 from tests.processes import ROOT
@@ -96,7 +102,8 @@ def test_a_later_demo_run_reuses_its_answer_and_an_allowance_used_up_does_not_st
 
     def publish() -> str:
         out = StringIO()
-        Command(stdout=out).publish_demo_answer(clock=clock, origin="http://127.0.0.1:8000")
+        with served_clock(clock):
+            Command(stdout=out).publish_demo_answer(origin="http://127.0.0.1:8000")
         return out.getvalue()
 
     with override_settings(LEROY_VAR_DIR=str(tmp_path)):
@@ -124,3 +131,15 @@ def test_a_later_demo_run_reuses_its_answer_and_an_allowance_used_up_does_not_st
     assert "--answer" not in third
     assert UsageEvent.objects.filter(user=user).count() == events
     assert AnswerReceipt.objects.filter(user=user).count() == receipts
+
+
+@pytest.mark.django_db
+def test_the_demo_key_is_created_on_the_clock_the_served_processes_start_on():
+    # The key was created on the real clock and used by servers on the replay clock: "last used" before "created".
+    replay = datetime(2026, 5, 19, 14, 30, tzinfo=UTC)
+
+    with served_clock(f"replay:{replay.isoformat()}"):
+        issue_demo_credentials()
+
+    created = ApiKey.objects.get(user__email=DEMO_EMAIL, revoked_at__isnull=True).created_at
+    assert replay <= created < replay + timedelta(minutes=1)

@@ -5,6 +5,8 @@ import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date
 from io import StringIO
 from pathlib import Path
@@ -81,6 +83,21 @@ def demo_optimizations(strategy_id: str, data_id: str, first: date, last: date) 
     return optimization, optimization | {"name": "demo walk-forward", **periods}
 
 
+@contextmanager
+def served_clock(clock: str | None) -> Iterator[None]:
+    """This process's writes (the demo key, answer, log entries, strategy) on the clock the served processes start
+    now: the replay instant from here on, not this process's own replay clock, which started with it minutes ago
+    (its key would be created after the served processes first use it), nor the real one."""
+    replay = parse_replay_origin(clock or "")
+    if replay is None:
+        yield
+        return
+    with override_settings(LEROY_CLOCK=clock):
+        age = now() - replay
+    with override_settings(LEROY_CLOCK=f"replay:{(replay - age).isoformat()}"):
+        yield
+
+
 def served_origin(port: int) -> str:
     return f"http://127.0.0.1:{port}"
 
@@ -116,7 +133,9 @@ class Command(BaseCommand):
         from backtests.sandbox import startup_notice
 
         self.stdout.write(startup_notice())
-        password, key = issue_demo_credentials()
+        clock = env.get("LEROY_CLOCK")
+        with served_clock(clock):
+            password, key = issue_demo_credentials()
         config = {
             "mcpServers": {
                 "leroy": {"type": "http", "url": f"{origin}/api/mcp", "headers": {"Authorization": f"Bearer {key}"}}
@@ -130,9 +149,10 @@ class Command(BaseCommand):
         self.stdout.write("E-mail (sign-up and password-reset links) is printed on this console.")
         self.stdout.write("MCP client config:\n" + json.dumps(config, indent=2))
         self.stdout.write(f"LEROY_DEMO_API_KEY={key}\n")
-        if not options["no_data"]:
-            self.publish_demo_answer(clock=env["LEROY_CLOCK"], origin=origin)
-            self.save_demo_strategy()
+        if clock is not None:
+            with served_clock(clock):
+                self.publish_demo_answer(origin=origin)
+                self.save_demo_strategy()
         if options["no_serve"]:
             return
         sys.exit(serve(port=options["port"], env=env))  # one worker process: no proxy header is trusted
@@ -185,7 +205,7 @@ class Command(BaseCommand):
         self.stdout.write(f"  run_optimization {json.dumps(optimization)}")
         self.stdout.write(f"  run_walk_forward_optimization {json.dumps(walk_forward)}")
 
-    def publish_demo_answer(self, *, clock: str, origin: str) -> None:
+    def publish_demo_answer(self, *, origin: str) -> None:
         """Make sure the publication log names the served artifact, answer one evaluation for the demo account
         (1 lookup) unless an earlier run's answer is still on record, commit its day, and save the answer and its
         proof (against the log as it is now) for leroy-verify to check on this server. The replay clock repeats the
@@ -193,29 +213,24 @@ class Command(BaseCommand):
         has used them up: then the demo serves without an answer to verify."""
         user = User.objects.get(email=DEMO_EMAIL)
         frame = Frame.objects.filter(ready=True).select_related("symbol").order_by("symbol__ticker").first()
-        replay = parse_replay_origin(clock)
-        assert replay is not None
         out = Path(settings.LEROY_VAR_DIR, "demo")
         answer_id = _recorded_answer_id(out / "answer.json", user)
-        with override_settings(LEROY_CLOCK=clock):
-            age = now() - replay  # this process's replay clock started with it; the feed's started just now
-        with override_settings(LEROY_CLOCK=f"replay:{(replay - age).isoformat()}"):
-            publication.artifact_published(artifact=MarketMemoryArtifact.objects.get(is_active=True))
-            if answer_id is None and frame is not None:
-                args = EvaluateArgs(symbol=frame.symbol.ticker, side="buy")
-                try:
-                    answer = call_for(user_id=user.pk, tool="evaluate_current_setup", args=args)
-                except DomainError as refusal:
-                    self.stdout.write(f"No demo answer to verify this time: {refusal.message}")
-                else:
-                    assert isinstance(answer, EvaluationOut)
-                    out.mkdir(exist_ok=True)
-                    (out / "answer.json").write_text(answer.model_dump_json(indent=2))
-                    answer_id = answer.evaluation_id
-            if answer_id is not None:
-                publication.answers_commit(day=now().date())
-                proof = publication_selectors.answer_proof(user=user, answer_id=answer_id)
-                (out / "answer_proof.json").write_text(proof.model_dump_json(indent=2))
+        publication.artifact_published(artifact=MarketMemoryArtifact.objects.get(is_active=True))
+        if answer_id is None and frame is not None:
+            args = EvaluateArgs(symbol=frame.symbol.ticker, side="buy")
+            try:
+                answer = call_for(user_id=user.pk, tool="evaluate_current_setup", args=args)
+            except DomainError as refusal:
+                self.stdout.write(f"No demo answer to verify this time: {refusal.message}")
+            else:
+                assert isinstance(answer, EvaluationOut)
+                out.mkdir(exist_ok=True)
+                (out / "answer.json").write_text(answer.model_dump_json(indent=2))
+                answer_id = answer.evaluation_id
+        if answer_id is not None:
+            publication.answers_commit(day=now().date())
+            proof = publication_selectors.answer_proof(user=user, answer_id=answer_id)
+            (out / "answer_proof.json").write_text(proof.model_dump_json(indent=2))
         kinds = ", ".join(f"{row.index}: {row.kind}" for row in LogEntry.objects.order_by("-index")[:5][::-1])
         self.stdout.write(f"Publication log: {LogEntry.objects.count()} entries (latest {kinds}). Verify it here:")
         command = f".venv/bin/leroy-verify --log {origin} --key '{publication_selectors.verifier_key()}' --entries"
