@@ -259,6 +259,10 @@ class GuardedBroker(bt.brokers.BackBroker):
             raise Refused("order_refused", ORDER_TYPES_HELP, agent_line())
         make = super().buy if side == "buy" else super().sell
         order = make(owner, data, size, **args)
+        if self.p.coc and len(data) and data.datetime[0] < max(d.datetime[0] for d in owner.datas if len(d)):
+            # On close means this bar's close, and this data has no bar now (another data's bar moved the clock):
+            # its close is an earlier bar's, seen before what the strategy saw since. It fills at its next open.
+            order.addinfo(coc=False)
         self._decide(owner, {"side": side, "data": data._name, "size": size, "exectype": order.exectype,
                              "price": args["price"], "plimit": args["plimit"], "trailamount": args["trailamount"],
                              "trailpercent": args["trailpercent"]}, order)  # fmt: skip

@@ -164,6 +164,43 @@ def test_a_limit_or_stop_order_never_fills_on_the_bar_it_was_placed_after(kind, 
     assert outcome.result["orders"]["submitted"] == 8  # every Friday of the 60 days
 
 
+# On Sunday (the coin's bar moves the clock; the stock still shows Friday) a market buy of the stock on close.
+SUNDAY_ON_CLOSE = """
+class SundayOnClose(bt.Strategy):
+    def next(self):
+        coin, stock = self.datas[0], self.datas[1]
+        if coin.datetime.date(0).weekday() == 6 and not self.getposition(stock).size:
+            self.buy(data=stock, size=10)
+
+    def notify_order(self, order):
+        if order.status == order.Completed:
+            print(bt.num2date(order.executed.dt).date().isoformat(), order.executed.price)
+"""
+
+
+def test_a_buy_on_close_order_on_a_symbol_without_a_bar_now_fills_at_its_next_open():
+    # It filled at Friday's close, dated Friday, after the strategy had seen the weekend's coin bars.
+    coin, stock = calendar("COIN", weekends=True, days=10), calendar("STOCK", weekends=False, days=10)
+    monday = stock["ts_us"].index(int(datetime(2024, 1, 8, tzinfo=UTC).timestamp()) * 1_000_000)
+
+    outcome = sandbox.run_job(source=SUNDAY_ON_CLOSE, datas=[coin, stock], simulation=SIM | {"buy_on_close": True},
+                              parameters={}, layers=ALL_LAYERS, limits=FAST)  # fmt: skip
+
+    assert outcome.ok is True, outcome.error
+    assert outcome.prints.splitlines() == [f"2024-01-08 {stock['open'][monday]}"]
+
+
+def test_a_buy_on_close_order_on_a_symbol_with_a_bar_now_fills_at_that_close():
+    coin, stock = calendar("COIN", weekends=True, days=10), calendar("STOCK", weekends=False, days=10)
+    source = SUNDAY_ON_CLOSE.replace("weekday() == 6", "weekday() == 2")  # a Wednesday: both have a bar
+
+    outcome = sandbox.run_job(source=source, datas=[coin, stock], simulation=SIM | {"buy_on_close": True},
+                              parameters={}, layers=ALL_LAYERS, limits=FAST)  # fmt: skip
+
+    assert outcome.ok is True, outcome.error
+    assert outcome.prints.splitlines() == [f"2024-01-03 {stock['close'][2]}"]
+
+
 # Every order's status as the strategy is told it, and its position at the end.
 SHORTS = """
 class Shorts(bt.Strategy):
