@@ -8,7 +8,7 @@ import csv
 import io
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -101,6 +101,11 @@ class DownloadArgs(ToolArgs):
         return self
 
 
+# Starting cash a report can state exactly: beyond a trillion the account's value carries no cent (a run at 1e308
+# reported realized P&L beside a total return of 0, its profit lost to rounding); below 1, no share is affordable.
+Cash = Annotated[float, Field(ge=1, le=1e12, description="Starting cash, 1 to 1e12")]
+
+
 class ParameterValue(ToolArgs):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="Parameter name")
     value: bool | int | float = Field(description="Number or boolean")
@@ -113,7 +118,7 @@ class RunBacktestArgs(ToolArgs):
     start_date: IsoDate = Field(description="YYYY-MM-DD")
     end_date: IsoDate = Field(description="YYYY-MM-DD")
     parameters: list[ParameterValue] = Field(default_factory=list, description="Strategy parameter overrides")
-    initial_cash: float = Field(default=100_000, gt=0, description="Starting cash")
+    initial_cash: Cash = 100_000
     commission: float = Field(default=0, ge=0, lt=1, description="Commission as a decimal rate")
     leverage: float = Field(default=1, gt=0, le=100, description="Leverage")
     buy_on_close: bool = Field(default=False, description="Fill market orders at the signal bar's close")
@@ -151,7 +156,7 @@ class CommissionSchema(ToolArgs):
 
 
 class SimulationParameters(ToolArgs):
-    initial_cash: float = Field(gt=0, description="Starting cash")
+    initial_cash: Cash
     commission_schema: CommissionSchema
     buy_on_close: bool
 

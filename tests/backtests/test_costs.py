@@ -95,6 +95,11 @@ async def test_backtest_at_max_credits_runs_and_returns_what_it_reserved(mcp_htt
         ({"grids": [{"name": "fast", "min": "3", "max": 6, "step": 1}]}, "grids.0.min"),
         ({"simulation_parameters": {"initial_cash": 1000, "commission_schema": {"commission": 0, "leverage": 1},
                                     "buy_on_close": "false"}}, "simulation_parameters.buy_on_close"),
+        # A report cannot state a run at 1e308 honestly (its profit is lost to rounding) nor one at 1e-300.
+        ({"simulation_parameters": {"initial_cash": 1e308, "commission_schema": {"commission": 0, "leverage": 1},
+                                    "buy_on_close": False}}, "simulation_parameters.initial_cash"),
+        ({"simulation_parameters": {"initial_cash": 1e-300, "commission_schema": {"commission": 0, "leverage": 1},
+                                    "buy_on_close": False}}, "simulation_parameters.initial_cash"),
     ],
 )  # fmt: skip
 async def test_loose_booleans_and_numbers_are_refused_as_invalid_arguments_and_charge_nothing(
@@ -110,4 +115,20 @@ async def test_loose_booleans_and_numbers_are_refused_as_invalid_arguments_and_c
     assert error["code"] == "invalid_arguments"
     assert [p["field"] for p in error["problems"]] == [field]
     assert await Optimization.objects.acount() == 0
+    assert await sync_to_async(credit_usage)(user=owner) == before
+
+
+@pytest.mark.parametrize("cash", [1e308, 1e12 * 1.01, 0.5, 1e-300])
+async def test_a_backtest_with_starting_cash_a_report_cannot_state_is_refused_and_charges_nothing(
+    mcp_http, owner, write_key, cash
+):
+    strategy_id, coin_id = await sync_to_async(_saved_strategy_and_coin)(owner)
+    before = await sync_to_async(credit_usage)(user=owner)
+    async with client(mcp_http, write_key) as session:
+        result = await session.call_tool("run_backtest", backtest_args(strategy_id, coin_id, initial_cash=cash))
+
+    assert result.is_error is True
+    error = result.structured_content["error"]
+    assert (error["code"], [p["field"] for p in error["problems"]]) == ("invalid_arguments", ["initial_cash"])
+    assert await Report.objects.acount() == 0
     assert await sync_to_async(credit_usage)(user=owner) == before
