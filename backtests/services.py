@@ -41,7 +41,7 @@ from backtests.policy import declared_parameters
 from backtests.probing import PROBE_CUTS
 from backtests.schemas import SampleFrequency
 from billing import services as billing
-from evidence.marketdata.selectors import bars_frame_version, bars_read, bars_stamp
+from evidence.marketdata.selectors import bars_frame_version, bars_held, bars_read, bars_stamp
 from evidence.models import Symbol
 from evidence.vocabulary import FREQUENCY_MINUTES
 from leroy import broker
@@ -291,6 +291,20 @@ def symbols_for(*, data_ids: list[str], frequency: str) -> list[Symbol]:
     return found
 
 
+def _no_data(symbol: Symbol, frequency: str, start: datetime, end: datetime) -> BacktestError:
+    return BacktestError(
+        "no_data", f"{symbol.ticker} has no {frequency} bars between {start:%Y-%m-%d} and {end:%Y-%m-%d}."
+    )
+
+
+def require_bars(symbols: list[Symbol], frequency: str, start: datetime, end: datetime) -> None:
+    """Refuse, before anything is created or reserved, a period no stored bars of a symbol fall in (the worker's
+    read still refuses one whose partitions meet it but hold no bar inside it)."""
+    for symbol in symbols:
+        if not bars_held(symbol=symbol, frequency=frequency, start=start, end=end):
+            raise _no_data(symbol, frequency, start, end)
+
+
 # The bars a worker process read last, by window and by what they were read from: every point of a grid, its probe
 # and each of the probe's cuts read the same window, in one task or in the next ones on the same worker. Shared,
 # never mutated (the sandbox packs copies); a partition rewritten or re-recorded meanwhile misses (`bars_stamp`).
@@ -328,9 +342,7 @@ def load_bars(
     for symbol in [Symbol.objects.get(ticker=ticker) for ticker in tickers]:
         frame = bars_read(symbol=symbol, frequency=frequency, start=start, end=until)
         if frame.is_empty():
-            raise BacktestError(
-                "no_data", f"{symbol.ticker} has no {frequency} bars between {start:%Y-%m-%d} and {end:%Y-%m-%d}."
-            )
+            raise _no_data(symbol, frequency, start, end)
         datas.append(
             {
                 "name": symbol.ticker,
@@ -492,6 +504,7 @@ def backtest_submit(
     require_period(start_date, end_date)
     check_parameters(strategy, set(parameters))
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
+    require_bars(symbols, frequency, *day_bounds(start_date, end_date))
     price = settings.LEROY_BACKTEST_CREDITS + settings.LEROY_LOOKAHEAD_PROBE_CREDITS  # the probe, shown up front
     _within_budget(price, max_credits)
     report = Report.objects.create(
@@ -650,6 +663,7 @@ def optimization_submit(
         raise BacktestError("invalid_request", "Grid names must be distinct and not repeat fixed parameters.")
     check_parameters(strategy, {g["name"] for g in grids} | set(parameters))
     symbols = symbols_for(data_ids=data_ids, frequency=frequency)
+    require_bars(symbols, frequency, start, end)
     points = grid_points(grids)
     folds = None if walk_forward is None else walk_forward_folds(start=start, end=end, **walk_forward)
     runs = [(None, point) for point in points] if folds is None else [

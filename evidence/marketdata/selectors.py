@@ -36,6 +36,12 @@ def _partitions(
     return partitions
 
 
+def bars_held(*, symbol: Symbol, frequency: str, start: datetime, end: datetime) -> bool:
+    """Whether a stored partition's span meets [start, end]: False means bars_read would return none (one query,
+    no file read); True that it may return some."""
+    return _partitions(symbol, frequency, start, end).exists()
+
+
 def bars_read(
     *, symbol: Symbol, frequency: str, start: datetime | None = None, end: datetime | None = None
 ) -> pl.DataFrame:

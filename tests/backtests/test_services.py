@@ -1231,3 +1231,31 @@ def test_a_missing_frequency_offers_only_frequencies_a_request_may_name(owner, c
 
     assert caught.value.message == "TSTUSD has no 5m data; available: 1d."
     assert caught.value.details["available"] == ["1d"]
+
+
+def test_a_backtest_over_a_period_without_bars_is_refused_at_submission_and_nothing_is_kept(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    # It was taken, credits held, and failed as no_data on the worker: a FAILED report left for nothing.
+    with pytest.raises(services.BacktestError) as refused:
+        submit(owner, saved(owner), coin, django_capture_on_commit_callbacks,
+               start_date=date(1990, 1, 1), end_date=date(1990, 12, 31))  # fmt: skip
+
+    assert (refused.value.code, refused.value.message) == (
+        "no_data", "TSTUSD has no 1d bars between 1990-01-01 and 1990-12-31."
+    )  # fmt: skip
+    assert Report.objects.count() == 0
+    assert credit_usage(user=owner)["credits_remaining"] == 1000
+
+
+def test_an_optimization_over_a_period_without_bars_is_refused_at_submission_and_nothing_is_kept(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    start, end = services.day_bounds(date(2030, 1, 1), date(2030, 6, 30))
+
+    with pytest.raises(services.BacktestError) as refused:
+        optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, start=start, end=end)
+
+    assert refused.value.code == "no_data"
+    assert Optimization.objects.count() == 0
+    assert credit_usage(user=owner)["credits_remaining"] == 1000
