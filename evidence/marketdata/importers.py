@@ -5,7 +5,7 @@ import itertools
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,8 @@ from evidence.vocabulary import (
 from leroy.clock import now
 
 MAX_LISTED = 20  # examples listed per problem in a rejection or gap report
+# A bar may be stamped this far past our clock (a vendor's or another node's clock running ahead), no further.
+CLOCK_SKEW = timedelta(minutes=5)
 
 
 class ImportRejected(Exception):
@@ -137,6 +139,28 @@ def _check_prices(bars: pl.DataFrame) -> None:
         raise _reject(f"inconsistent OHLCV bars: {summary}", **found)
 
 
+def _check_dates(bars: pl.DataFrame, *, asset_class: str) -> None:
+    """Refuse bars dated before the store's first day or in the future, whatever the calendar. XNYS bars must also
+    lie within the calendar's last day: its schedule cannot place them (and pandas cannot slice it past 2262)."""
+    first_day, last_day = calendar.covered_days()
+    latest = now() + CLOCK_SKEW
+    bound = f"now plus {CLOCK_SKEW.total_seconds() / 60:g} minutes of clock skew"
+    calendar_end = datetime.combine(last_day + timedelta(days=1), time(), tzinfo=UTC) - timedelta(microseconds=1)
+    if asset_class in XNYS_ASSET_CLASSES and calendar_end < latest:
+        latest, bound = calendar_end, "the XNYS calendar's last day"
+    ts = pl.col("ts")
+    outside = bars.filter((ts < datetime.combine(first_day, time(), tzinfo=UTC)) | (ts > latest))
+    if len(outside):
+        raise _reject(
+            f"{len(outside)} bars lie outside the dates the store accepts, {first_day} (its earliest day, the first "
+            f"of the XNYS calendar) to {latest.isoformat()} ({bound})",
+            earliest=first_day.isoformat(),
+            latest=latest.isoformat(),
+            outside_count=len(outside),
+            examples=_examples(outside),
+        )
+
+
 def _check_alignment(bars: pl.DataFrame, *, frequency: str, asset_class: str) -> GapReport:
     """Reject bars off the expected grid; report (but accept) missing XNYS slots."""
     step = FREQUENCY_MINUTES[frequency]
@@ -168,16 +192,6 @@ def _check_alignment(bars: pl.DataFrame, *, frequency: str, asset_class: str) ->
                 )
         return GapReport(checked=False)
 
-    covered_first, covered_last = calendar.covered_days()
-    uncovered = bars.filter(~ts.dt.date().is_between(covered_first, covered_last))
-    if len(uncovered):
-        raise _reject(
-            f"{len(uncovered)} bars lie outside the XNYS calendar's range, {covered_first} to {covered_last}",
-            calendar_first=covered_first.isoformat(),
-            calendar_last=covered_last.isoformat(),
-            outside_count=len(uncovered),
-            examples=_examples(uncovered),
-        )
     first_day = bars.get_column("ts").min().date()  # type: ignore[union-attr]
     last_day = bars.get_column("ts").max().date()  # type: ignore[union-attr]
     sched = calendar.schedule(first_day, last_day)
@@ -282,6 +296,7 @@ def bars_import(
     bars = _normalized(frame)
     _check_order(bars)
     _check_prices(bars)
+    _check_dates(bars, asset_class=asset_class)
     existing_symbol = Symbol.objects.filter(ticker=ticker).first()
     if existing_symbol is not None and existing_symbol.asset_class != asset_class:
         raise _reject(

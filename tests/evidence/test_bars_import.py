@@ -5,6 +5,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import time_machine
 from django.core.management import CommandError, call_command
 
 from evidence.marketdata.importers import ImportRejected, bars_import
@@ -191,29 +192,59 @@ def _import_file(tmp_path: Path, content: bytes, *options: str) -> None:
     call_command("import_bars", str(path), "--symbol", "AAPL", "--frequency", "1m", *options)
 
 
+NOW = utc(2026, 7, 1, 15, 0)
+
+
 @pytest.mark.parametrize(
-    ("row", "frequency"),
+    ("row", "frequency", "asset_class"),
     [
-        ("9999-12-31T23:59:00Z", "1m"),  # past pandas' nanosecond bounds: the schedule slice raised KeyError
-        ("0001-01-01T00:00:00Z", "1d"),
-        ("2031-01-02T15:00:00Z", "1m"),  # a weekday the calendar has not loaded, not "no session"
+        ("9999-12-31T23:59:00Z", "1m", "equity"),  # past pandas' nanosecond bounds: the schedule slice raised KeyError
+        ("0001-01-01T00:00:00Z", "1d", "equity"),
+        ("2031-01-02T15:00:00Z", "1m", "equity"),  # a weekday the calendar has not loaded, not "no session"
+        ("9999-12-31T23:59:00Z", "1m", "crypto"),  # a 24/7 calendar has no range of its own to check
+        ("0001-01-01T00:00:00Z", "1d", "crypto"),
+        ("1884-12-31T00:00:00Z", "1d", "crypto"),
+        ("2026-07-01T15:06:00Z", "1m", "crypto"),  # one minute past the clock skew
     ],
 )
-def test_command_rejects_bars_outside_the_calendars_range_and_writes_nothing(
-    row: str, frequency: str, tmp_path: Path, data_dir: Path
+def test_command_rejects_bars_before_the_stores_first_day_or_in_the_future_and_writes_nothing(
+    row: str, frequency: str, asset_class: str, tmp_path: Path, data_dir: Path
 ) -> None:
-    with pytest.raises(CommandError) as raised:
-        _import_file(tmp_path, f"{HEADER}{row},1,1,1,1,1\n".encode(), "--frequency", frequency)
+    before = _files(data_dir)
+
+    with time_machine.travel(NOW, tick=False), pytest.raises(CommandError) as raised:
+        _import_file(
+            tmp_path, f"{HEADER}{row},1,1,1,1,1\n".encode(), "--frequency", frequency, "--asset-class", asset_class
+        )
 
     example = row.replace("Z", "+00:00")
     assert str(raised.value) == (
-        "import rejected: 1 bars lie outside the XNYS calendar's range, 1885-01-01 to 2030-12-31 "
-        f'{{"calendar_first": "1885-01-01", "calendar_last": "2030-12-31", "examples": ["{example}"], '
+        "import rejected: 1 bars lie outside the dates the store accepts, 1885-01-01 (its earliest day, the first of "
+        "the XNYS calendar) to 2026-07-01T15:05:00+00:00 (now plus 5 minutes of clock skew) "
+        f'{{"earliest": "1885-01-01", "examples": ["{example}"], "latest": "2026-07-01T15:05:00+00:00", '
         '"outside_count": 1}'
     )
     assert Symbol.objects.exists() is False
     assert BarPartition.objects.exists() is False
-    assert _files(data_dir) == []
+    assert _files(data_dir) == before
+
+
+def test_crypto_bars_on_the_stores_first_day_and_within_the_clock_skew_are_stored() -> None:
+    frame = pl.DataFrame(
+        {
+            "ts": [utc(1885, 1, 1), utc(2026, 7, 1)],
+            **{c: [1.0, 1.0] for c in ("open", "high", "low", "close", "volume")},
+        },
+        schema_overrides={"ts": pl.Datetime("us", "UTC")},
+    )
+    minute = frame.with_columns(ts=pl.Series([utc(2026, 7, 1, 15, 4), utc(2026, 7, 1, 15, 5)]))
+
+    with time_machine.travel(NOW, tick=False):
+        daily = bars_import(ticker="BTCUSD", frequency="1d", frame=frame, asset_class="crypto")
+        minutes = bars_import(ticker="BTCUSD", frequency="1m", frame=minute, asset_class="crypto")
+
+    assert (daily.rows_written, daily.first_ts) == (2, utc(1885, 1, 1))
+    assert (minutes.rows_written, minutes.last_ts) == (2, utc(2026, 7, 1, 15, 5))
 
 
 @pytest.mark.parametrize(
