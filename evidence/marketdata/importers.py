@@ -13,6 +13,7 @@ import polars as pl
 from django.db import transaction
 
 from evidence.marketdata import calendar, demo, store
+from evidence.marketdata.selectors import bars_read
 from evidence.marketdata.store import BAR_COLUMNS, BAR_SCHEMA
 from evidence.models import BarPartition, Corpus, Symbol
 from evidence.vocabulary import (
@@ -43,9 +44,13 @@ class ImportRejected(Exception):
 
 @dataclass(frozen=True)
 class GapReport:
-    """Regular-session slots with no bar (XNYS-aligned data only; `checked` is False otherwise)."""
+    """Regular-session slots with no bar (XNYS-aligned data only; `checked` is False otherwise). After an import it
+    describes the stored bars from first_session through last_session: the import's sessions and the stored ones
+    next to them, so gaps it closed are gone and gaps between it and stored bars are listed."""
 
     checked: bool
+    first_session: str = ""
+    last_session: str = ""
     sessions_expected: int = 0
     sessions_missing: list[str] = field(default_factory=list)
     sessions_with_gaps: list[dict[str, Any]] = field(default_factory=list)  # {"session", "missing_bars"}
@@ -211,6 +216,8 @@ def _check_alignment(bars: pl.DataFrame, *, frequency: str, asset_class: str) ->
         missing = [day.isoformat() for day in expected if day not in present]
         return GapReport(
             checked=True,
+            first_session=first_day.isoformat(),
+            last_session=last_day.isoformat(),
             sessions_expected=len(expected),
             sessions_missing=missing[:MAX_LISTED],
             missing_bars=len(missing),
@@ -254,6 +261,8 @@ def _check_alignment(bars: pl.DataFrame, *, frequency: str, asset_class: str) ->
     absent = per_session.filter(pl.col("present") == 0)
     return GapReport(
         checked=True,
+        first_session=first_day.isoformat(),
+        last_session=last_day.isoformat(),
         sessions_expected=len(per_session),
         sessions_missing=[day.isoformat() for day in absent.get_column("session").head(MAX_LISTED).to_list()],
         sessions_with_gaps=[
@@ -262,6 +271,21 @@ def _check_alignment(bars: pl.DataFrame, *, frequency: str, asset_class: str) ->
         ],
         missing_bars=int((per_session.get_column("expected") - per_session.get_column("present")).sum()),
     )
+
+
+def _stored_around(symbol: Symbol, frequency: str, first: datetime, last: datetime) -> pl.DataFrame:
+    """The stored bars of the whole days (UTC; an XNYS session lies within one) from the last stored bar before
+    `first` through the first stored bar after `last`, each side `first`/`last` itself when there is none."""
+    partitions = BarPartition.objects.filter(symbol=symbol, frequency=frequency)
+    ts = pl.col("ts")
+    # Partitions are calendar years: the nearest earlier bar lies in the latest partition starting before `first`.
+    earlier = partitions.filter(first_ts__lt=first).order_by("-year").first()
+    later = partitions.filter(last_ts__gt=last).order_by("year").first()
+    lo = store.scan_parquet([earlier.path]).filter(ts < first).select(ts.max()).collect().item() if earlier else first
+    hi = store.scan_parquet([later.path]).filter(ts > last).select(ts.min()).collect().item() if later else last
+    start = datetime.combine(lo.date(), time(), tzinfo=UTC)
+    end = datetime.combine(hi.date() + timedelta(days=1), time(), tzinfo=UTC) - timedelta(microseconds=1)
+    return bars_read(symbol=symbol, frequency=frequency, start=start, end=end)
 
 
 def _partition_path(ticker: str, frequency: str, year: int, sha: str) -> str:
@@ -303,8 +327,10 @@ def bars_import(
             f"{ticker} is stored as {existing_symbol.asset_class}, not {asset_class}",
             stored_asset_class=existing_symbol.asset_class,
         )
-    gaps = _check_alignment(bars, frequency=frequency, asset_class=asset_class)
+    _check_alignment(bars, frequency=frequency, asset_class=asset_class)
 
+    first_ts: datetime = bars.get_column("ts").min()  # type: ignore[assignment]
+    last_ts: datetime = bars.get_column("ts").max()  # type: ignore[assignment]
     bars = bars.with_columns(year=pl.col("ts").dt.year())
     written: list[str] = []
     replaced: list[str] = []
@@ -361,6 +387,10 @@ def bars_import(
                     changed = True
             if changed:
                 symbol.save()
+            # Checked again over what is now stored around the new bars: the report describes the store, not the file.
+            gaps = _check_alignment(
+                _stored_around(symbol, frequency, first_ts, last_ts), frequency=frequency, asset_class=asset_class
+            )
             transaction.on_commit(lambda: store.remove(replaced))
     except BaseException:
         stored_paths = BarPartition.objects.filter(symbol__ticker=ticker, frequency=frequency).values_list("path")
@@ -371,8 +401,8 @@ def bars_import(
         ticker=ticker,
         frequency=frequency,
         rows_written=len(bars),
-        first_ts=bars.get_column("ts").min(),  # type: ignore[arg-type]
-        last_ts=bars.get_column("ts").max(),  # type: ignore[arg-type]
+        first_ts=first_ts,
+        last_ts=last_ts,
         partitions=partitions,
         symbol_created=created,
         gaps=gaps,

@@ -5,6 +5,7 @@ from datetime import UTC, date, datetime, timedelta
 import polars as pl
 
 from evidence.marketdata import calendar
+from evidence.marketdata.store import BAR_SCHEMA
 
 
 def session_minutes(session: date) -> list[datetime]:
@@ -35,6 +36,25 @@ def minute_bars(sessions: list[date], *, start_price: float = 100.0, step: float
             "close": pl.Float64,
             "volume": pl.Float64,
         },
+    )
+
+
+def daily_bars(
+    sessions: list[date], *, opens: list[float] | None = None, closes: list[float] | None = None
+) -> pl.DataFrame:
+    """Daily bars stamped 00:00 UTC; by default closes rise by 1 from 100 and each bar opens at the previous close."""
+    closes = closes if closes is not None else [100.0 + i for i in range(len(sessions))]
+    opens = opens if opens is not None else closes[:1] + closes[:-1]
+    return pl.DataFrame(
+        {
+            "ts": [datetime(day.year, day.month, day.day, tzinfo=UTC) for day in sessions],
+            "open": opens,
+            "high": [max(pair) for pair in zip(opens, closes, strict=True)],
+            "low": [min(pair) for pair in zip(opens, closes, strict=True)],
+            "close": closes,
+            "volume": [1000.0] * len(sessions),
+        },
+        schema=BAR_SCHEMA,
     )
 
 

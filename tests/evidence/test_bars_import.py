@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from evidence.marketdata.importers import ImportRejected, bars_import
 from evidence.marketdata.selectors import bars_data_version, bars_read
 from evidence.models import BarPartition, Symbol
-from tests.evidence.factories import minute_bars, utc
+from tests.evidence.factories import daily_bars, minute_bars, utc
 
 pytestmark = pytest.mark.django_db
 
@@ -68,6 +68,45 @@ def test_gap_report_lists_missing_minutes_and_sessions() -> None:
     assert report.gaps.sessions_missing == ["2026-06-29"]
     assert report.gaps.sessions_with_gaps == [{"session": "2026-06-30", "missing_bars": 1}]
     assert report.gaps.missing_bars == 391
+
+
+def test_gap_report_after_a_backfill_describes_the_stored_sessions_not_the_file() -> None:
+    bars_import(ticker="MSFT", frequency="1m", frame=minute_bars([date(2026, 6, 29)]))
+
+    report = bars_import(ticker="MSFT", frequency="1m", frame=minute_bars([date(2026, 6, 26), date(2026, 6, 30)]))
+
+    assert (report.gaps.sessions_expected, report.gaps.sessions_missing, report.gaps.missing_bars) == (3, [], 0)
+    assert (report.gaps.first_session, report.gaps.last_session) == ("2026-06-26", "2026-06-30")
+
+
+def test_gap_report_counts_the_sessions_between_stored_and_new_bars() -> None:
+    bars_import(ticker="MSFT", frequency="1d", frame=daily_bars([date(2025, 12, 29)]))  # the year's own partition
+    bars_import(ticker="MSFT", frequency="1d", frame=daily_bars([date(2026, 1, 9)]))
+
+    report = bars_import(ticker="MSFT", frequency="1d", frame=daily_bars([date(2026, 1, 5)]))
+
+    assert (report.gaps.sessions_expected, report.gaps.sessions_missing, report.gaps.missing_bars) == (
+        9,
+        ["2025-12-30", "2025-12-31", "2026-01-02", "2026-01-06", "2026-01-07", "2026-01-08"],
+        6,
+    )
+    assert (report.gaps.first_session, report.gaps.last_session) == ("2025-12-29", "2026-01-09")
+
+
+def test_hourly_bars_that_crowd_a_stored_session_are_rejected_and_nothing_is_written(data_dir: Path) -> None:
+    on_the_hour = minute_bars(SESSIONS[:1]).gather_every(60)  # 13:30 .. 19:30: the session's 7 hourly slots
+    bars_import(ticker="HOURLY", frequency="1h", frame=on_the_hour)
+    before = _files(data_dir)
+
+    on_the_half_hour = minute_bars(SESSIONS[:1]).gather_every(60, offset=30)  # 6 more, each alone on its grid
+
+    with pytest.raises(ImportRejected) as refused:
+        bars_import(ticker="HOURLY", frequency="1h", frame=on_the_half_hour)
+
+    assert refused.value.message == "1 sessions hold more bars than 1h bars can fill"
+    assert refused.value.details["examples"] == ["2026-06-29: 13 bars, at most 7"]
+    assert BarPartition.objects.get().row_count == 7
+    assert _files(data_dir) == before
 
 
 def test_second_import_extends_history_and_rejects_overlap(data_dir: Path) -> None:
