@@ -31,6 +31,12 @@ from leroy.clock import now
 MAX_LISTED = 20  # examples listed per problem in a rejection or gap report
 # A bar may be stamped this far past our clock (a vendor's or another node's clock running ahead), no further.
 CLOCK_SKEW = timedelta(minutes=5)
+# Previous close over open after an unadjusted split: a 2:1 split halves the price, its reverse (1:2) doubles it.
+SPLIT_RATIOS = {
+    **{f"{new}:{old}": new / old for new, old in ((2, 1), (3, 1), (3, 2), (4, 1), (5, 1), (10, 1))},
+    **{f"{old}:{new}": old / new for new, old in ((2, 1), (3, 1), (3, 2), (4, 1), (5, 1), (10, 1))},
+}
+SPLIT_TOLERANCE = 0.05  # relative: a split session's open also moves overnight like any other session's
 
 
 class ImportRejected(Exception):
@@ -67,6 +73,7 @@ class ImportReport:
     partitions: list[str]
     symbol_created: bool
     gaps: GapReport
+    warnings: list[str]  # about bars stored all the same (a possible unadjusted split), for the user to check
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -273,6 +280,27 @@ def _check_alignment(bars: pl.DataFrame, *, frequency: str, asset_class: str) ->
     )
 
 
+def _split_warnings(bars: pl.DataFrame, *, ticker: str) -> list[str]:
+    """Sessions whose open against the previous session's close matches a common split ratio. An unadjusted split
+    looks like this, and so may a real move: the bars are stored and the user is asked to check the adjustment."""
+    jump = pl.col("previous_close") / pl.col("open")
+    ratio = pl.lit(None, dtype=pl.String)
+    for name, value in SPLIT_RATIOS.items():
+        ratio = pl.when((jump / value - 1).abs() <= SPLIT_TOLERANCE).then(pl.lit(name)).otherwise(ratio)
+    sessions = (
+        bars.group_by(session=pl.col("ts").dt.date(), maintain_order=True)  # a UTC day holds a whole XNYS session
+        .agg(pl.col("open").first(), pl.col("close").last())
+        .with_columns(previous_close=pl.col("close").shift(), previous_session=pl.col("session").shift())
+        .with_columns(ratio=ratio)
+        .filter(pl.col("ratio").is_not_null())
+    )
+    return [
+        f"{ticker} {row['session']}: opened at {row['open']:g} against the close of {row['previous_close']:g} on "
+        f"{row['previous_session']}, as after a {row['ratio']} split; check that the bars are split-adjusted"
+        for row in sessions.iter_rows(named=True)
+    ]
+
+
 def _stored_around(symbol: Symbol, frequency: str, first: datetime, last: datetime) -> pl.DataFrame:
     """The stored bars of the whole days (UTC; an XNYS session lies within one) from the last stored bar before
     `first` through the first stored bar after `last`, each side `first`/`last` itself when there is none."""
@@ -388,9 +416,9 @@ def bars_import(
             if changed:
                 symbol.save()
             # Checked again over what is now stored around the new bars: the report describes the store, not the file.
-            gaps = _check_alignment(
-                _stored_around(symbol, frequency, first_ts, last_ts), frequency=frequency, asset_class=asset_class
-            )
+            around = _stored_around(symbol, frequency, first_ts, last_ts)
+            gaps = _check_alignment(around, frequency=frequency, asset_class=asset_class)
+            warnings = _split_warnings(around, ticker=ticker)
             transaction.on_commit(lambda: store.remove(replaced))
     except BaseException:
         stored_paths = BarPartition.objects.filter(symbol__ticker=ticker, frequency=frequency).values_list("path")
@@ -406,6 +434,7 @@ def bars_import(
         partitions=partitions,
         symbol_created=created,
         gaps=gaps,
+        warnings=warnings,
     )
 
 

@@ -32,6 +32,7 @@ def test_import_writes_partition_and_reads_back_exact_bars(data_dir: Path) -> No
     assert report.rows_written == 780
     assert report.symbol_created is True
     assert (report.gaps.checked, report.gaps.sessions_expected, report.gaps.missing_bars) == (True, 2, 0)
+    assert report.warnings == []
     partition = BarPartition.objects.get()
     assert (partition.year, partition.row_count, partition.first_ts, partition.last_ts) == (
         2026,
@@ -107,6 +108,41 @@ def test_hourly_bars_that_crowd_a_stored_session_are_rejected_and_nothing_is_wri
     assert refused.value.details["examples"] == ["2026-06-29: 13 bars, at most 7"]
     assert BarPartition.objects.get().row_count == 7
     assert _files(data_dir) == before
+
+
+SPLIT_WEEK = [date(2026, 6, 23), date(2026, 6, 24), date(2026, 6, 25), date(2026, 6, 26)]
+
+
+def test_a_session_opening_at_half_the_previous_close_is_stored_with_a_split_warning() -> None:
+    frame = daily_bars(SPLIT_WEEK, opens=[198.0, 201.0, 100.2, 103.1], closes=[201.0, 200.4, 103.1, 99.0])
+
+    report = bars_import(ticker="SPLT", frequency="1d", frame=frame)
+
+    assert report.warnings == [
+        "SPLT 2026-06-25: opened at 100.2 against the close of 200.4 on 2026-06-24, as after a 2:1 split; "
+        "check that the bars are split-adjusted"
+    ]
+    assert len(bars_read(symbol=Symbol.objects.get(), frequency="1d")) == 4
+
+
+def test_a_reverse_split_between_stored_and_new_sessions_is_warned() -> None:
+    bars_import(ticker="RVRS", frequency="1m", frame=minute_bars([date(2026, 6, 26)], start_price=10.0))
+
+    report = bars_import(ticker="RVRS", frequency="1m", frame=minute_bars([date(2026, 6, 29)], start_price=139.0))
+
+    assert report.warnings == [
+        "RVRS 2026-06-29: opened at 139 against the close of 13.9 on 2026-06-26, as after a 1:10 split; "
+        "check that the bars are split-adjusted"
+    ]
+
+
+def test_ordinary_overnight_gaps_carry_no_split_warning() -> None:
+    # +8%, -10% and +30% overnight: large moves, but none within the tolerance of a split ratio
+    frame = daily_bars(SPLIT_WEEK, opens=[100.0, 108.0, 90.0, 104.0], closes=[100.0, 100.0, 80.0, 85.0])
+
+    report = bars_import(ticker="GAPS", frequency="1d", frame=frame)
+
+    assert report.warnings == []
 
 
 def test_second_import_extends_history_and_rejects_overlap(data_dir: Path) -> None:

@@ -104,7 +104,11 @@ def vendor_frame(raw: pl.DataFrame, *, timezone: str = "UTC", date_format: str |
 
 
 class Command(BaseCommand):
-    help = "Validate and import OHLCV bars (CSV or Parquet, common vendor layouts). Prints a JSON report."
+    help = (
+        "Validate and import OHLCV bars (CSV or Parquet, common vendor layouts). Prints a JSON report: gaps in the "
+        "stored sessions around the import, and warnings (a session opening at a common split ratio of the previous "
+        "close, e.g. 2:1 or 1:10: check the bars are split-adjusted)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", type=Path)
