@@ -1,10 +1,12 @@
 import json
 import os
+import signal
 import subprocess
 import sys
 from datetime import UTC, date, datetime, timedelta
 from io import StringIO
 
+import httpx2
 import pytest
 from django.core.cache import cache
 from django.core.management import call_command
@@ -26,7 +28,7 @@ from leroy.management.commands.demo import (
 )
 from leroy.mcp.registry import call_for
 from tests.migrated import copy_migrated
-from tests.processes import ROOT
+from tests.processes import ROOT, free_port
 
 
 def test_demo_prints_a_working_write_key_and_revokes_the_previous_one(db):
@@ -143,3 +145,38 @@ def test_the_demo_key_is_created_on_the_clock_the_served_processes_start_on():
 
     created = ApiKey.objects.get(user__email=DEMO_EMAIL, revoked_at__isnull=True).created_at
     assert replay <= created < replay + timedelta(minutes=1)
+
+
+def test_the_demo_prints_its_ready_line_once_the_landing_page_answers(tmp_path):
+    # No line said the demo was ready; the one that said "ready" ("Market Memory ready") came before the servers
+    # were up.
+    database = tmp_path / "demo.sqlite3"
+    copy_migrated(database)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEROY_", "DATABASE_URL", "REDIS_URL", "PORT"))}
+    env |= {"DJANGO_SETTINGS_MODULE": "leroy.settings", "LEROY_VAR_DIR": str(tmp_path / "var"),
+            "DATABASE_URL": f"sqlite:///{database}", "SECRET_KEY": "demo-ready-" + "x" * 40}  # fmt: skip
+    demo = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--no-data", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert demo.stdout is not None
+        printed = []
+        for line in demo.stdout:
+            printed.append(line)
+            if line.startswith("Leroy ready"):
+                landing = httpx2.get(f"http://127.0.0.1:{port}/", timeout=5)
+                break
+    finally:
+        os.killpg(demo.pid, signal.SIGTERM)
+        demo.wait(timeout=60)
+
+    ready = printed[-1]
+    key = next(line for line in printed if line.startswith("LEROY_DEMO_API_KEY=")).strip().split("=", 1)[1]
+    assert landing.status_code == 200
+    assert ready.startswith(f"Leroy ready: http://127.0.0.1:{port}/ · log in as {DEMO_EMAIL} / ")
+    assert f"LEROY_DEMO_API_KEY={key} · MCP client config: " in ready
+    config = json.loads(ready.split("MCP client config: ", 1)[1])
+    assert config["mcpServers"]["leroy"]["url"] == f"http://127.0.0.1:{port}/api/mcp"
+    assert config["mcpServers"]["leroy"]["headers"] == {"Authorization": f"Bearer {key}"}

@@ -155,7 +155,17 @@ class Command(BaseCommand):
                 self.save_demo_strategy()
         if options["no_serve"]:
             return
-        sys.exit(serve(port=options["port"], env=env))  # one worker process: no proxy header is trusted
+        ready = (
+            f"Leroy ready: {origin}/ · log in as {DEMO_EMAIL} / {password} · LEROY_DEMO_API_KEY={key} · "
+            f"MCP client config: {json.dumps(config)}"
+        )
+
+        def announce() -> None:
+            self.stdout.write(ready)
+            self.stdout.flush()
+
+        # one worker process: no proxy header is trusted
+        sys.exit(serve(port=options["port"], env=env, on_ready=announce))
 
     def prepare_evidence(self) -> str:
         """Load the synthetic universe and build Market Memory once; later runs reuse them. Returns LEROY_CLOCK."""
@@ -181,7 +191,7 @@ class Command(BaseCommand):
         # The replay clock restarts at the same minute on every run, so the feed restarts with it.
         LiveBar.objects.all().delete()
         Frame.objects.all().delete()
-        self.stdout.write(f"Market Memory ready; replaying the open session from LEROY_CLOCK={clock}")
+        self.stdout.write(f"Market Memory built; replaying the open session from LEROY_CLOCK={clock}")
         return clock
 
     def save_demo_strategy(self) -> None:

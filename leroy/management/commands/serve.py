@@ -6,6 +6,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +51,10 @@ def serve(
     workers: int = 1,
     concurrency: int = 2,
     forwarded_allow_ips: str | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> int:
     """Run the processes side by side until Ctrl-C, SIGTERM or SIGHUP, or until the web server stops; a worker or
-    beat that stops is started again. Returns the exit code."""
+    beat that stops is started again; `on_ready` is called once the landing page answers. Returns the exit code."""
     Path(settings.LEROY_VAR_DIR, "celery").mkdir(parents=True, exist_ok=True)
     if workers > 1:
         # Each worker writes its metrics here and /metrics sums them (leroy/metrics.py); emptied at every start.
@@ -84,6 +87,9 @@ def serve(
     # full disk) is started again after a pause that grows while it keeps stopping, and the pages and the MCP
     # endpoint go on answering meanwhile.
     while not stopping and children["web"].poll() is None:
+        if on_ready is not None and _answers(f"http://{host}:{port}/"):
+            on_ready()
+            on_ready = None
         for name, command in background.items():
             child, restart = children[name], restarts[name]
             if child.poll() is not None and restart.due is None:
@@ -106,6 +112,15 @@ def serve(
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
     return 0 if stopping else 1
+
+
+def _answers(url: str) -> bool:
+    """Whether `url` answers 200 now (the web server is up and serving pages)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - our own http://host:port
+            return bool(response.status == 200)
+    except OSError:
+        return False
 
 
 class Restarts:
