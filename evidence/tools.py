@@ -52,8 +52,8 @@ async def evaluate_current_setup(call: ToolCall, args: EvaluateArgs) -> Evaluati
     Resolves the latest verified frame for `symbol`, the live states of the registered strategies, the regime, and
     the strongest Market Memory tier with the minimum sample per side and horizon (lower tiers are never pooled).
     A missing comparison is a valid answer: nulls are not estimates. Costs 1 lookup (`side: "both"` = 2); an
-    identical request on the same frame is served from cache for 0; no usable frame costs nothing, nor do horizons that
-    all cross today's close (no history is looked up for them). Research only: nothing here places an order.
+    identical request on the same frame is served from cache for 0; no usable frame, or only horizons past today's
+    close, costs nothing. Research only: nothing here places an order.
     """
 
     def evaluate() -> EvaluationOut:
