@@ -2,8 +2,8 @@
 
 Every tool whose spec says `rest` (every read tool, and the journal) gets a route `/api/v1/<app>/<tool name>` that
 takes the tool's Args model (a JSON body; a GET when the tool has no arguments), answers its output model, and runs
-the tool's own handler, so the answer, the metering and the refusals are the MCP tool's. Any other method is refused
-with 405 and an `Allow` header, in the same refusal shape.
+the tool's own handler, so the answer, the metering and the refusals are the MCP tool's. Any other method, one HTTP
+does not define included, is refused with 405 and an `Allow` header, in the same refusal shape.
 
 Only the Django session of a signed-in account authenticates here, with CSRF on unsafe methods. API keys and OAuth
 access tokens are accepted at /api/mcp alone: a request presenting any Authorization header is refused, even when it
@@ -16,6 +16,7 @@ from typing import Any
 import pydantic_core
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
 from ninja import NinjaAPI, Router
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -149,8 +150,8 @@ def _refused(request: HttpRequest, refusal: DomainError) -> HttpResponse:
 
 @api.exception_handler(NinjaValidationError)
 def _invalid_arguments(request: HttpRequest, error: NinjaValidationError) -> HttpResponse:
-    spec = load_tools().get(request.path.rstrip("/").rsplit("/", 1)[-1])
-    if spec is not None and spec.rest:  # a generated route: the strict parser's problems, as MCP states them
+    spec = _route_spec(request.path)
+    if spec is not None:  # a generated route: the strict parser's problems, as MCP states them
         try:
             _strict_args(request, spec)
         except DomainError as refusal:
@@ -197,21 +198,50 @@ def _view(spec: ToolSpec) -> Any:
     return without_body
 
 
-# Every method HTTP defines (RFC 9110 §9, RFC 5789) that a route may be asked with; ninja alone would answer a
-# wrong one with an HTML page.
+def _route_spec(path: str) -> ToolSpec | None:
+    """The REST tool a generated route's path names (its last segment)."""
+    spec = load_tools().get(path.rstrip("/").rsplit("/", 1)[-1])
+    return spec if spec is not None and spec.rest else None
+
+
+def _allowed(spec: ToolSpec) -> str:
+    """The method a tool's route takes: POST with a JSON body when the tool has arguments, else GET."""
+    return "POST" if spec.args.model_fields else "GET"
+
+
+# Every method HTTP defines (RFC 9110 §9, RFC 5789): each a route does not take is refused by an operation of its
+# own; ninja alone would answer a wrong one with a text page. Any other method is refused by unknown_method_refused.
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+
+
+def _method_refused(request: HttpRequest, allowed: str) -> HttpResponse:
+    message = f"This route takes {allowed} only, not {request.method}."
+    response = _refused(request, DomainError("method_not_allowed", message))
+    response["Allow"] = allowed
+    return response
 
 
 def _wrong_method(allowed: str) -> Any:
     """An operation refusing every method its route does not take, before any session or charge."""
 
     async def refuse(request: HttpRequest) -> HttpResponse:
-        message = f"This route takes {allowed} only, not {request.method}."
-        response = _refused(request, DomainError("method_not_allowed", message))
-        response["Allow"] = allowed
-        return response
+        return _method_refused(request, allowed)
 
     return refuse
+
+
+def unknown_method_refused(request: HttpRequest) -> HttpResponse | None:
+    """A method HTTP does not define (`curl -X FOO`) on a generated route, refused as every wrong method is; None
+    for anything else. In leroy.middleware: ninja routes only the methods an operation names, and answered any other
+    with a text 405 whose Allow named every method."""
+    if request.method in METHODS:
+        return None
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return None
+    spec = _route_spec(request.path_info) if match.namespace == api.urls_namespace else None
+    return None if spec is None else _method_refused(request, _allowed(spec))
 
 
 def _mount() -> None:
@@ -221,19 +251,17 @@ def _mount() -> None:
             continue
         app = spec.handler.__module__.split(".")[0]
         router = routers.setdefault(app, Router(tags=[app]))
-        allowed = "POST" if spec.args.model_fields else "GET"
-        router.add_api_operation(
-            f"/{spec.name}",
-            [allowed],
-            _view(spec),
-            auth=None if spec.access == "public" else AccountSession(),
-            response={200: spec.output, ERROR_STATUSES: ErrorOut},
-            operation_id=spec.name,
-            summary=spec.title,
-            description=spec.description,
-        )
+        route, allowed = f"/{spec.name}", _allowed(spec)
+        operation: dict[str, Any] = {
+            "auth": None if spec.access == "public" else AccountSession(),
+            "response": {200: spec.output, ERROR_STATUSES: ErrorOut},
+            "operation_id": spec.name,
+            "summary": spec.title,
+            "description": spec.description,
+        }
+        router.add_api_operation(route, [allowed], _view(spec), **operation)
         wrong = [method for method in METHODS if method != allowed]
-        router.add_api_operation(f"/{spec.name}", wrong, _wrong_method(allowed), auth=None, include_in_schema=False)
+        router.add_api_operation(route, wrong, _wrong_method(allowed), auth=None, include_in_schema=False)
     for app, router in routers.items():
         api.add_router(f"/{app}/", router)
 

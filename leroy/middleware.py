@@ -10,7 +10,31 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.decorators import sync_and_async_middleware
 from django.utils.deprecation import MiddlewareMixin
 
+from leroy import api
+
 FORM = "application/x-www-form-urlencoded"
+GetResponse = Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]
+Check = Callable[[HttpRequest], HttpResponse | None]
+
+
+def _refusing(check: Check) -> Callable[[GetResponse], GetResponse]:
+    """A middleware answering `check`'s refusal when it gives one, else the view's answer (sync or async alike)."""
+
+    @sync_and_async_middleware
+    def middleware_factory(get_response: GetResponse) -> GetResponse:
+        if iscoroutinefunction(get_response):
+
+            async def middleware_async(request: HttpRequest) -> HttpResponse:
+                return check(request) or await get_response(request)  # type: ignore[misc]
+
+            return middleware_async
+
+        def middleware(request: HttpRequest) -> HttpResponse:
+            return check(request) or get_response(request)  # type: ignore[return-value]
+
+        return middleware
+
+    return middleware_factory
 
 
 def _unreadable(request: HttpRequest) -> HttpResponse | None:
@@ -23,24 +47,12 @@ def _unreadable(request: HttpRequest) -> HttpResponse | None:
     return None
 
 
-@sync_and_async_middleware
-def unreadable_form_refused(
-    get_response: Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]],
-) -> Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]:
-    """A form Django refuses to read (Django 6 reads only UTF-8 forms) is answered 400 here. Left to the CSRF
-    check, which reads the form first, its `BadRequest` goes to the 400 page, whose CSRF check reads it again,
-    then to the 500 page, which does the same: every such POST, to any URL, ended a 500."""
-    if iscoroutinefunction(get_response):
-
-        async def middleware_async(request: HttpRequest) -> HttpResponse:
-            return _unreadable(request) or await get_response(request)  # type: ignore[misc]
-
-        return middleware_async
-
-    def middleware(request: HttpRequest) -> HttpResponse:
-        return _unreadable(request) or get_response(request)  # type: ignore[return-value]
-
-    return middleware
+# A form Django refuses to read (Django 6 reads only UTF-8 forms) is answered 400 here. Left to the CSRF check, which
+# reads the form first, its `BadRequest` goes to the 400 page, whose CSRF check reads it again, then to the 500 page,
+# which does the same: every such POST, to any URL, ended a 500.
+unreadable_form_refused = _refusing(_unreadable)
+# A REST route asked with a method HTTP does not define: ninja never reaches an operation that could refuse it.
+unknown_method_refused = _refusing(api.unknown_method_refused)
 
 
 # What a value the admin passes unchecked to a query raises: a non-integer id (ValueError, ValidationError) or one

@@ -122,6 +122,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "leroy.middleware.AdminUnreadableValueRefused",
+    "leroy.middleware.unknown_method_refused",  # last: its refusal passes every other middleware, as a view's does
 ]
 
 ROOT_URLCONF = "leroy.urls"

@@ -270,15 +270,20 @@ def test_a_request_without_a_session_is_refused_in_the_refusal_shape(owner):
 @pytest.mark.parametrize(
     ("method", "path", "allowed"),
     [
-        ("get", "/api/v1/tests/probe_metered", "POST"),
-        ("put", "/api/v1/tests/probe_metered", "POST"),
-        ("put", "/api/v1/evidence/get_publication_maturity", "GET"),
-        ("delete", "/api/v1/evidence/get_publication_maturity", "GET"),
+        ("GET", "/api/v1/tests/probe_metered", "POST"),
+        ("PUT", "/api/v1/tests/probe_metered", "POST"),
+        ("OPTIONS", "/api/v1/tests/probe_metered", "POST"),
+        ("FOO", "/api/v1/tests/probe_metered", "POST"),
+        ("PUT", "/api/v1/evidence/get_publication_maturity", "GET"),
+        ("DELETE", "/api/v1/evidence/get_publication_maturity", "GET"),
+        ("BREW", "/api/v1/tests/probe_whoami", "GET"),
     ],
 )
 def test_a_method_the_route_does_not_take_is_a_405_refusal_naming_the_one_it_does(owner, method, path, allowed):
     for client in (signed_in_client(owner), Client()):
-        response = getattr(client, method)(path, headers={"X-CSRFToken": TOKEN})
+        response = client.generic(
+            method, path, b'{"side": "buy"}', content_type="application/json", headers={"X-CSRFToken": TOKEN}
+        )
 
         assert (response.status_code, response["Content-Type"], response["Allow"]) == (
             405,
@@ -288,7 +293,7 @@ def test_a_method_the_route_does_not_take_is_a_405_refusal_naming_the_one_it_doe
         assert response.json() == {
             "error": {
                 "code": "method_not_allowed",
-                "message": f"This route takes {allowed} only, not {method.upper()}.",
+                "message": f"This route takes {allowed} only, not {method}.",
             }
         }
     assert UsageEvent.objects.exists() is False
