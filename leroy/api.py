@@ -1,9 +1,9 @@
 """The typed REST API (`/api/v1/`), generated from the MCP tool registry: one spec, two edges.
 
 Every tool whose spec says `rest` (every read tool, and the journal) gets a route `/api/v1/<app>/<tool name>` that
-takes the tool's Args model (a JSON body; a GET when the tool has no arguments), answers its output model, and runs
-the tool's own handler, so the answer, the metering and the refusals are the MCP tool's. Any other method, one HTTP
-does not define included, is refused with 405 and an `Allow` header, in the same refusal shape.
+takes the tool's Args model (a JSON body; a GET, and its HEAD, when the tool has no arguments), answers its output
+model, and runs the tool's own handler, so the answer, the metering and the refusals are the MCP tool's. Any other
+method, one HTTP does not define included, is refused with 405 and an `Allow` header, in the same refusal shape.
 
 Only the Django session of a signed-in account authenticates here, with CSRF on unsafe methods. API keys and OAuth
 access tokens are accepted at /api/mcp alone: a request presenting any Authorization header is refused, even when it
@@ -112,7 +112,7 @@ def _strict_args(request: HttpRequest, spec: ToolSpec) -> BaseModel:
     """The call's arguments (a POST's JSON body, a GET's query string) parsed exactly as MCP parses a call's
     arguments (strict: `"yes"` is not a boolean, `"5"` not a number; an unknown name is refused, not ignored), so
     both edges refuse the same calls with the same `invalid_arguments` problems."""
-    if request.method == "GET":
+    if request.method != "POST":  # GET or HEAD: the arguments are the query string
         return spec.args.from_arguments(request.GET.dict())
     try:
         body = json.loads(request.body or b"{}")
@@ -205,8 +205,9 @@ def _route_spec(path: str) -> ToolSpec | None:
 
 
 def _allowed(spec: ToolSpec) -> str:
-    """The method a tool's route takes: POST with a JSON body when the tool has arguments, else GET."""
-    return "POST" if spec.args.model_fields else "GET"
+    """The methods a tool's route takes, as its `Allow` header names them: POST with a JSON body when the tool has
+    arguments, else GET, and HEAD (GET without the body, RFC 9110 §9.3.2, as the publication log's endpoints)."""
+    return "POST" if spec.args.model_fields else "GET, HEAD"
 
 
 # Every method HTTP defines (RFC 9110 §9, RFC 5789): each a route does not take is refused by an operation of its
@@ -251,7 +252,7 @@ def _mount() -> None:
             continue
         app = spec.handler.__module__.split(".")[0]
         router = routers.setdefault(app, Router(tags=[app]))
-        route, allowed = f"/{spec.name}", _allowed(spec)
+        route, taken = f"/{spec.name}", _allowed(spec).split(", ")
         operation: dict[str, Any] = {
             "auth": None if spec.access == "public" else AccountSession(),
             "response": {200: spec.output, ERROR_STATUSES: ErrorOut},
@@ -259,9 +260,11 @@ def _mount() -> None:
             "summary": spec.title,
             "description": spec.description,
         }
-        router.add_api_operation(route, [allowed], _view(spec), **operation)
-        wrong = [method for method in METHODS if method != allowed]
-        router.add_api_operation(route, wrong, _wrong_method(allowed), auth=None, include_in_schema=False)
+        router.add_api_operation(route, taken[:1], _view(spec), **operation)
+        if "HEAD" in taken:  # the GET it stands for, left out of OpenAPI: each route documents one operation
+            router.add_api_operation(route, ["HEAD"], _view(spec), include_in_schema=False, **operation)
+        wrong = [method for method in METHODS if method not in taken]
+        router.add_api_operation(route, wrong, _wrong_method(", ".join(taken)), auth=None, include_in_schema=False)
     for app, router in routers.items():
         api.add_router(f"/{app}/", router)
 

@@ -274,12 +274,12 @@ def test_a_request_without_a_session_is_refused_in_the_refusal_shape(owner):
         ("PUT", "/api/v1/tests/probe_metered", "POST"),
         ("OPTIONS", "/api/v1/tests/probe_metered", "POST"),
         ("FOO", "/api/v1/tests/probe_metered", "POST"),
-        ("PUT", "/api/v1/evidence/get_publication_maturity", "GET"),
-        ("DELETE", "/api/v1/evidence/get_publication_maturity", "GET"),
-        ("BREW", "/api/v1/tests/probe_whoami", "GET"),
+        ("PUT", "/api/v1/evidence/get_publication_maturity", "GET, HEAD"),
+        ("DELETE", "/api/v1/evidence/get_publication_maturity", "GET, HEAD"),
+        ("BREW", "/api/v1/tests/probe_whoami", "GET, HEAD"),
     ],
 )
-def test_a_method_the_route_does_not_take_is_a_405_refusal_naming_the_one_it_does(owner, method, path, allowed):
+def test_a_method_the_route_does_not_take_is_a_405_refusal_naming_the_ones_it_does(owner, method, path, allowed):
     for client in (signed_in_client(owner), Client()):
         response = client.generic(
             method, path, b'{"side": "buy"}', content_type="application/json", headers={"X-CSRFToken": TOKEN}
@@ -321,3 +321,15 @@ def test_a_get_route_refuses_a_query_parameter_it_does_not_take_as_mcp_refuses_a
         ],
     )
     assert UsageEvent.objects.exists() is False
+
+
+def test_a_head_request_of_a_get_route_is_answered_as_its_get_without_the_body(owner):
+    head = signed_in_client(owner).head("/api/v1/tests/probe_whoami")
+    get = signed_in_client(owner).get("/api/v1/tests/probe_whoami")
+    anonymous = Client().head("/api/v1/tests/probe_whoami")
+    documented = Client().get("/api/v1/openapi.json").json()["paths"]["/api/v1/tests/probe_whoami"]
+
+    assert (get.status_code, get.json()["email"]) == (200, "alice@example.com")
+    assert (head.status_code, head["Content-Type"], head.content) == (200, get["Content-Type"], b"")
+    assert (anonymous.status_code, anonymous.content) == (401, b"")
+    assert set(documented) == {"get"}
