@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from leroy.errors import DomainError, database_unavailable
 from leroy.mcp.registry import ToolSpec, direct_call, load_tools
+from leroy.schemas import arguments_refused
 
 BEARER_REFUSED = "API keys and OAuth tokens are accepted only at /api/mcp; sign in to use the REST API."
 
@@ -108,12 +109,17 @@ api = NinjaAPI(
 )
 
 
+NOT_IN_QUERY = "A POST takes its arguments in the JSON body, not in the query string"
+
+
 def _strict_args(request: HttpRequest, spec: ToolSpec) -> BaseModel:
     """The call's arguments (a POST's JSON body, a GET's query string) parsed exactly as MCP parses a call's
     arguments (strict: `"yes"` is not a boolean, `"5"` not a number; an unknown name is refused, not ignored), so
     both edges refuse the same calls with the same `invalid_arguments` problems."""
     if request.method != "POST":  # GET or HEAD: the arguments are the query string
         return spec.args.from_arguments(request.GET.dict())
+    if request.GET:  # a POST's arguments are its body alone: a query string beside it is refused, not ignored
+        raise arguments_refused(dict.fromkeys(request.GET, NOT_IN_QUERY))
     try:
         body = json.loads(request.body or b"{}")
     except ValueError:

@@ -48,9 +48,14 @@ def invalid_arguments(error: ValidationError) -> DomainError:
         field = ".".join(str(part) for part in item["loc"] if not _union_member(part)) or "arguments"
         if item["msg"] not in by_field.setdefault(field, []):
             by_field[field].append(item["msg"])
-    problems = [{"field": field, "problem": " or ".join(messages)} for field, messages in by_field.items()]
-    summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
-    return DomainError("invalid_arguments", f"Invalid arguments: {summary}", problems=problems)
+    return arguments_refused({field: " or ".join(messages) for field, messages in by_field.items()})
+
+
+def arguments_refused(problems: dict[str, str]) -> DomainError:
+    """The `invalid_arguments` refusal: a problem per field, each also named in the message."""
+    summary = "; ".join(f"{field}: {problem}" for field, problem in problems.items())
+    listed = [{"field": field, "problem": problem} for field, problem in problems.items()]
+    return DomainError("invalid_arguments", f"Invalid arguments: {summary}", problems=listed)
 
 
 def _not_blank(value: str) -> str:

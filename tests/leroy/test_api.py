@@ -333,3 +333,25 @@ def test_a_head_request_of_a_get_route_is_answered_as_its_get_without_the_body(o
     assert (head.status_code, head["Content-Type"], head.content) == (200, get["Content-Type"], b"")
     assert (anonymous.status_code, anonymous.content) == (401, b"")
     assert set(documented) == {"get"}
+
+
+def test_a_post_route_refuses_a_query_string_it_does_not_take_and_charges_nothing(owner):
+    response = signed_in_client(owner).post(
+        "/api/v1/tests/probe_metered?foo=bar&side=sell",
+        {"side": "buy"},
+        content_type="application/json",
+        headers={"X-CSRFToken": TOKEN},
+    )
+
+    problem = "A POST takes its arguments in the JSON body, not in the query string"
+    assert (response.status_code, response.json()) == (
+        422,
+        {
+            "error": {
+                "code": "invalid_arguments",
+                "message": f"Invalid arguments: foo: {problem}; side: {problem}",
+                "problems": [{"field": "foo", "problem": problem}, {"field": "side", "problem": problem}],
+            }
+        },
+    )
+    assert UsageEvent.objects.exists() is False
