@@ -10,7 +10,6 @@ access tokens are accepted at /api/mcp alone: a request presenting any Authoriza
 also carries a session. Public tools need no session.
 """
 
-import json
 from typing import Any
 
 import pydantic_core
@@ -26,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from leroy.errors import DomainError, database_unavailable
 from leroy.mcp.registry import ToolSpec, direct_call, load_tools
-from leroy.schemas import arguments_refused
+from leroy.schemas import arguments_refused, json_loads
 
 BEARER_REFUSED = "API keys and OAuth tokens are accepted only at /api/mcp; sign in to use the REST API."
 
@@ -121,7 +120,7 @@ def _strict_args(request: HttpRequest, spec: ToolSpec) -> BaseModel:
     if request.GET:  # a POST's arguments are its body alone: a query string beside it is refused, not ignored
         raise arguments_refused(dict.fromkeys(request.GET, NOT_IN_QUERY))
     try:
-        body = json.loads(request.body or b"{}")
+        body = json_loads(request.body or b"{}")
     except ValueError:
         raise _not_json() from None
     return spec.args.from_arguments(body)

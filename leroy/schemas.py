@@ -2,7 +2,8 @@
 
 import json
 import re
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
@@ -38,6 +39,44 @@ _UNION_TAGS = {"str", "int", "float", "bool", "none", "list", "dict", "literal",
 
 def _union_member(part: object) -> bool:
     return isinstance(part, str) and (part in _UNION_TAGS or "[" in part)
+
+
+class JSONObject(dict[str, Any]):
+    """A parsed JSON object that remembers the names it was given more than once. JSON leaves what a repeated name
+    means open (RFC 8259 §4; I-JSON, RFC 7493 §2.3, forbids it) and Python's parser keeps the last value, so
+    `{"symbol": "A", "symbol": "B"}` would be a call for B: arguments that repeat a name are refused instead."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> JSONObject:
+    parsed = JSONObject(pairs)
+    if len(parsed) < len(pairs):
+        parsed.repeated = tuple(name for name, count in Counter(name for name, _ in pairs).items() if count > 1)
+    return parsed
+
+
+def json_loads(raw: bytes | str) -> Any:
+    """`json.loads`, each object read as a JSONObject: what both edges parse a request body with."""
+    return json.loads(raw, object_pairs_hook=_json_object)
+
+
+def repeated_names(value: Any) -> list[str]:
+    """Each name an object in parsed `value` was given more than once, as a field path (`grids.0.min`)."""
+    found: list[str] = []
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:  # no recursion: a body may nest as deeply as the parser allows
+        path, item = stack.pop()
+        children: Iterable[tuple[Any, Any]]
+        if isinstance(item, JSONObject):
+            found += [path + name for name in item.repeated]
+            children = item.items()
+        elif isinstance(item, list):
+            children = enumerate(item)
+        else:  # a value, or an object no body was parsed into
+            continue
+        stack += [(f"{path}{key}.", child) for key, child in children if isinstance(child, dict | list)]
+    return found
 
 
 def invalid_arguments(error: ValidationError) -> DomainError:
@@ -126,6 +165,9 @@ InstantEnd = Annotated[datetime, _parsed_once(partial(strict_instant, end=True),
 """An inclusive upper bound: like Instant, but a date means its last instant (the bound covers the day)."""
 
 
+GIVEN_TWICE = "Given more than once (a name may appear once in a JSON object)"
+
+
 class ToolArgs(BaseModel):
     """Base of every tool's arguments: unknown fields are refused, never ignored; so are text no database keeps, an
     integer JSON does not carry exactly and a number that is not finite (JSON's 1e999 reads as infinity, and NaN is
@@ -143,7 +185,9 @@ class ToolArgs(BaseModel):
         """Validate a call's JSON arguments strictly: a boolean must be true/false and a number a JSON number
         (`"yes"`, `"1"` or `1` for a boolean and `"5"` for a number are refused, not coerced); strings that
         carry dates are still parsed, as JSON has no date type. Both edges (MCP and REST) parse with this;
-        a misfit raises the `invalid_arguments` DomainError."""
+        a misfit raises the `invalid_arguments` DomainError, as does a name given twice in a parsed body."""
+        if repeated := repeated_names(arguments):
+            raise arguments_refused(dict.fromkeys(repeated, GIVEN_TWICE))
         try:
             return cls.model_validate_json(json.dumps(arguments), strict=True)
         except ValidationError as error:

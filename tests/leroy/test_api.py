@@ -355,3 +355,25 @@ def test_a_post_route_refuses_a_query_string_it_does_not_take_and_charges_nothin
         },
     )
     assert UsageEvent.objects.exists() is False
+
+
+def test_a_body_giving_a_name_twice_is_refused_naming_it_and_charges_nothing(owner):
+    response = signed_in_client(owner).post(
+        "/api/v1/tests/probe_metered",
+        b'{"side": "buy", "side": "sell"}',
+        content_type="application/json",
+        headers={"X-CSRFToken": TOKEN},
+    )
+
+    problem = "Given more than once (a name may appear once in a JSON object)"
+    assert (response.status_code, response.json()) == (
+        422,
+        {
+            "error": {
+                "code": "invalid_arguments",
+                "message": f"Invalid arguments: side: {problem}",
+                "problems": [{"field": "side", "problem": problem}],
+            }
+        },
+    )
+    assert UsageEvent.objects.exists() is False

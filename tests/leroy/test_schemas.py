@@ -1,3 +1,4 @@
+import json
 import math
 import re
 import typing
@@ -8,6 +9,7 @@ from pydantic import BaseModel
 from backtests.schemas import RunOptimizationArgs
 from leroy.errors import DomainError
 from leroy.mcp.registry import load_tools
+from leroy.schemas import json_loads
 
 OPTIMIZATION = {
     "strategy_id": "s",
@@ -33,6 +35,21 @@ def test_a_non_finite_number_in_nested_arguments_is_refused_at_its_field(value):
     assert refused.value.details["problems"] == [
         {"field": "grids.0.max", "problem": "Input should be a valid integer or Input should be a finite number"}
     ]
+
+
+def test_a_name_given_twice_in_a_parsed_body_is_refused_at_its_field_at_any_depth():
+    grid = '{"name": "fast", "min": 5, "min": 6, "max": 25, "step": 5}'
+    body = json.dumps(OPTIMIZATION | {"grids": []}).replace('"grids": []', f'"grids": [{grid}], "name": "m"')
+
+    with pytest.raises(DomainError) as refused:
+        RunOptimizationArgs.from_arguments(json_loads(body))
+
+    problem = "Given more than once (a name may appear once in a JSON object)"
+    assert refused.value.details["problems"] == [
+        {"field": "name", "problem": problem},
+        {"field": "grids.0.min", "problem": problem},
+    ]
+    assert RunOptimizationArgs.from_arguments(json_loads(json.dumps(OPTIMIZATION))).name == "n"
 
 
 @pytest.mark.parametrize("value", [2**53, -(2**53), 2**63])
