@@ -27,6 +27,7 @@ from leroy.errors import DATABASE_RETRY_AFTER, DomainError, database_unavailable
 from leroy.mcp import calllog
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
 from leroy.ratelimit import rate_limit_retry_after
+from leroy.schemas import json_loads, repeated_names
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ def _depth(value: Any) -> int:
 def parse_message(body: bytes) -> Any:
     """The JSON-RPC message, or InvalidMessage for a body no handler should see (never a traceback)."""
     try:
-        message = json.loads(body)
+        message = json_loads(body)  # each object remembers a name given twice (the SDK's parser keeps the last)
     except RecursionError:
         raise InvalidMessage(-32600, f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError:
@@ -217,6 +218,11 @@ def parse_message(body: bytes) -> Any:
     if _depth(message) > MAX_JSON_DEPTH:
         raise InvalidMessage(-32600, f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return message
+
+
+def _misread_by_sdk(arguments: Any) -> bool:
+    """Whether a tools/call's arguments are ones the SDK would misread or refuse out of band."""
+    return arguments is not None and (not isinstance(arguments, dict) or bool(repeated_names(arguments)))
 
 
 def _id_of(message: Any) -> Any:
@@ -428,9 +434,10 @@ class McpTransport:
         elif token is not None and spec.scope not in token.scopes:
             payload, challenge = insufficient_scope(spec)
             status = 403
-        elif isinstance(params, dict) and not isinstance(params.get("arguments", {}), dict | None):
-            # The SDK refuses arguments that are not an object with a bare -32602 before the tool's strict parser
-            # runs: answered in band here, by that parser, as every other misfit is.
+        elif isinstance(params, dict) and _misread_by_sdk(params.get("arguments")):
+            # The SDK refuses arguments that are not an object with a bare -32602, and reads a name given twice as its
+            # last value, before the tool's strict parser runs: answered in band here, by that parser, as every other
+            # misfit is.
             try:
                 spec.args.from_arguments(params["arguments"])
                 return False

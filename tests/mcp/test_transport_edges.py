@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from tests.mcp.test_transport import MODERN, modern_call, modern_headers, sse_or_json
@@ -77,3 +79,31 @@ async def test_arguments_that_are_not_an_object_are_refused_in_band_by_the_tools
             "problems": [{"field": "arguments", "problem": "Input should be an object"}],
         }
     }
+
+
+@pytest.mark.parametrize("era", ["2025-11-25", MODERN])
+async def test_arguments_giving_a_name_twice_are_refused_in_band_by_the_tools_parser_and_charge_nothing(
+    mcp_http, api_key, era
+):
+    from billing.models import UsageEvent
+
+    if era == MODERN:
+        body, headers = modern_call("probe_metered", {"side": "buy"}), modern_headers("tools/call", "probe_metered")
+    else:
+        body = legacy_call("probe_metered") | {"params": {"name": "probe_metered", "arguments": {"side": "buy"}}}
+        headers = LEGACY
+    raw = json.dumps(body).replace('"side": "buy"', '"side": "buy", "side": "sell"')
+    async with mcp_http(api_key) as http:
+        response = await http.post("/api/mcp", content=raw, headers=headers | {"Content-Type": "application/json"})
+
+    result = sse_or_json(response)["result"]
+    problem = "Given more than once (a name may appear once in a JSON object)"
+    assert (response.status_code, result["isError"]) == (200, True)
+    assert result["structuredContent"] == {
+        "error": {
+            "code": "invalid_arguments",
+            "message": f"Invalid arguments: side: {problem}",
+            "problems": [{"field": "side", "problem": problem}],
+        }
+    }
+    assert await UsageEvent.objects.aexists() is False
