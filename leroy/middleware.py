@@ -1,12 +1,13 @@
-"""Checks on the request that must run before Django's own middleware reads it, and the refusal of values Django's
-admin does not check."""
+"""Checks on the request that must run before Django's own middleware reads it, Leroy's page for a 405, and the
+refusal of values Django's admin does not check."""
 
 from collections.abc import Awaitable, Callable
 
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.core.exceptions import BadRequest, ValidationError
 from django.db import DataError
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseNotAllowed
+from django.template.loader import render_to_string
 from django.utils.decorators import sync_and_async_middleware
 from django.utils.deprecation import MiddlewareMixin
 
@@ -70,3 +71,33 @@ class AdminUnreadableValueRefused(MiddlewareMixin):
         if match is None or match.namespace != "admin" or not isinstance(exception, UNREADABLE_VALUES):
             return None
         raise BadRequest("A value in the request is not one this page can read.") from exception
+
+
+def _blank_405(response: HttpResponse) -> bool:
+    return isinstance(response, HttpResponseNotAllowed) and not response.content
+
+
+def _method_page(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    response.content = render_to_string("405.html", {"allowed": response["Allow"]}, request)
+    response["Content-Type"] = "text/html; charset=utf-8"
+    return response
+
+
+@sync_and_async_middleware
+def method_not_allowed_page(get_response: GetResponse) -> GetResponse:
+    """A 405 Django answers without a body (`require_POST`, a class view's `http_method_not_allowed`: a GET of a
+    button's action, such as a key's revoke or the logout) as Leroy's own page, as 403.html and 404.html are; its
+    Allow header, and every other, kept. Django has no handler for a 405; REST's JSON 405 has a body and is left."""
+    if iscoroutinefunction(get_response):
+
+        async def middleware_async(request: HttpRequest) -> HttpResponse:
+            response = await get_response(request)
+            return await sync_to_async(_method_page)(request, response) if _blank_405(response) else response
+
+        return middleware_async
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        response: HttpResponse = get_response(request)  # type: ignore[assignment]
+        return _method_page(request, response) if _blank_405(response) else response
+
+    return middleware

@@ -122,6 +122,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "leroy.middleware.AdminUnreadableValueRefused",
+    "leroy.middleware.method_not_allowed_page",  # inside the CSRF and messages middleware: its page uses both
     "leroy.middleware.unknown_method_refused",  # last: its refusal passes every other middleware, as a view's does
 ]
 
