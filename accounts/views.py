@@ -248,14 +248,14 @@ def api_key_create(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)
     form = ApiKeyCreateForm(request.POST)
     if not form.is_valid():
-        return render(request, "accounts/account.html", _keys_context(request.user, form=form), status=400)
+        return render(request, "accounts/account.html", _keys_context(request.user, form=form))
     try:
         issued = services.api_key_create(
             user=request.user, name=form.cleaned_data["name"], write=form.cleaned_data["write"]
         )
     except services.AccountError as error:
         form.add_error(None, error.message)
-        return render(request, "accounts/account.html", _keys_context(request.user, form=form), status=400)
+        return render(request, "accounts/account.html", _keys_context(request.user, form=form))
     # Post/redirect/get: a reload cannot create a second key. The plaintext rides to the next GET in a signed,
     # short-lived cookie (never in the database) and is dropped there.
     response = redirect("accounts:account")

@@ -18,7 +18,7 @@ NEW_SECRET_COOKIE = "leroy_new_alert_secret"  # noqa: S105  (a cookie name, not 
 NEW_SECRET_SALT = "alerts.new-secret"  # noqa: S105  (a signing salt name)
 
 
-def _page(request: HttpRequest, user: User, *, status: int = 200, **extra: object) -> HttpResponse:
+def _page(request: HttpRequest, user: User, **extra: object) -> HttpResponse:
     rules = list(selectors.rule_list(user=user))
     context = {
         "rules": [(rule, selectors.last_delivery(rule=rule)) for rule in rules],
@@ -26,7 +26,7 @@ def _page(request: HttpRequest, user: User, *, status: int = 200, **extra: objec
         "form": AlertCreateForm(),
         **extra,
     }
-    return render(request, "alerts/alerts.html", context, status=status)  # account_page: never stored
+    return render(request, "alerts/alerts.html", context)  # account_page: never stored
 
 
 def _user(request: HttpRequest) -> User:
@@ -71,7 +71,7 @@ def alert_create(request: HttpRequest) -> HttpResponse:
     user = _user(request)
     form = AlertCreateForm(request.POST)
     if not form.is_valid():
-        return _page(request, user, form=form, status=400)
+        return _page(request, user, form=form)
     data = form.cleaned_data
     try:
         rule, secret = services.rule_create(
@@ -90,7 +90,7 @@ def alert_create(request: HttpRequest) -> HttpResponse:
         )
     except DomainError as refused:
         form.add_error(None, refused.message)
-        return _page(request, user, form=form, status=400)
+        return _page(request, user, form=form)
     return _shown_once(request, rule, secret)
 
 

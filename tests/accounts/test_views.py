@@ -120,8 +120,21 @@ def test_key_creation_before_activation_is_refused(client, db):
 
     response = client.post(reverse("accounts:api-key-create"), {"name": "agent"})
 
-    assert response.status_code == 400
+    assert response.status_code == 200  # the page again with the refusal, as Django re-renders a failed form
     assert "Activate MCP" in response.content.decode()
+    assert ApiKey.objects.exists() is False
+
+
+def test_a_key_form_with_invalid_fields_is_shown_again_with_its_errors_and_creates_nothing(client, db):
+    user = services.user_create(email="bob@example.com", password=PASSWORD)
+    services.mcp_activate(user=user)
+    client.force_login(user)
+
+    response = client.post(reverse("accounts:api-key-create"), {"name": "x" * 101})
+
+    assert response.status_code == 200
+    assert response.context["form"].errors == {"name": ["Ensure this value has at most 100 characters (it has 101)."]}
+    assert "Ensure this value has at most 100 characters (it has 101)." in response.content.decode()
     assert ApiKey.objects.exists() is False
 
 

@@ -79,8 +79,20 @@ def test_a_secret_cookie_is_shown_only_while_it_is_the_rules_secret_and_only_to_
 def test_an_unsafe_endpoint_is_refused_on_the_page_and_nothing_is_created(signed_in):
     response = signed_in.post(reverse("alerts:create"), form("https://127.0.0.1/hook"))
 
-    assert response.status_code == 400
+    assert response.status_code == 200  # the form again with the refusal, as Django re-renders a failed form
     assert "must name a host, not an IP address" in response.content.decode()
+    assert AlertRule.objects.exists() is False
+
+
+def test_a_form_with_invalid_fields_is_shown_again_with_its_errors_and_creates_nothing(signed_in):
+    response = signed_in.post(reverse("alerts:create"), form("https://hooks.example.com/x", name="", min_win_rate="2"))
+
+    assert response.status_code == 200
+    assert response.context["form"].errors == {
+        "name": ["This field is required."],
+        "min_win_rate": ["Ensure this value is less than or equal to 1."],
+    }
+    assert "Ensure this value is less than or equal to 1." in response.content.decode()
     assert AlertRule.objects.exists() is False
 
 
