@@ -28,6 +28,7 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/leroy_
 os.environ.setdefault(
     "LEROY_LOG_SIGNING_KEY", "PRIVATE+KEY+test.leroy.invalid/log+775b8874+AYXDLWSYFsW2zIEwh4kXC7hOuq9iwYaHJCc7hfJj25pG"
 )
+os.environ.setdefault("LEROY_LOG_ORIGIN", "test.leroy.invalid/log")  # the key signs only under its own name
 
 import django
 

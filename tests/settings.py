@@ -18,10 +18,11 @@ if not os.environ.get("DATABASE_URL") and _answers(5432):
     os.environ["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/leroy"
 os.environ.pop("REDIS_URL", None)  # the cache under test is chosen per test; production Redis is never touched
 os.environ.pop("LEROY_CLOCK", None)
-# A fixed publication-log key for tests only (never written into the var dir).
+# A fixed publication-log key for tests only (never written into the var dir), and the origin it is named for.
 os.environ.setdefault(
     "LEROY_LOG_SIGNING_KEY", "PRIVATE+KEY+test.leroy.invalid/log+775b8874+AYXDLWSYFsW2zIEwh4kXC7hOuq9iwYaHJCc7hfJj25pG"
 )
+os.environ.setdefault("LEROY_LOG_ORIGIN", "test.leroy.invalid/log")
 
 from leroy.settings import *  # noqa: E402, F403
 from leroy.settings import DATABASES, redis_cache  # noqa: E402

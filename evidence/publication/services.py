@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from accounts.models import User
 from evidence.models import LOG_KINDS, AnswerReceipt, LogCheckpoint, LogEntry, LogTimestamp, MarketMemoryArtifact
 from evidence.publication.schemas import Receipt
-from evidence.publication.signing import signer
+from evidence.publication.signing import Signer, signer
 from leroy.clock import now
 from leroy.errors import DomainError
 from leroy_verify.merkle import Tree, frontier_append, frontier_root, leaf_hash
@@ -97,6 +97,23 @@ def checkpoint_text(size: int, root: bytes) -> str:
     return f"{settings.LEROY_LOG_ORIGIN}\n{size}\n{base64.b64encode(root).decode()}\n"
 
 
+def log_signer(head: LogCheckpoint | None) -> Signer:
+    """The key to sign the checkpoint after `head` (the latest; None for an empty log) with, once both the key and
+    the log name LEROY_LOG_ORIGIN. A log keeps the origin its first checkpoint named: signing its next one under
+    another would make it two logs by name, which `leroy-verify` fails."""
+    key = signer()
+    origin = head.note.partition("\n")[0] if head is not None else settings.LEROY_LOG_ORIGIN
+    if origin != settings.LEROY_LOG_ORIGIN:
+        message = (
+            f"publication log: the log in this database is {origin} (its latest checkpoint's origin), not this "
+            f"server's log origin {settings.LEROY_LOG_ORIGIN}; nothing is appended. Set LEROY_LOG_ORIGIN={origin} "
+            "with the key that signed it, or start a new log with a fresh database (make demo: a fresh LEROY_VAR_DIR)."
+        )
+        logger.error(message)
+        raise LogError("log_origin_changed", message)
+    return key
+
+
 def append_lock() -> None:
     """Serialise appends so indices are dense. SQLite needs nothing: its IMMEDIATE transactions already serialise
     writers (settings), and the primary key refuses a duplicate index in any case."""
@@ -127,6 +144,7 @@ def entries_append(entries: list[Mapping[str, Any]]) -> list[LogEntry]:
         return []
     append_lock()
     head = LogCheckpoint.objects.order_by("-tree_size").first()
+    key = log_signer(head)
     size = head.tree_size if head is not None else 0
     edge = [bytes.fromhex(h) for h in head.frontier] if head is not None else []
     # Never stamped before the entry it follows: processes' clocks may disagree (a skewed node, the demo's replay
@@ -147,7 +165,7 @@ def entries_append(entries: list[Mapping[str, Any]]) -> list[LogEntry]:
         tree_size=size,
         root_hash=root.hex(),
         frontier=[h.hex() for h in edge],
-        note=signer().sign(checkpoint_text(size, root)),
+        note=key.sign(checkpoint_text(size, root)),
         created_at=at,
     )
     if settings.LEROY_LOG_TSA_URL:  # after the commit, outside the append lock: a slow TSA never holds appends up

@@ -1,7 +1,9 @@
 """The log's Ed25519 signing key: read from LEROY_LOG_SIGNING_KEY (inline or a file path) or generated, 0600, into
-the var dir. Keys use the signed-note private form `PRIVATE+KEY+<name>+<8 hex key hash>+<base64(0x01 ‖ seed)>`."""
+the var dir. Keys use the signed-note private form `PRIVATE+KEY+<name>+<8 hex key hash>+<base64(0x01 ‖ seed)>`,
+and the log signs only with a key named for its origin (LEROY_LOG_ORIGIN)."""
 
 import base64
+import logging
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -13,6 +15,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from leroy_verify.note import ALG_ED25519, SIGNATURE_PREFIX, NoteError, Verifier, verifier_of
+
+logger = logging.getLogger(__name__)
 
 PREFIX = "PRIVATE+KEY+"
 
@@ -64,9 +68,41 @@ def _generated(path: Path) -> str:
     return path.read_text()
 
 
-@cache
-def signer() -> Signer:
+def _key_text() -> str | None:
+    """The configured key (inline or a file), or the one generated earlier into the var dir; None before that."""
     configured = settings.LEROY_LOG_SIGNING_KEY
     if configured.startswith(PREFIX):
-        return parse_private_key(configured)
-    return parse_private_key(Path(configured).read_text() if configured else _generated(settings.LEROY_LOG_KEY_FILE))
+        return configured
+    if configured:
+        return Path(configured).read_text()
+    path = settings.LEROY_LOG_KEY_FILE
+    return path.read_text() if path.exists() else None
+
+
+@cache
+def _parsed(text: str) -> Signer:
+    return parse_private_key(text)
+
+
+def key_name() -> str | None:
+    """The name of the log's key, without generating one: None before the first checkpoint is signed."""
+    text = _key_text()
+    return _parsed(text).verifier.name if text is not None else None
+
+
+def signer() -> Signer:
+    """The log's key, refused unless it is named for LEROY_LOG_ORIGIN: the name is the origin a verifier expects on
+    every checkpoint's first line, and a key kept from another origin (a var dir first served on another port) would
+    sign a log that `leroy-verify` fails as two logs."""
+    key = _parsed(_key_text() or _generated(settings.LEROY_LOG_KEY_FILE))
+    origin = settings.LEROY_LOG_ORIGIN
+    if key.verifier.name != origin:
+        message = (
+            f"publication log: the signing key is named {key.verifier.name}, not for this server's log origin "
+            f"{origin} (LEROY_LOG_ORIGIN, by default the host of LEROY_PUBLIC_ORIGIN + /log); nothing is signed. "
+            f"A log keeps its origin: set LEROY_LOG_ORIGIN={key.verifier.name} to go on with the log of that key, "
+            f"or start a new log under {origin} with a fresh LEROY_VAR_DIR (its database and generated key)."
+        )
+        logger.error(message)
+        raise ImproperlyConfigured(message)
+    return key

@@ -11,15 +11,18 @@ from io import StringIO
 import pytest
 import rfc8785
 import time_machine
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
+from django.test import override_settings
 from pydantic import BaseModel
 
 from evidence.memory.services import market_memory_activate
 from evidence.models import AnswerReceipt, AppendOnly, LogCheckpoint, LogEntry, MarketMemoryArtifact
 from evidence.publication import selectors, services
 from evidence.publication.schemas import Receipt
-from evidence.publication.signing import signer
+from evidence.publication.signing import format_private_key, signer
 from evidence.publication.tasks import answers_commit_task
 from evidence.research import analysis as research
 from evidence.schemas import LineageArgs
@@ -64,7 +67,7 @@ def test_each_batch_is_checkpointed_with_a_signed_note_over_the_tree_root():
     leaves = [bytes.fromhex(h) for h in LogEntry.objects.values_list("leaf_hash", flat=True)]
     assert list(LogCheckpoint.objects.order_by("tree_size").values_list("tree_size", flat=True)) == [2, 3]
     checkpoint = verified_checkpoint()
-    assert (checkpoint.origin, checkpoint.size, checkpoint.root) == ("127.0.0.1:8000/log", 3, Tree(leaves).root(3))
+    assert (checkpoint.origin, checkpoint.size, checkpoint.root) == ("test.leroy.invalid/log", 3, Tree(leaves).root(3))
     assert (
         selectors.verifier_key()
         == "test.leroy.invalid/log+775b8874+" + base64.b64encode(b"\x01" + signer().verifier.public_key).decode()
@@ -75,6 +78,48 @@ def test_the_empty_log_serves_a_signed_checkpoint_of_the_empty_tree():
     checkpoint = verified_checkpoint()
 
     assert (checkpoint.size, checkpoint.root) == (0, hashlib.sha256(b"").digest())
+
+
+def test_nothing_is_signed_with_a_key_named_for_another_origin(caplog):
+    # A var dir first served on port 8000 keeps its generated key named 127.0.0.1:8000/log; served on 8766, the log
+    # signed 127.0.0.1:8766/log checkpoints with it, which leroy-verify fails against the log's earlier ones.
+    with override_settings(LEROY_LOG_ORIGIN="127.0.0.1:8766/log"):
+        with pytest.raises(ImproperlyConfigured) as appended:
+            services.entries_append([snapshot()])
+        with pytest.raises(ImproperlyConfigured) as served:
+            selectors.checkpoint_note()
+
+    message = (
+        "publication log: the signing key is named test.leroy.invalid/log, not for this server's log origin "
+        "127.0.0.1:8766/log (LEROY_LOG_ORIGIN, by default the host of LEROY_PUBLIC_ORIGIN + /log); nothing is signed. "
+        "A log keeps its origin: set LEROY_LOG_ORIGIN=test.leroy.invalid/log to go on with the log of that key, or "
+        "start a new log under 127.0.0.1:8766/log with a fresh LEROY_VAR_DIR (its database and generated key)."
+    )
+    assert str(appended.value) == str(served.value) == message
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("ERROR", message), ("ERROR", message)]
+    assert LogEntry.objects.exists() is False
+    assert LogCheckpoint.objects.exists() is False
+
+
+def test_a_log_started_under_another_origin_is_not_appended_to_under_a_new_one(caplog):
+    services.entry_append(snapshot("2026-07-01"))
+    moved = format_private_key("127.0.0.1:8766/log", Ed25519PrivateKey.generate())
+
+    with (
+        override_settings(LEROY_LOG_ORIGIN="127.0.0.1:8766/log", LEROY_LOG_SIGNING_KEY=moved),
+        pytest.raises(services.LogError) as refused,
+    ):
+        services.entry_append(snapshot("2026-07-02"))
+
+    assert refused.value.code == "log_origin_changed"
+    assert refused.value.message == (
+        "publication log: the log in this database is test.leroy.invalid/log (its latest checkpoint's origin), not "
+        "this server's log origin 127.0.0.1:8766/log; nothing is appended. Set LEROY_LOG_ORIGIN=test.leroy.invalid/log "
+        "with the key that signed it, or start a new log with a fresh database (make demo: a fresh LEROY_VAR_DIR)."
+    )
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("ERROR", refused.value.message)]
+    assert list(LogEntry.objects.values_list("index", flat=True)) == [0]
+    assert list(LogCheckpoint.objects.values_list("tree_size", flat=True)) == [1]
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ async def test_public_log_tools_answer_anonymous_callers(mcp_http):
         beyond = await client.call_tool("get_log_inclusion_proof", {"index": 3})
 
     content = checkpoint.structured_content
-    assert (content["origin"], content["tree_size"]) == ("127.0.0.1:8000/log", 3)
+    assert (content["origin"], content["tree_size"]) == ("test.leroy.invalid/log", 3)
     assert content["verifier_key"].startswith("test.leroy.invalid/log+775b8874+")
     assert content["guarantees"]["timestamp_authority"] == "not_configured"
     assert any("No independent timestamp" in line for line in content["guarantees"]["not_guaranteed"])

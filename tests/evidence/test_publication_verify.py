@@ -2,6 +2,7 @@
 log, its entries, an answer proof and end-of-day evidence against its snapshot's entry, and it catches edited,
 deleted and reordered entries, a forked log, a wrong key and changed end-of-day evidence."""
 
+import base64
 import hashlib
 import json
 import os
@@ -16,12 +17,12 @@ import rfc8785
 import time_machine
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.db import transaction
-from django.test import override_settings
 from pydantic import BaseModel
 
 from evidence.eod import selectors as eod
 from evidence.eod.schemas import HeldoutOut, ReplayOut, WalkForwardOut
 from evidence.eod.services import eod_run
+from evidence.models import LogCheckpoint
 from evidence.publication import selectors, services
 from evidence.publication.schemas import Receipt
 from evidence.publication.signing import format_private_key, parse_private_key
@@ -84,7 +85,7 @@ def test_a_whole_log_from_files_verifies_one_line_per_check(files):
     assert [line.split(":")[0] for line in lines] == [
         "ok    checkpoint signature", "ok    earlier checkpoint signature", "ok    consistency", "ok    entries",
     ]  # fmt: skip
-    assert "127.0.0.1:8000/log size 5" in lines[0]
+    assert "test.leroy.invalid/log size 5" in lines[0]
     assert lines[3] == "ok    entries: all 5 entries hash to the checkpoint's root"
 
 
@@ -180,27 +181,27 @@ def test_a_forked_log_fails_the_consistency_check(tmp_path, client):
                          cwd=tmp_path)  # fmt: skip
 
     assert code == 1
-    assert lines[1].startswith("ok    earlier checkpoint signature: 127.0.0.1:8000/log size 2")
+    assert lines[1].startswith("ok    earlier checkpoint signature: test.leroy.invalid/log size 2")
     assert lines[-1].startswith("FAIL  consistency: the tree of size 2 is not a prefix of the tree of size 5")
 
 
 def test_an_earlier_checkpoint_of_another_origin_fails_the_consistency_check(tmp_path, client):
-    # A demo served on another port than its settings named once signed the log's first checkpoints under one
-    # origin and its later ones under another: one key, trees that are consistent, but two logs by name.
+    # Before the server refused it, a demo served on another port than its var dir's first signed the log's later
+    # checkpoints under the new origin with the key named for the old one: consistent trees, but two logs by name.
     services.entries_append([snapshot(0), snapshot(1)])
     (tmp_path / "earlier.txt").write_text(client.get("/log/checkpoint").content.decode())
-    with override_settings(LEROY_LOG_ORIGIN="127.0.0.1:8811/log"):
-        services.entries_append([snapshot(2)])
-        (tmp_path / "checkpoint.txt").write_text(client.get("/log/checkpoint").content.decode())
+    services.entries_append([snapshot(2)])
+    root = base64.b64encode(bytes.fromhex(LogCheckpoint.objects.get(tree_size=3).root_hash)).decode()
+    (tmp_path / "checkpoint.txt").write_text(services.signer().sign(f"127.0.0.1:8811/log\n3\n{root}\n"))
 
     code, lines = verify("--key", str(services.signer().verifier), "--checkpoint", tmp_path / "checkpoint.txt",
                          "--earlier", tmp_path / "earlier.txt", cwd=tmp_path)  # fmt: skip
 
     assert code == 1
     assert lines[0].startswith("ok    checkpoint signature: 127.0.0.1:8811/log size 3")
-    assert lines[0].endswith(" by test.leroy.invalid/log, a key not named for the origin")  # the tests' key
+    assert lines[0].endswith(" by test.leroy.invalid/log, a key not named for the origin")
     assert lines[-1] == (
-        "FAIL  consistency: the earlier checkpoint is of log 127.0.0.1:8000/log, the later of 127.0.0.1:8811/log"
+        "FAIL  consistency: the earlier checkpoint is of log test.leroy.invalid/log, the later of 127.0.0.1:8811/log"
     )
 
 

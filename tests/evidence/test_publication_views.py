@@ -34,7 +34,7 @@ def test_checkpoint_and_key_are_plain_text_and_verify_together(client, log):
     verifier = parse_verifier_key(key.content.decode())
     assert key.content.decode() == f"{verifier}\n"
     checkpoint = parse_checkpoint(open_note(note.content.decode(), verifier))
-    assert (checkpoint.origin, checkpoint.size) == ("127.0.0.1:8000/log", log)
+    assert (checkpoint.origin, checkpoint.size) == ("test.leroy.invalid/log", log)
 
 
 def test_entries_are_the_objects_whose_canonical_bytes_are_the_leaves(client, log):

@@ -44,7 +44,9 @@ def world_files(tmp_path_factory: pytest.TempPathFactory) -> World:
         DATABASE_URL=f"sqlite:///{root / 'world.sqlite3'}",
         LEROY_MM_MIN_SESSIONS=str(MIN_SESSIONS),
         SECRET_KEY="world-builder-" + "k" * 50,
-        LEROY_LOG_SIGNING_KEY=os.environ["LEROY_LOG_SIGNING_KEY"],  # its log's checkpoints verify with the tests' key
+        # Its log's checkpoints verify with the tests' key, under the origin that key is named for.
+        LEROY_LOG_SIGNING_KEY=os.environ["LEROY_LOG_SIGNING_KEY"],
+        LEROY_LOG_ORIGIN=os.environ["LEROY_LOG_ORIGIN"],
     )
 
     def manage(*args: str, **extra: str) -> list[str]:
