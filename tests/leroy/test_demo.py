@@ -1,13 +1,17 @@
+import base64
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from datetime import UTC, date, datetime, timedelta
 from io import StringIO
+from pathlib import Path
 
 import httpx2
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.cache import cache
 from django.core.management import call_command
 from django.test import override_settings
@@ -18,6 +22,7 @@ from backtests.schemas import RunOptimizationArgs, RunWalkForwardArgs
 from billing.models import UsageEvent
 from billing.services import BillingError
 from evidence.models import AnswerReceipt, Frame
+from evidence.publication.signing import Signer, format_private_key, parse_private_key
 from evidence.schemas import EvaluateArgs
 from leroy.management.commands.demo import (
     DEMO_EMAIL,
@@ -61,28 +66,77 @@ def test_demo_prints_the_landing_page_url(db):
     assert "Leroy: http://127.0.0.1:8123/\n" in out.getvalue()
 
 
-def run_demo(tmp_path, **env: str) -> str:
-    """`manage.py demo --no-serve --no-data` from the command line, under production settings, on its own database."""
+def demo_database(tmp_path) -> Path:
     database = tmp_path / "demo.sqlite3"
     if not database.exists():
         copy_migrated(database)
+    return database
+
+
+def run_demo(tmp_path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`manage.py demo --no-serve --no-data` from the command line, under production settings, on its own database."""
+    database = demo_database(tmp_path)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("LEROY_", "DATABASE_URL", "REDIS_URL", "PORT"))}
     base.update(DJANGO_SETTINGS_MODULE="leroy.settings", LEROY_VAR_DIR=str(tmp_path / "var"),
                 DATABASE_URL=f"sqlite:///{database}", SECRET_KEY="demo-origin-" + "x" * 40)  # fmt: skip
     command = [sys.executable, "manage.py", "demo", "--no-serve", "--no-data"]
-    done = subprocess.run(command, cwd=ROOT, env=base | env, capture_output=True, text=True, timeout=180, check=True)
-    return done.stdout
+    return subprocess.run(command, cwd=ROOT, env=base | env, capture_output=True, text=True, timeout=180)
 
 
 def test_the_demo_names_the_log_for_the_port_it_serves_unless_an_origin_is_set(tmp_path):
     # Settings name the log's origin as they load, before the command runs: `make demo` with PORT=8811 signed its
     # first checkpoints as 127.0.0.1:8000/log and the served processes' later ones as 127.0.0.1:8811/log.
-    served = run_demo(tmp_path, PORT="8811")
-    configured = run_demo(tmp_path, PORT="8811", LEROY_PUBLIC_ORIGIN="https://demo.example")
+    served = run_demo(tmp_path, PORT="8811").stdout
+    configured = run_demo(tmp_path, PORT="8811", LEROY_PUBLIC_ORIGIN="https://demo.example").stdout
 
     named = "Publication log origin (its key and checkpoints are named for it): "
     assert f"Leroy: http://127.0.0.1:8811/\n{named}127.0.0.1:8811/log\n" in served
     assert f"Leroy: http://127.0.0.1:8811/\n{named}demo.example/log\n" in configured
+
+
+def var_dir_first_served_on_8000(tmp_path) -> Signer:
+    (tmp_path / "var").mkdir()
+    key = format_private_key("127.0.0.1:8000/log", Ed25519PrivateKey.generate())
+    (tmp_path / "var" / "log_signing_key").write_text(key + "\n")
+    return parse_private_key(key)
+
+
+def test_the_demo_on_a_var_dir_first_served_on_another_port_keeps_its_logs_origin(tmp_path):
+    # The var dir's key was generated when the demo first served port 8000; served on 8766 the demo named the log
+    # 127.0.0.1:8766/log and signed it with that key, mixing two origins in one log.
+    var_dir_first_served_on_8000(tmp_path)
+
+    done = run_demo(tmp_path, PORT="8766")
+
+    named = "Publication log origin (its key and checkpoints are named for it): "
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"Leroy: http://127.0.0.1:8766/\n{named}127.0.0.1:8000/log\n  (not the served host's: a log keeps the origin "
+        "it was started under; for a log named for 127.0.0.1:8766, start from a fresh LEROY_VAR_DIR)\n"
+    ) in done.stdout
+
+
+def test_the_demo_refuses_to_start_on_a_log_already_signed_under_two_origins(tmp_path):
+    # What such a run left: the key named for port 8000, the latest checkpoint named for port 8766.
+    key = var_dir_first_served_on_8000(tmp_path)
+    note = key.sign(f"127.0.0.1:8766/log\n1\n{base64.b64encode(bytes(32)).decode()}\n")
+    with sqlite3.connect(demo_database(tmp_path)) as database:
+        database.execute(
+            "INSERT INTO evidence_logcheckpoint (tree_size, root_hash, frontier, note, created_at) "
+            "VALUES (1, ?, '[]', ?, '2026-12-01 00:00:00')",
+            ["00" * 32, note],
+        )
+
+    done = run_demo(tmp_path, PORT="8766")
+
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "CommandError: publication log: the log in this database is 127.0.0.1:8766/log (its latest checkpoint's "
+        "origin), not this server's log origin 127.0.0.1:8000/log; nothing is appended. Set "
+        "LEROY_LOG_ORIGIN=127.0.0.1:8766/log with the key that signed it, or start a new log with a fresh database "
+        "(make demo: a fresh LEROY_VAR_DIR)."
+    )
+    assert "LEROY_DEMO_API_KEY" not in done.stdout
 
 
 def test_the_printed_demo_optimizations_are_valid_tool_arguments():

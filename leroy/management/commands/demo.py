@@ -11,10 +11,12 @@ from datetime import date
 from io import StringIO
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.db.models import Max, Min
 from django.test import override_settings
@@ -31,11 +33,13 @@ from evidence.models import (
     EodSnapshot,
     Frame,
     LiveBar,
+    LogCheckpoint,
     LogEntry,
     MarketMemoryArtifact,
 )
 from evidence.publication import selectors as publication_selectors
 from evidence.publication import services as publication
+from evidence.publication import signing
 from evidence.schemas import EvaluateArgs, EvaluationOut
 from leroy.clock import now, parse_replay_origin
 from leroy.errors import DomainError
@@ -112,15 +116,29 @@ class Command(BaseCommand):
 
     def run_from_argv(self, argv: list[str]) -> None:
         origin = served_origin(self.create_parser(argv[0], argv[1]).parse_args(argv[2:]).port)
+        named: dict[str, str] = {}
         if "LEROY_PUBLIC_ORIGIN" not in os.environ and origin != settings.LEROY_PUBLIC_ORIGIN:
             # Settings derive the log's origin (its key's name, every checkpoint's first line), the CSRF origin and
             # the OAuth issuer from LEROY_PUBLIC_ORIGIN as they load, before a command runs: start again with the
             # served port's, so this process and every one it starts name one origin from the first checkpoint on.
-            os.execve(sys.executable, [sys.executable, *argv], {**os.environ, "LEROY_PUBLIC_ORIGIN": origin})  # noqa: S606
+            named["LEROY_PUBLIC_ORIGIN"] = origin
+        kept = signing.key_name()
+        if "LEROY_LOG_ORIGIN" not in os.environ and kept is not None and (named or kept != settings.LEROY_LOG_ORIGIN):
+            # A var dir first served on another port holds a log whose key is named for that port's origin, and a
+            # log keeps its origin: it goes on under that name here rather than being signed as a second log.
+            named["LEROY_LOG_ORIGIN"] = kept
+        if named:
+            os.execve(sys.executable, [sys.executable, *argv], {**os.environ, **named})  # noqa: S606
         super().run_from_argv(argv)
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
+        head = LogCheckpoint.objects.order_by("-tree_size").first()
+        if head is not None:
+            try:  # a log already signed under another origin cannot be appended to: say so before anything runs
+                publication.log_signer(head)
+            except (ImproperlyConfigured, DomainError) as refused:
+                raise CommandError(str(refused)) from None
         env = dict(os.environ)
         origin = served_origin(options["port"])
         env.setdefault("LEROY_PUBLIC_ORIGIN", origin)  # before the first process that may write the log starts
@@ -145,6 +163,12 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Publication log origin (its key and checkpoints are named for it): {settings.LEROY_LOG_ORIGIN}"
         )
+        host = urlsplit(settings.LEROY_PUBLIC_ORIGIN).netloc
+        if f"{host}/log" != settings.LEROY_LOG_ORIGIN:  # kept from the run that started this var dir's log
+            self.stdout.write(
+                f"  (not the served host's: a log keeps the origin it was started under; for a log named for "
+                f"{host}, start from a fresh LEROY_VAR_DIR)"
+            )
         self.stdout.write(f"Account page: {origin}/account/  (log in as {DEMO_EMAIL} / {password})")
         self.stdout.write("E-mail (sign-up and password-reset links) is printed on this console.")
         self.stdout.write("MCP client config:\n" + json.dumps(config, indent=2))
