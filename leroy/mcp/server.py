@@ -106,8 +106,9 @@ def _sdk_tool(spec: ToolSpec) -> Tool:
         name=spec.name,
         title=spec.title,
         description=spec.description,
+        # No annotations title: it would repeat `title` on every tool (the spec reads title first), at ~480 tokens of
+        # tools/list; a client older than Tool.title (2025-03-26) shows the name instead.
         annotations=ToolAnnotations(
-            title=spec.title,
             read_only_hint=spec.read_only,
             idempotent_hint=spec.idempotent,
             destructive_hint=spec.destructive,

@@ -12,10 +12,11 @@ pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 # and four publication-log tools brought it to 48,816, the tier fields and probe cost 49,131, output schemas that admit
 # the in-band refusal 49,568; the nine end-of-day tools (fixed texts kept out of their schemas; the subscriber three
 # carry usage and receipt) and the two walk-forward tools with the mode, fold and out_of_sample fields took it to
-# 57,602 for 61 tools; the execution conditions' basis field and four descriptions naming refusals, 57,939.
+# 57,602 for 61 tools; the execution conditions' basis field and four descriptions naming refusals, 57,939;
+# annotations no longer repeating each tool's title, 57,478 (the budget followed it down).
 # X-Leroy-Toolsets lets an agent take only the apps it needs. Raise it only for a new tool or
 # contract field, not for prose.
-TOOLS_LIST_TOKEN_BUDGET = 58_000
+TOOLS_LIST_TOKEN_BUDGET = 57_700
 LEGACY = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
 LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 
@@ -33,6 +34,13 @@ async def test_tools_list_fits_the_written_token_budget(mcp_http):
     size = len(json.dumps({"tools": tools}, separators=(",", ":")).encode())
     assert len(tools) == 61
     assert size / 4 <= TOOLS_LIST_TOKEN_BUDGET, f"tools/list is {size / 4:.0f} tokens"
+
+
+async def test_each_tool_names_its_title_once_not_again_in_its_annotations(mcp_http):
+    tools = await tools_list(mcp_http)
+
+    assert [t["name"] for t in tools if not t.get("title")] == []
+    assert [t["name"] for t in tools if "title" in t["annotations"]] == []
 
 
 def test_compact_schema_drops_generated_titles_but_not_a_property_named_title():
