@@ -79,6 +79,9 @@ class Commitment(BaseModel):
     row_count: int
     leaf_hash: str
     logged_at: datetime
+    replay_sha256: str | None
+    heldout_sha256: str | None
+    walk_forward_sha256: str | None
 
 
 class CommitmentsOut(Trust):

@@ -14,6 +14,9 @@ from evidence.models import EodRow, EodSnapshot, LogEntry
 from evidence.publication import selectors as publication
 from leroy.errors import DomainError
 
+# The eod_snapshot entry's evidence hashes each commitment shows (see evidence/eod/documentation.md).
+EVIDENCE_COMMITMENTS = ("replay_sha256", "heldout_sha256", "walk_forward_sha256")
+
 
 class EodUnavailable(DomainError):
     """Nothing to serve yet (no completed snapshot), or an unknown publication id or symbol."""
@@ -95,6 +98,8 @@ def _commitment(entry: LogEntry) -> dict[str, Any]:
         "row_count": body["row_count"],
         "leaf_hash": entry.leaf_hash,
         "logged_at": entry.logged_at,
+        # The evidence hashes the entry commits; null in entries logged before each was committed.
+        **{name: body.get(name) for name in EVIDENCE_COMMITMENTS},
     }
 
 

@@ -87,8 +87,9 @@ async def get_walk_forward_evidence(call: ToolCall, args: WalkForwardArgs) -> Wa
 @tool(name="list_publication_commitments", title="Publication commitments", args=EodPage, output=CommitmentsOut,
       access="public", scope="mcp:read", metering="free")  # fmt: skip
 async def list_publication_commitments(call: ToolCall, args: EodPage) -> CommitmentsOut:
-    """The forward ledger's daily snapshot commitments in the publication log, oldest first, paged. Prove one
-    with get_log_inclusion_proof(index=publication_id). Free and public."""
+    """The forward ledger's daily snapshot commitments in the publication log, oldest first, paged, each with the
+    replay, held-out and walk-forward hashes it commits (null if logged before them). Prove one with
+    get_log_inclusion_proof(index=publication_id). Free and public."""
     return await _public(CommitmentsOut, lambda: selectors.commitments(offset=args.offset, limit=args.limit))
 
 

@@ -13,6 +13,7 @@ from mcp.client.streamable_http import streamable_http_client
 from billing.models import UsageEvent
 from evidence.eod.services import eod_run
 from evidence.models import EodSnapshot
+from evidence.publication.services import entry_append
 from tests.conftest import MCP_URL
 from tests.evidence.eod_world import LAST, eod_world, universe_settings
 from tests.mcp.test_transport import MODERN, modern_call, modern_headers, sse_or_json
@@ -77,6 +78,25 @@ async def test_public_tools_answer_anonymous_callers_with_the_trust_contract(mcp
     assert page["label"] == "retrospective_replay" and len(page["legs"]) == 2 and page["total_legs"] >= 3
     assert set(page["legs"][0]) == {"entry_date", "entry_price", "exit_date", "exit_price", "return",
                                     "holding_days", "open"}  # fmt: skip
+
+
+async def test_each_commitment_shows_the_evidence_hashes_its_entry_commits(mcp_http, published):
+    # The first entry as logged before the evidence hashes were committed; the second by a run now.
+    older = {"kind": "eod_snapshot", "session": "2023-02-27", "revision": 1, "snapshot_sha256": "ab" * 32,
+             "row_count": 3}  # fmt: skip
+    await sync_to_async(entry_append)(older)
+    snapshot = await sync_to_async(published)()
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http()), mode=MODERN) as client:
+        answer = await client.call_tool("list_publication_commitments", {})
+
+    first, second = answer.structured_content["commitments"]
+    hashes = ("replay_sha256", "heldout_sha256", "walk_forward_sha256")
+    assert answer.is_error is False
+    assert [first[name] for name in hashes] == [None, None, None]
+    assert (first["session"], first["snapshot_sha256"], second["publication_id"]) == ("2023-02-27", "ab" * 32, 1)
+    assert [second[name] for name in hashes] == [
+        snapshot.replay["sha256"], snapshot.heldout["sha256"], snapshot.walk_forward["sha256"],
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("version", ["2025-11-25", MODERN])
