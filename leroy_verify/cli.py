@@ -40,8 +40,8 @@ from leroy_verify.timestamp import TimestampError, check, load_certificates
 PAGE = 1000
 
 # By an end-of-day answer's data_type: the eod_snapshot field committing its calculation_sha256, and the answer's
-# fields that hash is taken over. A replay answer shows one page of one symbol's legs while its hash covers every
-# symbol's, so it is held to the log by its stated hash alone.
+# fields that hash is taken over. A replay answer shows one symbol while its hash covers every symbol's, so that
+# hash is compared as stated; one symbol's answer is checked as a leaf of the entry's per-symbol root instead.
 EOD_BLOCKS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "validation": ("heldout_sha256", ("first", "last", "rows")),
     "walk_forward": ("walk_forward_sha256", ("components", "rows")),
@@ -172,6 +172,34 @@ def check_eod(run: Run, entries: list[dict[str, Any]], answer_file: str) -> None
     if entry[field] != stated:
         raise Failed(f"eod: entry {index} committed another {field} (the evidence was changed after it was logged)")
     run.ok("eod evidence", f"{answer['data_type']} of the {entry['session']} snapshot is what entry {index} committed")
+    if answer["data_type"] == "historical_replay" and answer["symbol"] is not None:
+        check_replay_symbol(run, index, entry, answer)
+
+
+def check_replay_symbol(run: Run, index: int, entry: dict[str, Any], answer: dict[str, Any]) -> None:
+    """One symbol's replay answer: its {symbol, summary, legs} is the leaf its proof binds to the per-symbol root
+    the entry committed, in a tree over the snapshot's symbols in code-point order."""
+    symbol, legs = answer["symbol"], answer["legs"]
+    root = entry.get("replay_symbols_root_sha256")
+    if root is None:
+        print(f"note  eod: entry {index} commits no per-symbol replay root (logged before them): {symbol}'s legs "
+              "are held to the log by the stated hash only")  # fmt: skip
+        return
+    if len(legs) != answer["total_legs"]:
+        raise Failed(f"eod: the answer holds {len(legs)} of {symbol}'s {answer['total_legs']} legs: save it asked "
+                     "with offset 0 and a limit of at least total_legs to check them")  # fmt: skip
+    symbols = sorted(answer["symbols"])
+    if symbol not in symbols or answer.get("symbol_proof") is None:
+        raise Failed(f"eod: the answer has no proof of {symbol} among its symbols")
+    leaf = leaf_hash(rfc8785.dumps({"symbol": symbol, "summary": answer["summary"], "legs": legs}))
+    try:
+        verify_inclusion(symbols.index(symbol), len(symbols), leaf, _hashes(answer["symbol_proof"]),
+                         bytes.fromhex(root))  # fmt: skip
+    except ProofError:
+        raise Failed(f"eod: {symbol}'s summary and legs are not the leaf entry {index} committed for it (the answer "
+                     "was changed)") from None  # fmt: skip
+    run.ok("eod replay symbol", f"{symbol}'s summary and {len(legs)} legs are leaf {symbols.index(symbol)} of the "
+           f"{len(symbols)}-symbol replay root entry {index} committed")  # fmt: skip
 
 
 def check_entry(run: Run, checkpoint: Checkpoint, index: int) -> None:

@@ -49,6 +49,7 @@ class ReplayOut(Trust):
     legs: list[dict[str, Any]]
     total_legs: int
     symbols: list[str]
+    symbol_proof: list[str] | None
 
 
 class HeldoutOut(Trust):
@@ -82,6 +83,7 @@ class Commitment(BaseModel):
     replay_sha256: str | None
     heldout_sha256: str | None
     walk_forward_sha256: str | None
+    replay_symbols_root_sha256: str | None
 
 
 class CommitmentsOut(Trust):

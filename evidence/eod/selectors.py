@@ -15,7 +15,7 @@ from evidence.publication import selectors as publication
 from leroy.errors import DomainError
 
 # The eod_snapshot entry's evidence hashes each commitment shows (see evidence/eod/documentation.md).
-EVIDENCE_COMMITMENTS = ("replay_sha256", "heldout_sha256", "walk_forward_sha256")
+EVIDENCE_COMMITMENTS = ("replay_sha256", "heldout_sha256", "walk_forward_sha256", "replay_symbols_root_sha256")
 
 
 class EodUnavailable(DomainError):
@@ -56,13 +56,15 @@ def replay(*, symbol: str | None, offset: int, limit: int) -> dict[str, Any]:
     base = {**trust(snapshot, "historical_replay", snapshot.replay["sha256"]), "symbols": symbols,
             "label": "retrospective_replay"}  # fmt: skip
     if symbol is None:
-        return {**base, "symbol": None, "summary": snapshot.replay["summary"], "legs": [], "total_legs": 0}
+        return {**base, "symbol": None, "summary": snapshot.replay["summary"], "legs": [], "total_legs": 0,
+                "symbol_proof": None}  # fmt: skip
     row = snapshot.rows.filter(symbol=symbol).first()
     if row is None or row.replay is None:
         raise EodUnavailable("symbol_not_found", f"{symbol} has no replay in the snapshot of {snapshot.session}.")
     legs = row.replay["legs"]
+    # Snapshots made before per-symbol roots have no proof: their replay is held to the log by its stated hash.
     return {**base, "symbol": symbol, "summary": row.replay["summary"], "legs": legs[offset : offset + limit],
-            "total_legs": len(legs)}  # fmt: skip
+            "total_legs": len(legs), "symbol_proof": row.replay.get("proof")}  # fmt: skip
 
 
 def heldout() -> dict[str, Any]:

@@ -3,6 +3,7 @@ evidence.marketdata, re-hashes the frozen input files, runs the engine, replay, 
 then writes the immutable snapshot and its rows and appends its commitment to the publication log, in one
 transaction. Nothing a caller does runs it; the beat task and `manage.py eod_run` do."""
 
+import base64
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from typing import Any
@@ -17,9 +18,10 @@ from evidence.eod.universe import Universe, universe_load
 from evidence.marketdata import calendar
 from evidence.marketdata import selectors as marketdata
 from evidence.models import EodRow, EodSnapshot
-from evidence.publication.services import append_lock, entry_append
+from evidence.publication.services import append_lock, canonical, entry_append
 from leroy.clock import now
 from leroy.errors import DomainError
+from leroy_verify.merkle import Tree, leaf_hash
 
 CALCULATION_VERSION = "eod-calc-1"
 
@@ -177,8 +179,15 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
         ):
             walk_rows.append({"symbol": ticker, **year_row})
     summary = universe_summary(per_symbol)
+    # Each symbol's {symbol, summary, legs} is also a leaf of an RFC 9162 tree over the tickers in code-point order,
+    # so one symbol's saved replay checks against the log alone: its leaf and proof give the root the entry commits.
+    tickers = sorted(replays)
+    tree = Tree([leaf_hash(canonical({"symbol": ticker, **replays[ticker]})) for ticker in tickers])
+    proofs = {ticker: [base64.b64encode(h).decode() for h in tree.inclusion_proof(i, len(tickers))]
+              for i, ticker in enumerate(tickers)}  # fmt: skip
     replay_block = {"summary": summary, "sha256": canonical_sha256({"components": components, "summary": summary,
-                                                                     "symbols": replays})}  # fmt: skip
+                                                                     "symbols": replays}),
+                    "symbols_root_sha256": tree.root(len(tickers)).hex()}  # fmt: skip
     published = {
         "first": universe.heldout_first.isoformat(),
         "last": universe.heldout_last.isoformat(),
@@ -211,6 +220,7 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
                 # The evidence blocks are served apart from the rows: committing their hashes here is what makes
                 # a later change to any of them show against the log.
                 "replay_sha256": replay_block["sha256"],
+                "replay_symbols_root_sha256": replay_block["symbols_root_sha256"],
                 "heldout_sha256": heldout_block["sha256"],
                 "walk_forward_sha256": walk_block["sha256"],
             }
@@ -234,7 +244,7 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
                 symbol=row["symbol"],
                 available=row["status"] == "available",
                 row=row,
-                replay=replays.get(row["symbol"]),
+                replay={**replays[row["symbol"]], "proof": proofs[row["symbol"]]} if row["symbol"] in replays else None,
             )
             for row in rows
         )

@@ -64,7 +64,8 @@ async def _subscriber[T: BaseModel](call: ToolCall, args: BaseModel, output: typ
       access="public", scope="mcp:read", metering="free")  # fmt: skip
 async def get_historical_replay(call: ToolCall, args: ReplayArgs) -> ReplayOut:
     """Today's end-of-day engine replayed over up to five years: the universe summary, or one symbol's summary and
-    paged legs (winners, losers, open legs). A retrospective replay, not validation. Free and public."""
+    paged legs (winners, losers, open legs). A retrospective replay, not validation. symbol_proof binds one symbol's
+    summary and all its legs to the root its snapshot's log entry commits (leroy-verify --eod). Free and public."""
     return await _public(ReplayOut, lambda: selectors.replay(symbol=args.symbol, offset=args.offset, limit=args.limit))
 
 
@@ -88,8 +89,8 @@ async def get_walk_forward_evidence(call: ToolCall, args: WalkForwardArgs) -> Wa
       access="public", scope="mcp:read", metering="free")  # fmt: skip
 async def list_publication_commitments(call: ToolCall, args: EodPage) -> CommitmentsOut:
     """The forward ledger's daily snapshot commitments in the publication log, oldest first, paged, each with the
-    replay, held-out and walk-forward hashes it commits (null if logged before them). Prove one with
-    get_log_inclusion_proof(index=publication_id). Free and public."""
+    replay, held-out and walk-forward hashes and per-symbol replay root it commits (null if logged before them).
+    Prove one with get_log_inclusion_proof(index=publication_id). Free and public."""
     return await _public(CommitmentsOut, lambda: selectors.commitments(offset=args.offset, limit=args.limit))
 
 

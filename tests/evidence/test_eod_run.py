@@ -1,6 +1,7 @@
 """`eod_run` writes one immutable snapshot with its rows and commits it to the publication log; refusals write
 nothing. Frozen inputs are re-hashed first: an edited bar file refuses publication."""
 
+import base64
 import hashlib
 import json
 from datetime import UTC, date, datetime
@@ -63,6 +64,21 @@ def test_the_log_entry_commits_the_replay_heldout_and_walk_forward_hashes(world)
         == snapshot.walk_forward["sha256"]
         == hashlib.sha256(rfc8785.dumps(walk)).hexdigest()
     )
+
+
+def test_the_log_entry_commits_a_root_over_each_symbols_replay_and_each_row_keeps_its_proof(world):
+    snapshot = eod_run(session=LAST)
+
+    body = json.loads(LogEntry.objects.get(index=snapshot.log_index).body)
+    replays = {r.symbol: r.replay for r in EodRow.objects.filter(snapshot=snapshot, available=True)}
+    leaves = [hashlib.sha256(b"\x00" + rfc8785.dumps({"symbol": symbol, "summary": replays[symbol]["summary"],
+                                                      "legs": replays[symbol]["legs"]})).digest()
+              for symbol in ("ALFA", "BRVO")]  # fmt: skip
+    root = hashlib.sha256(b"\x01" + leaves[0] + leaves[1]).hexdigest()
+    assert body["replay_symbols_root_sha256"] == snapshot.replay["symbols_root_sha256"] == root
+    assert replays["ALFA"]["proof"] == [base64.b64encode(leaves[1]).decode()]
+    assert replays["BRVO"]["proof"] == [base64.b64encode(leaves[0]).decode()]
+    assert EodRow.objects.get(snapshot=snapshot, symbol="CHRL").replay is None
 
 
 def test_the_heldout_tail_has_one_validation_row_per_available_symbol(world):

@@ -76,6 +76,8 @@ async def test_public_tools_answer_anonymous_callers_with_the_trust_contract(mcp
     assert commitments["first_date"] == commitments["latest_date"] == "2023-02-28"
     page = legs.structured_content
     assert page["label"] == "retrospective_replay" and len(page["legs"]) == 2 and page["total_legs"] >= 3
+    assert len(page["symbol_proof"]) == 1  # BRVO's sibling in the two-symbol tree
+    assert answers["get_historical_replay"].structured_content["symbol_proof"] is None  # the universe summary
     assert set(page["legs"][0]) == {"entry_date", "entry_price", "exit_date", "exit_price", "return",
                                     "holding_days", "open"}  # fmt: skip
 
@@ -90,12 +92,13 @@ async def test_each_commitment_shows_the_evidence_hashes_its_entry_commits(mcp_h
         answer = await client.call_tool("list_publication_commitments", {})
 
     first, second = answer.structured_content["commitments"]
-    hashes = ("replay_sha256", "heldout_sha256", "walk_forward_sha256")
+    hashes = ("replay_sha256", "heldout_sha256", "walk_forward_sha256", "replay_symbols_root_sha256")
     assert answer.is_error is False
-    assert [first[name] for name in hashes] == [None, None, None]
+    assert [first[name] for name in hashes] == [None, None, None, None]
     assert (first["session"], first["snapshot_sha256"], second["publication_id"]) == ("2023-02-27", "ab" * 32, 1)
     assert [second[name] for name in hashes] == [
         snapshot.replay["sha256"], snapshot.heldout["sha256"], snapshot.walk_forward["sha256"],
+        snapshot.replay["symbols_root_sha256"],
     ]  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from evidence.eod import selectors as eod
 from evidence.eod.schemas import HeldoutOut, ReplayOut, WalkForwardOut
 from evidence.eod.services import eod_run
-from evidence.models import LogCheckpoint
+from evidence.models import LogCheckpoint, LogEntry
 from evidence.publication import selectors, services
 from evidence.publication.schemas import Receipt
 from evidence.publication.signing import format_private_key, parse_private_key
@@ -279,6 +279,7 @@ def published(tmp_path, client):
         eod_run(session=LAST)
     answers = {
         "replay.json": ReplayOut.model_validate(eod.replay(symbol=None, offset=0, limit=50)),
+        "replay_alfa.json": ReplayOut.model_validate(eod.replay(symbol="ALFA", offset=0, limit=200)),
         "heldout.json": HeldoutOut.model_validate(eod.heldout()),
         "walk_forward.json": WalkForwardOut.model_validate(eod.walk_forward(symbol=None)),
     }
@@ -300,7 +301,7 @@ def verify_eod(files: Path, answer: str) -> tuple[int, list[str]]:
     [
         ("heldout.json", ["eod answer hash", "eod evidence"]),
         ("walk_forward.json", ["eod answer hash", "eod evidence"]),
-        ("replay.json", ["eod evidence"]),  # one page of one symbol cannot show the hash of every symbol's legs
+        ("replay.json", ["eod evidence"]),  # the universe summary cannot show the hash of every symbol's legs
     ],
 )
 def test_end_of_day_evidence_verifies_against_its_snapshots_entry(published, answer, checks):
@@ -334,3 +335,66 @@ def test_a_changed_heldout_row_fails_whether_or_not_its_hash_was_recomputed(publ
     assert rehashed[1][-1] == (
         "FAIL  eod: entry 0 committed another heldout_sha256 (the evidence was changed after it was logged)"
     )
+
+
+def test_one_symbols_replay_is_checked_as_a_leaf_of_its_entrys_root(published):
+    answer = json.loads((published / "replay_alfa.json").read_text())
+    legs = answer["total_legs"]
+
+    code, lines = verify_eod(published, "replay_alfa.json")
+
+    assert code == 0
+    assert lines[1:] == [
+        "ok    entries: all 1 entries hash to the checkpoint's root",
+        "ok    eod evidence: historical_replay of the 2023-02-28 snapshot is what entry 0 committed",
+        f"ok    eod replay symbol: ALFA's summary and {legs} legs are leaf 0 of the 2-symbol replay root entry 0 "
+        "committed",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "failure"),
+    [
+        (lambda a: a["legs"][0].update({"return": a["legs"][0]["return"] + 0.01}),
+         "eod: ALFA's summary and legs are not the leaf entry 0 committed for it (the answer was changed)"),
+        (lambda a: a["summary"].update({"winners": a["summary"]["winners"] + 1}),
+         "eod: ALFA's summary and legs are not the leaf entry 0 committed for it (the answer was changed)"),
+        (lambda a: a.update({"symbol_proof": None}), "eod: the answer has no proof of ALFA among its symbols"),
+        (lambda a: a.update({"legs": a["legs"][1:3]}),
+         "eod: the answer holds 2 of ALFA's {legs} legs: save it asked with offset 0 and a limit of at least "
+         "total_legs to check them"),
+    ],
+    ids=["a_leg_edited", "the_summary_edited", "no_proof", "one_page_of_legs"],
+)  # fmt: skip
+def test_a_changed_or_partial_replay_of_one_symbol_fails(published, change, failure):
+    answer = json.loads((published / "replay_alfa.json").read_text())
+    legs = answer["total_legs"]
+    change(answer)
+    (published / "changed.json").write_text(json.dumps(answer))
+
+    code, lines = verify_eod(published, "changed.json")
+
+    assert code == 1
+    assert lines[-2].startswith("ok    eod evidence: ")  # the stated hash is still the logged one
+    assert lines[-1] == "FAIL  " + failure.format(legs=legs)
+
+
+def test_a_replay_of_one_symbol_logged_before_per_symbol_roots_is_held_to_its_stated_hash(published, client):
+    # An entry and an answer as they were before per-symbol roots: no root in the entry, no proof in the answer.
+    body = json.loads(LogEntry.objects.get(index=0).body)
+    older = {k: v for k, v in body.items() if k not in ("logged_at", "replay_symbols_root_sha256")}
+    services.entry_append({**older, "snapshot_sha256": "ab" * 32})
+    answer = json.loads((published / "replay_alfa.json").read_text())
+    del answer["symbol_proof"]
+    (published / "older.json").write_text(json.dumps({**answer, "snapshot_sha256": "ab" * 32}))
+    (published / "checkpoint.txt").write_text(client.get("/log/checkpoint").content.decode())
+    (published / "entries.json").write_text(client.get("/log/entries", {"start": 0, "end": 2}).content.decode())
+
+    code, lines = verify_eod(published, "older.json")
+
+    assert code == 0
+    assert lines[-2:] == [
+        "ok    eod evidence: historical_replay of the 2023-02-28 snapshot is what entry 1 committed",
+        "note  eod: entry 1 commits no per-symbol replay root (logged before them): ALFA's legs are held to the log "
+        "by the stated hash only",
+    ]

@@ -13,7 +13,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 # the in-band refusal 49,568; the nine end-of-day tools (fixed texts kept out of their schemas; the subscriber three
 # carry usage and receipt) and the two walk-forward tools with the mode, fold and out_of_sample fields took it to
 # 57,602 for 61 tools; the execution conditions' basis field and four descriptions naming refusals, 57,939;
-# annotations no longer repeating each tool's title, 57,478 (the budget followed it down).
+# annotations no longer repeating each tool's title, 57,478 (the budget followed it down); the end-of-day
+# commitments' evidence hashes and the replay's per-symbol proof, 57,653.
 # X-Leroy-Toolsets lets an agent take only the apps it needs. Raise it only for a new tool or
 # contract field, not for prose.
 TOOLS_LIST_TOKEN_BUDGET = 57_700
