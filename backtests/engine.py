@@ -233,6 +233,12 @@ STALE_CHECKED = frozenset(
 )
 
 
+def _clock(strategy: Any) -> float:
+    """The strategy's moment: its latest data's bar (Backtrader sets the strategy's clock so). A data whose bar is
+    older has none now, another data's bar having moved the clock."""
+    return float(max(data.datetime[0] for data in strategy.datas if len(data)))
+
+
 class GuardedBroker(bt.brokers.BackBroker):
     """The stock broker, taking only the order types it fills from the bars, and keeping every order decision
     (when, which data, what) for the truncation probe. Decisions taken in `stop()` are not kept: a run on cut
@@ -259,7 +265,7 @@ class GuardedBroker(bt.brokers.BackBroker):
             raise Refused("order_refused", ORDER_TYPES_HELP, agent_line())
         make = super().buy if side == "buy" else super().sell
         order = make(owner, data, size, **args)
-        if self.p.coc and len(data) and data.datetime[0] < max(d.datetime[0] for d in owner.datas if len(d)):
+        if self.p.coc and len(data) and data.datetime[0] < _clock(owner):
             # On close means this bar's close, and this data has no bar now (another data's bar moved the clock):
             # its close is an earlier bar's, seen before what the strategy saw since. It fills at its next open.
             order.addinfo(coc=False)
@@ -341,7 +347,7 @@ class GuardedBroker(bt.brokers.BackBroker):
         value = comminfo.getvaluesize(opened, price)
         cash -= (value / leverage if value > 0 else value) + comminfo.getcommission(opened, price)
         held = max(0.0, -size) * price * (1 + 1 / leverage)
-        now = max(data.datetime[0] for data in order.owner.datas if len(data))
+        now = _clock(order.owner)
         for data, other in self.positions.items():
             if data is not order.data and other.size < 0:
                 # marked at its last close before the bar being filled: a bar stamped `now` is not over yet
