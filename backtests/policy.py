@@ -32,6 +32,10 @@ MAX_PRINT_BYTES = 64 * 1024  # the documented cap on what `print` returns (UTF-8
 MAX_ERROR_BYTES = 4 * 1024  # the cap on an error message
 # Between a child's outcome JSON and a run's packed daily returns on its stdout (JSON text never holds a NUL byte).
 RETURNS_MARK = b"\0"
+# Opens the first line a child writes to its stderr, before the agent's code runs: the layers then in force, so a
+# job killed mid-run (wall clock, output, CPU) still reports what it ran under.
+LAYERS_MARK = b"\0layers:"
+IN_PROCESS_LAYERS = ("ast", "restricted_python")  # applied by the child's own compile, not by the OS
 STRATEGY_MODULE = "strategy"
 STRATEGY_FILENAME = "<strategy>"
 

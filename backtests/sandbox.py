@@ -37,9 +37,16 @@ from django.conf import settings
 
 import backtests
 from backtests import series
-from backtests.policy import MAX_PRINT_BYTES, RETURNS_MARK, clean_error, clean_strings, clip
+from backtests.policy import (
+    IN_PROCESS_LAYERS,
+    LAYERS_MARK,
+    MAX_PRINT_BYTES,
+    RETURNS_MARK,
+    clean_error,
+    clean_strings,
+    clip,
+)
 
-IN_PROCESS_LAYERS = ("ast", "restricted_python")
 CHILD_LAYERS = ("netns", "mountns", "rlimits", "uid_drop", "no_new_privs", "seccomp")
 ALL_LAYERS = frozenset(IN_PROCESS_LAYERS + CHILD_LAYERS + ("bubblewrap",))
 CHILD_ENV = {
@@ -546,7 +553,23 @@ def _supervise(
             seconds=seconds,
             returns=returns if outcome["ok"] else None,
         )
-    return Outcome(False, layers_seen, error=_failure(running, returncode, bytes(stderr)), seconds=seconds)
+    told, stderr_rest = told_layers(bytes(stderr))
+    error = _failure(running, returncode, stderr_rest, limits)
+    return Outcome(False, sorted(layers_seen + told), error=error, seconds=seconds)
+
+
+def told_layers(stderr: bytes) -> tuple[list[str], bytes]:
+    """The layers a child said were in force before the agent's code ran (its stderr's first line, when that line
+    is `LAYERS_MARK` and a JSON list: nothing the agent's code writes comes before it), and the rest of stderr."""
+    if not stderr.startswith(LAYERS_MARK):
+        return [], stderr
+    line, _, rest = stderr.partition(b"\n")
+    try:
+        named = json.loads(line.removeprefix(LAYERS_MARK))
+    except ValueError:
+        return [], rest
+    told = [str(layer) for layer in named if layer in ALL_LAYERS] if isinstance(named, list) else []
+    return sorted(set(told)), rest
 
 
 def read_outcome(stdout: bytes) -> tuple[Any, bytes | None]:
@@ -577,16 +600,17 @@ def _error(code: str, message: str) -> dict[str, Any]:
     return {"code": code, "message": message, "line": None}
 
 
-def _failure(running: Running, returncode: int, stderr: bytes) -> dict[str, Any]:
+def _failure(running: Running, returncode: int, stderr: bytes, limits: Limits) -> dict[str, Any]:
     if running.killed_by == "timeout":
-        return _error("timeout", "the strategy exceeded its wall-clock limit and was killed")
+        wall = f"{limits.wall_seconds:g}"
+        return _error("timeout", f"the strategy exceeded its wall-clock limit ({wall} s) and was killed")
     if running.killed_by == "output_limit":
         return _error("output_limit", "the strategy produced more output than allowed and was killed")
     if running.killed_by is not None:
         return _error("killed", f"the run was stopped ({running.killed_by})")
     sig = _signal_of(returncode)
     if sig == signal.SIGXCPU:
-        return _error("cpu_limit", "the strategy exceeded its CPU-time limit and was killed")
+        return _error("cpu_limit", f"the strategy exceeded its CPU-time limit ({limits.cpu_seconds} s) and was killed")
     if sig is not None:
         return _error("killed", f"the sandbox process was killed by signal {signal.Signals(sig).name}")
     tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]

@@ -50,6 +50,8 @@ from typing import Any  # noqa: E402
 
 from backtests import engine  # noqa: E402 - imports backtrader before any privilege is dropped
 from backtests.policy import (  # noqa: E402
+    IN_PROCESS_LAYERS,
+    LAYERS_MARK,
     MAX_PRINT_BYTES,
     RETURNS_MARK,
     PolicyViolation,
@@ -188,7 +190,7 @@ def _error_line(error: BaseException) -> int | None:
 
 def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
     prints = PrintBuffer(MAX_PRINT_BYTES)
-    in_process = {"ast", "restricted_python"} & set(job["layers"])
+    in_process = set(IN_PROCESS_LAYERS) & set(job["layers"])
     outcome: dict[str, Any] = {"layers": active + sorted(in_process)}
     try:
         strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
@@ -270,6 +272,8 @@ def main(parent: int) -> None:
     job = read_job(sys.stdin.buffer.read())
     sys.stdin.close()
     active = harden(set(job["layers"]), job["limits"], parent, job.get("hide", []))
+    in_force = active + sorted(set(IN_PROCESS_LAYERS) & set(job["layers"]))
+    os.write(2, LAYERS_MARK + json.dumps(in_force).encode() + b"\n")
     outcome = execute(job, active)
     returns = packed_returns(outcome)
     # Not escaped here: the parent escapes every string it reads from a child (this one included).

@@ -68,7 +68,12 @@ DRY_RUN_POLL_SECONDS = 0.1
 
 def _dry_run_outcome(user: User, code: str) -> dict[str, Any]:
     """Execute complete source on the fixed dry-run data set; saves no strategy, only that this source passed."""
-    outcome = sandbox.run_job(source=code, datas=dry_run_datas(), simulation=DRY_RUN_SIMULATION, parameters={})
+    limits = sandbox.Limits(
+        cpu_seconds=settings.LEROY_DRY_RUN_CPU_SECONDS, wall_seconds=settings.LEROY_DRY_RUN_WALL_SECONDS
+    )
+    outcome = sandbox.run_job(
+        source=code, datas=dry_run_datas(), simulation=DRY_RUN_SIMULATION, parameters={}, limits=limits
+    )
     summary = None
     if outcome.ok and outcome.result is not None:
         result = outcome.result
@@ -134,7 +139,7 @@ def _dry_runs_expire(*, user: User | None = None) -> int:
     """Close dry runs no worker took in time (busy) and those whose worker vanished (worker_lost)."""
     rows = DryRun.objects.all() if user is None else DryRun.objects.filter(user=user)
     queued = now() - timedelta(seconds=settings.LEROY_DRY_RUN_QUEUE_SECONDS + 5)
-    running = now() - timedelta(seconds=settings.LEROY_SANDBOX_WALL_SECONDS + 60)
+    running = now() - timedelta(seconds=settings.LEROY_DRY_RUN_WALL_SECONDS + 60)
     expired = rows.filter(status=Status.PENDING, created_at__lt=queued).update(
         status=Status.CANCELLED, busy=True, finished_at=now()
     )

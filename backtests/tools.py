@@ -206,7 +206,7 @@ async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
 
     run = await sync_to_async(lambda: services.dry_run_submit(user=call.user(), code=args.code))()
     queued_until = time.monotonic() + settings.LEROY_DRY_RUN_QUEUE_SECONDS
-    finish_by = queued_until + settings.LEROY_SANDBOX_WALL_SECONDS + 10
+    finish_by = queued_until + settings.LEROY_DRY_RUN_WALL_SECONDS + 10
     while (state := await sync_to_async(read)()).status not in TERMINAL:
         late = time.monotonic() > queued_until and state.status == Status.PENDING
         if late and await sync_to_async(services.dry_run_give_up)(run_id=run.pk):

@@ -394,6 +394,10 @@ LEROY_LOOKAHEAD_PROBE_CREDITS = int(env_str("LEROY_LOOKAHEAD_PROBE_CREDITS", "5"
 # per worker host, and a caller waits this long for a worker to take one before the answer is `busy`.
 LEROY_DRY_RUNS_PER_WORKER = int(env_str("LEROY_DRY_RUNS_PER_WORKER", "2"))
 LEROY_DRY_RUN_QUEUE_SECONDS = float(env_str("LEROY_DRY_RUN_QUEUE_SECONDS", "15"))
+# A dry run's own limits: 520 daily bars take a strategy well under a CPU-second, so a loop is told as `cpu_limit`
+# within seconds (the backtest's 120 CPU-s could not be reached within its wall clock on a busy worker).
+LEROY_DRY_RUN_CPU_SECONDS = int(env_str("LEROY_DRY_RUN_CPU_SECONDS", "15"))
+LEROY_DRY_RUN_WALL_SECONDS = float(env_str("LEROY_DRY_RUN_WALL_SECONDS", "60"))
 LEROY_OPTIMIZATION_POINT_CREDITS = int(env_str("LEROY_OPTIMIZATION_POINT_CREDITS", "5"))
 # Grid points per Celery task: start-up paid once per chunk, chunks small enough to share out over the workers.
 LEROY_OPTIMIZATION_POINTS_PER_TASK = int(env_str("LEROY_OPTIMIZATION_POINTS_PER_TASK", "2"))

@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from backtests import sandbox, services, tasks
 from backtests.models import DryRun, DryRunPass, Status
 from leroy.clock import now
-from tests.backtests.conftest import SMA_CROSS
+from tests.backtests.conftest import SMA_CROSS, expected_layers
 from tests.backtests.test_tools import client, ok, refused
 
 
@@ -55,6 +55,30 @@ def test_a_full_worker_answers_busy_and_runs_nothing(owner, settings, tmp_path, 
     run.refresh_from_db()
     assert held == 0
     assert (run.status, run.busy, run.outcome) == (Status.CANCELLED, True, None)
+    assert DryRunPass.objects.exists() is False
+
+
+LOOP = "class Loop(bt.Strategy):\n    def next(self):\n        while True:\n            pass\n"
+
+
+@pytest.mark.django_db
+def test_a_dry_run_that_never_ends_is_told_cpu_limit_by_its_own_limit(owner, settings, monkeypatch):
+    settings.LEROY_DRY_RUN_CPU_SECONDS = 1
+    settings.LEROY_SANDBOX_CPU_SECONDS = 10  # a backtest's: not the dry run's
+    monkeypatch.setattr(tasks.dry_run, "delay", lambda run_id: None)
+    run = services.dry_run_submit(user=owner, code=LOOP)
+
+    services.dry_run_execute(run_id=str(run.pk))
+
+    run.refresh_from_db()
+    assert run.status == Status.COMPLETED
+    assert run.outcome["success"] is False
+    assert run.outcome["error"] == {
+        "code": "cpu_limit",
+        "message": "the strategy exceeded its CPU-time limit (1 s) and was killed",
+        "line": None,
+    }
+    assert run.outcome["sandbox_layers"] == expected_layers()
     assert DryRunPass.objects.exists() is False
 
 

@@ -126,11 +126,40 @@ def test_restricted_layer_alone_refuses_dunder_access_at_compile_time():
     assert "__class__" in outcome.error["message"]
 
 
-def test_infinite_loop_is_killed_by_the_cpu_limit():
+def test_infinite_loop_is_killed_by_the_cpu_limit_and_reports_the_layers_it_ran_under():
     outcome = run(attack("while True:\n    pass", where="next"), limits=Limits(1, 20, FAST.memory_bytes, 10**6, 61000))
 
     assert outcome.ok is False
+    assert outcome.error == {
+        "code": "cpu_limit",
+        "message": "the strategy exceeded its CPU-time limit (1 s) and was killed",
+        "line": None,
+    }
+    assert outcome.layers == expected_layers()
+
+
+def test_a_job_killed_by_the_wall_clock_reports_the_layers_it_ran_under():
+    spin = attack("while True:\n    pass", where="next")
+    outcome = run(spin, limits=Limits(20, 1.5, FAST.memory_bytes, 10**6, 61000))
+
+    assert outcome.error == {
+        "code": "timeout",
+        "message": "the strategy exceeded its wall-clock limit (1.5 s) and was killed",
+        "line": None,
+    }
+    assert outcome.layers == expected_layers()
+
+
+def test_agent_code_cannot_claim_layers_for_a_job_killed_mid_run():
+    forged = sandbox.LAYERS_MARK + json.dumps(sorted(ALL_LAYERS)).encode() + b"\n"
+    outcome = run(
+        plain(f"os.write(2, {forged!r})\nwhile True:\n    pass"),
+        layers=frozenset(),
+        limits=Limits(1, 20, FAST.memory_bytes, 10**6, 0),
+    )
+
     assert outcome.error["code"] == "cpu_limit"
+    assert outcome.layers == ["process"]
 
 
 def test_memory_bomb_fails_with_memory_limit():

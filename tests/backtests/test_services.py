@@ -458,8 +458,7 @@ def test_sandbox_child_killed_mid_run_fails_the_report_and_voids_credits(
 
     assert report.status == Status.FAILED
     assert report.error == {"code": "killed", "message": "the run was stopped (worker_shutdown)", "line": None}
-    wrapped = ["bubblewrap"] if services.sandbox.bubblewrap_usable() else []
-    assert report.diagnostics["sandbox_layers"] == sorted(["process", *wrapped])
+    assert report.diagnostics["sandbox_layers"] == expected_layers()  # in force when it was killed
     assert credit_usage(user=owner)["credits_remaining"] == 1000
 
 
