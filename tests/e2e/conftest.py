@@ -146,6 +146,19 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("e2e-screenshots", numbered=False)
 
 
+# Every chart label as drawn: its font size on screen (its size in the chart's units times the chart's scale) and
+# whether it lies within its chart.
+LABELS_DRAWN = """() => Array.from(document.querySelectorAll("svg.chart .tick"), (label) => {
+  const box = label.getBoundingClientRect(), chart = label.ownerSVGElement.getBoundingClientRect();
+  return {
+    text: label.textContent,
+    px: Math.round(parseFloat(getComputedStyle(label).fontSize) * label.getScreenCTM().a * 10) / 10,
+    inside: box.left >= chart.left - 1 && box.right <= chart.right + 1 && box.top >= chart.top - 1
+      && box.bottom <= chart.bottom + 1,
+  };
+})"""
+
+
 @pytest.fixture
 def shoot(person: Page, screenshots: Path, request: pytest.FixtureRequest):
     """Save the page at desktop width and at 390 px (a phone) under the pytest tmp dir for review."""
@@ -158,9 +171,11 @@ def shoot(person: Page, screenshots: Path, request: pytest.FixtureRequest):
         person.screenshot(path=screenshots / f"{stem}-phone.png", full_page=True)
         # A phone must not have to scroll sideways.
         overflow = person.evaluate("document.documentElement.scrollWidth > window.innerWidth")
+        labels = person.evaluate(LABELS_DRAWN)
         if size:
             person.set_viewport_size(size)
         assert overflow is False, f"{name} is wider than 390 px"
+        assert [label for label in labels if label["px"] < 11 or not label["inside"]] == [], name
 
     return take
 
