@@ -288,12 +288,12 @@ def verdict(
                                                "not run."})  # fmt: skip
     if pbo is not None and pbo["value"] > thresholds.max_pbo:
         found["overfit"].append({"code": "pbo", "message": f"PBO {pbo['value']:.3f} is above "
-                                 f"LEROY_VERDICT_MAX_PBO {thresholds.max_pbo}."})  # fmt: skip
+                                 f"the limit of {thresholds.max_pbo} (LEROY_VERDICT_MAX_PBO)."})  # fmt: skip
     if pbo_refusal is not None:
         found["insufficient_evidence"].append({"code": "pbo_not_computed", "message": pbo_refusal})
     if trades < thresholds.min_trades:
-        found["insufficient_evidence"].append({"code": "trades", "message": f"{trades} trades, fewer than "
-                                               f"LEROY_VERDICT_MIN_TRADES {thresholds.min_trades}."})  # fmt: skip
+        required = f"the {thresholds.min_trades} required (LEROY_VERDICT_MIN_TRADES)"
+        found["insufficient_evidence"].append({"code": "trades", "message": f"{trades} trades, fewer than {required}."})
     if max_drawdown_pct is not None and max_drawdown_pct >= 100:
         # A drawdown of 100 % or more is an account value at or below zero (a short larger than the cash allows):
         # returns measured on it, and every ratio built on them, describe nothing an account could have had.
@@ -306,8 +306,8 @@ def verdict(
                                                "too few or too flat for a deflated Sharpe ratio."})  # fmt: skip
     elif dsr < thresholds.min_deflated_sharpe:
         found["fragile"].append({"code": "deflated_sharpe", "message": f"Deflated Sharpe {dsr:.3f} over "
-                                 f"{deflated['trials']} trials is below LEROY_VERDICT_MIN_DEFLATED_SHARPE "
-                                 f"{thresholds.min_deflated_sharpe}."})  # fmt: skip
+                                 f"{deflated['trials']} trials is below the {thresholds.min_deflated_sharpe} "
+                                 "required (LEROY_VERDICT_MIN_DEFLATED_SHARPE)."})  # fmt: skip
     status = next((name for name, reasons in found.items() if reasons), "robust")
     return {
         "status": status,

@@ -56,7 +56,7 @@ def test_the_report_page_shows_the_verdict_beside_the_statistics(client, owner):
 
     assert page.index('id="statistics"') < page.index('id="verdict"') < page.index("<h2>Trades</h2>")
     assert '<span class="badge" id="verdict-status">insufficient_evidence</span>' in page
-    assert "<code>trades</code> 4 trades, fewer than LEROY_VERDICT_MIN_TRADES 30." in page
+    assert "<code>trades</code> 4 trades, fewer than the 30 required (LEROY_VERDICT_MIN_TRADES)." in page
     assert "<dt>Trials</dt><dd>7</dd>" in page
     assert "not investment advice" in page
     assert "LEROY_VERDICT_MAX_PBO = 0.5" in page

@@ -212,3 +212,17 @@ def test_an_account_value_that_reached_zero_leaves_no_evidence_whatever_its_rati
             }
         ]
     )
+
+
+def test_verdict_messages_state_each_limit_and_the_setting_that_holds_it():
+    result = verdicts.verdict(
+        deflated=deflated(0.90), pbo={"value": 0.7}, pbo_refusal=None, lookahead="passed", trades=12,
+        thresholds=THRESHOLDS,
+    )  # fmt: skip
+
+    assert [reason["message"] for reason in result["reasons"]] == [
+        "PBO 0.700 is above the limit of 0.5 (LEROY_VERDICT_MAX_PBO).",
+        "12 trades, fewer than the 30 required (LEROY_VERDICT_MIN_TRADES).",
+        f"Deflated Sharpe 0.900 over {result['deflated_sharpe']['trials']} trials is below the 0.95 required "
+        "(LEROY_VERDICT_MIN_DEFLATED_SHARPE).",
+    ]
