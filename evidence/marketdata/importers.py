@@ -31,12 +31,22 @@ from leroy.clock import now
 MAX_LISTED = 20  # examples listed per problem in a rejection or gap report
 # A bar may be stamped this far past our clock (a vendor's or another node's clock running ahead), no further.
 CLOCK_SKEW = timedelta(minutes=5)
-# Previous close over open after an unadjusted split: a 2:1 split halves the price, its reverse (1:2) doubles it.
+# Common split ratios, each with the factor an unadjusted split divides the price by (the previous close over the
+# open): a 2:1 split halves it, a 1:10 reverse split multiplies it by ten.
+FORWARD_SPLITS = ((3, 2), (2, 1), (3, 1), (4, 1), (5, 1), (7, 1), (8, 1), (10, 1), (15, 1), (20, 1), (50, 1))
+REVERSE_SPLITS = (2, 3, 4, 5, 8, 10, 15, 20, 25, 30, 40, 50, 100)
 SPLIT_RATIOS = {
-    **{f"{new}:{old}": new / old for new, old in ((2, 1), (3, 1), (3, 2), (4, 1), (5, 1), (10, 1))},
-    **{f"{old}:{new}": old / new for new, old in ((2, 1), (3, 1), (3, 2), (4, 1), (5, 1), (10, 1))},
+    **{f"{new}:{old} split": new / old for new, old in FORWARD_SPLITS},
+    **{f"1:{old} reverse split": 1 / old for old in REVERSE_SPLITS},
 }
-SPLIT_TOLERANCE = 0.05  # relative: a split session's open also moves overnight like any other session's
+# How far, relative, an open may sit from where a split would put it (the previous close over the ratio) and still be
+# named a possible split. Splits are announced weeks ahead, so the move left once the ratio is taken out is an
+# ordinary overnight gap: 2-3% either way at most on a normal day, most of them within 1%. 1.5% keeps most of those
+# and leaves out large real moves near a ratio: a -32% open is 2.0% from a 3:2 split's and is not named. The price
+# paid: a split session that also gaps more than 1.5% goes unnamed. A real move inside the band (-33%, say) cannot
+# be told from a split by its prices, hence "possible" in the warning.
+SPLIT_TOLERANCE = 0.015
+MAX_WARNINGS = MAX_LISTED  # warnings listed in a report; `warnings_total` counts them all
 
 
 class ImportRejected(Exception):
@@ -74,6 +84,7 @@ class ImportReport:
     symbol_created: bool
     gaps: GapReport
     warnings: list[str]  # about bars stored all the same (a possible unadjusted split), for the user to check
+    warnings_total: int  # how many there were: `warnings` lists the first MAX_WARNINGS of them
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -280,13 +291,14 @@ def _check_alignment(bars: pl.DataFrame, *, frequency: str, asset_class: str) ->
     )
 
 
-def _split_warnings(bars: pl.DataFrame, *, ticker: str) -> list[str]:
-    """Sessions whose open against the previous session's close matches a common split ratio. An unadjusted split
-    looks like this, and so may a real move: the bars are stored and the user is asked to check the adjustment."""
-    jump = pl.col("previous_close") / pl.col("open")
+def _split_warnings(bars: pl.DataFrame, *, ticker: str) -> tuple[list[str], int]:
+    """Sessions whose open sits within SPLIT_TOLERANCE of where a common split of the previous session's close would
+    put it: the first MAX_WARNINGS of them, and how many there were. An unadjusted split looks like this, and so may a
+    real move: the bars are stored and the user is asked to check the adjustment."""
     ratio = pl.lit(None, dtype=pl.String)
-    for name, value in SPLIT_RATIOS.items():
-        ratio = pl.when((jump / value - 1).abs() <= SPLIT_TOLERANCE).then(pl.lit(name)).otherwise(ratio)
+    for name, factor in SPLIT_RATIOS.items():  # at most one matches: the ratios lie further apart than the tolerance
+        adjusted_move = pl.col("open") * factor / pl.col("previous_close") - 1
+        ratio = pl.when(adjusted_move.abs() <= SPLIT_TOLERANCE).then(pl.lit(name)).otherwise(ratio)
     sessions = (
         bars.group_by(session=pl.col("ts").dt.date(), maintain_order=True)  # a UTC day holds a whole XNYS session
         .agg(pl.col("open").first(), pl.col("close").last())
@@ -294,11 +306,14 @@ def _split_warnings(bars: pl.DataFrame, *, ticker: str) -> list[str]:
         .with_columns(ratio=ratio)
         .filter(pl.col("ratio").is_not_null())
     )
-    return [
-        f"{ticker} {row['session']}: opened at {row['open']:g} against the close of {row['previous_close']:g} on "
-        f"{row['previous_session']}, as after a {row['ratio']} split; check that the bars are split-adjusted"
-        for row in sessions.iter_rows(named=True)
+    listed = [
+        f"{ticker} {row['session']}: opened at {row['open']:g}, {row['open'] / row['previous_close'] - 1:+.1%} from "
+        f"the close of {row['previous_close']:g} on {row['previous_session']}, within {SPLIT_TOLERANCE:.1%} of a "
+        f"{row['ratio']}'s open: possibly an unadjusted split, possibly a real move; check that the bars are "
+        "split-adjusted"
+        for row in sessions.head(MAX_WARNINGS).iter_rows(named=True)
     ]
+    return listed, len(sessions)
 
 
 def _stored_around(symbol: Symbol, frequency: str, first: datetime, last: datetime) -> pl.DataFrame:
@@ -418,7 +433,7 @@ def bars_import(
             # Checked again over what is now stored around the new bars: the report describes the store, not the file.
             around = _stored_around(symbol, frequency, first_ts, last_ts)
             gaps = _check_alignment(around, frequency=frequency, asset_class=asset_class)
-            warnings = _split_warnings(around, ticker=ticker)
+            warnings, warnings_total = _split_warnings(around, ticker=ticker)
             transaction.on_commit(lambda: store.remove(replaced))
     except BaseException:
         stored_paths = BarPartition.objects.filter(symbol__ticker=ticker, frequency=frequency).values_list("path")
@@ -435,6 +450,7 @@ def bars_import(
         symbol_created=created,
         gaps=gaps,
         warnings=warnings,
+        warnings_total=warnings_total,
     )
 
 

@@ -8,6 +8,7 @@ import pytest
 import time_machine
 from django.core.management import CommandError, call_command
 
+from evidence.marketdata import calendar
 from evidence.marketdata.importers import ImportRejected, bars_import
 from evidence.marketdata.selectors import bars_data_version, bars_read
 from evidence.models import BarPartition, Symbol
@@ -119,9 +120,10 @@ def test_a_session_opening_at_half_the_previous_close_is_stored_with_a_split_war
     report = bars_import(ticker="SPLT", frequency="1d", frame=frame)
 
     assert report.warnings == [
-        "SPLT 2026-06-25: opened at 100.2 against the close of 200.4 on 2026-06-24, as after a 2:1 split; "
-        "check that the bars are split-adjusted"
+        "SPLT 2026-06-25: opened at 100.2, -50.0% from the close of 200.4 on 2026-06-24, within 1.5% of a 2:1 "
+        "split's open: possibly an unadjusted split, possibly a real move; check that the bars are split-adjusted"
     ]
+    assert report.warnings_total == 1
     assert len(bars_read(symbol=Symbol.objects.get(), frequency="1d")) == 4
 
 
@@ -131,9 +133,38 @@ def test_a_reverse_split_between_stored_and_new_sessions_is_warned() -> None:
     report = bars_import(ticker="RVRS", frequency="1m", frame=minute_bars([date(2026, 6, 29)], start_price=139.0))
 
     assert report.warnings == [
-        "RVRS 2026-06-29: opened at 139 against the close of 13.9 on 2026-06-26, as after a 1:10 split; "
-        "check that the bars are split-adjusted"
+        "RVRS 2026-06-29: opened at 139, +900.0% from the close of 13.9 on 2026-06-26, within 1.5% of a 1:10 "
+        "reverse split's open: possibly an unadjusted split, possibly a real move; check that the bars are "
+        "split-adjusted"
     ]
+    assert report.warnings_total == 1
+
+
+def test_a_twenty_for_one_split_is_warned() -> None:
+    frame = daily_bars(SPLIT_WEEK, opens=[2000.0, 2010.0, 100.8, 102.0], closes=[2010.0, 2000.0, 102.0, 103.0])
+
+    report = bars_import(ticker="TWNY", frequency="1d", frame=frame)
+
+    assert report.warnings == [
+        "TWNY 2026-06-25: opened at 100.8, -95.0% from the close of 2000 on 2026-06-24, within 1.5% of a 20:1 "
+        "split's open: possibly an unadjusted split, possibly a real move; check that the bars are split-adjusted"
+    ]
+    assert report.warnings_total == 1
+
+
+@pytest.mark.parametrize(
+    ("open_", "ratio"),
+    [(68.0, None), (66.0, "3:2"), (51.6, None), (50.7, "2:1"), (1012.0, "1:10 reverse"), (1020.0, None)],
+)
+def test_only_opens_within_the_tolerance_of_a_split_ratio_are_warned(open_: float, ratio: str | None) -> None:
+    # against a close of 100: a -32% crash is 2.0% from a 3:2 split's open, 51.6 is 3.2% from a 2:1's, 1,020 is 2.0%
+    # from a 1:10 reverse split's; 66, 50.7 and 1,012 lie within 1.5% of one
+    frame = daily_bars(SPLIT_WEEK[:2], opens=[100.0, open_], closes=[100.0, open_])
+
+    report = bars_import(ticker="EDGE", frequency="1d", frame=frame)
+
+    named = [found.group(1) for warning in report.warnings if (found := re.search(r"of a (.+?) split's", warning))]
+    assert (named, report.warnings_total) == (([ratio], 1) if ratio else ([], 0))
 
 
 def test_ordinary_overnight_gaps_carry_no_split_warning() -> None:
@@ -142,7 +173,42 @@ def test_ordinary_overnight_gaps_carry_no_split_warning() -> None:
 
     report = bars_import(ticker="GAPS", frequency="1d", frame=frame)
 
-    assert report.warnings == []
+    assert (report.warnings, report.warnings_total) == ([], 0)
+
+
+def test_a_file_of_jumps_lists_the_first_twenty_warnings_and_counts_them_all() -> None:
+    sessions = calendar.schedule(date(2026, 4, 1), date(2026, 6, 30)).get_column("session").head(31).to_list()
+    prices = [100.0 if i % 2 == 0 else 50.0 for i in range(len(sessions))]  # halves, then doubles, every session
+
+    report = bars_import(ticker="JUMPY", frequency="1d", frame=daily_bars(sessions, opens=prices, closes=prices))
+
+    assert report.warnings_total == 30
+    assert len(report.warnings) == 20
+    assert report.warnings[0] == (
+        "JUMPY 2026-04-02: opened at 50, -50.0% from the close of 100 on 2026-04-01, within 1.5% of a 2:1 split's "
+        "open: possibly an unadjusted split, possibly a real move; check that the bars are split-adjusted"
+    )
+    assert report.warnings[19] == (
+        f"JUMPY {sessions[20]}: opened at 100, +100.0% from the close of 50 on {sessions[19]}, within 1.5% of a 1:2 "
+        "reverse split's open: possibly an unadjusted split, possibly a real move; check that the bars are "
+        "split-adjusted"
+    )
+    assert len(bars_read(symbol=Symbol.objects.get(), frequency="1d")) == 31
+
+
+def test_command_prints_the_capped_warnings_with_their_total(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sessions = calendar.schedule(date(2026, 4, 1), date(2026, 6, 30)).get_column("session").head(25).to_list()
+    prices = [100.0 if i % 2 == 0 else 50.0 for i in range(len(sessions))]
+    path = tmp_path / "jumpy.parquet"
+    daily_bars(sessions, opens=prices, closes=prices).write_parquet(path)
+
+    call_command("import_bars", str(path), "--symbol", "JUMPY", "--frequency", "1d")
+
+    report = json.loads(capsys.readouterr().out)
+    assert (len(report["warnings"]), report["warnings_total"]) == (20, 24)
+    assert report["gaps"]["missing_bars"] == 0
 
 
 def test_second_import_extends_history_and_rejects_overlap(data_dir: Path) -> None:

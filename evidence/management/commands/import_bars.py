@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from evidence.marketdata.importers import ImportRejected, bars_import
+from evidence.marketdata.importers import MAX_WARNINGS, SPLIT_TOLERANCE, ImportRejected, bars_import
 from evidence.vocabulary import ASSET_CLASSES, FREQUENCIES
 
 # Column names used by common vendors (Yahoo, Polygon, Alpaca, Finam/MetaStock, Stooq, IB exports), lowercased
@@ -106,8 +106,9 @@ def vendor_frame(raw: pl.DataFrame, *, timezone: str = "UTC", date_format: str |
 class Command(BaseCommand):
     help = (
         "Validate and import OHLCV bars (CSV or Parquet, common vendor layouts). Prints a JSON report: gaps in the "
-        "stored sessions around the import, and warnings (a session opening at a common split ratio of the previous "
-        "close, e.g. 2:1 or 1:10: check the bars are split-adjusted)."
+        f"stored sessions around the import, and warnings (the first {MAX_WARNINGS}; warnings_total counts them all): "
+        f"a session opening within {SPLIT_TOLERANCE:.1%} of a common split ratio of the previous close, e.g. 2:1 or "
+        "1:10 reverse, a possible unadjusted split: check the bars are split-adjusted."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
