@@ -451,8 +451,24 @@ class MarketDataSampleOut(Out):
         )
 
 
+class SessionGapOut(Out):
+    session: str
+    missing_bars: int
+
+
+class ImportGapsOut(Out):
+    checked: bool
+    first_session: str
+    last_session: str
+    sessions_expected: int
+    sessions_missing: list[str]
+    sessions_with_gaps: list[SessionGapOut]
+    missing_bars: int
+
+
 class DownloadOut(Out):
-    """The stored global symbol; the download details are null when existing data was reused."""
+    """The stored global symbol; the download details are null when existing data was reused. warnings: possible
+    unadjusted splits, the first 20 of warnings_total."""
 
     symbol_id: str
     symbol: str
@@ -462,6 +478,9 @@ class DownloadOut(Out):
     rows: int | None = None
     first_timestamp: datetime | None = None
     last_timestamp: datetime | None = None
+    gaps: ImportGapsOut | None = None
+    warnings: list[str] | None = None
+    warnings_total: int | None = None
 
 
 class BacktestSubmitted(Out):

@@ -86,6 +86,10 @@ class ImportReport:
     warnings: list[str]  # about bars stored all the same (a possible unadjusted split), for the user to check
     warnings_total: int  # how many there were: `warnings` lists the first MAX_WARNINGS of them
 
+    def findings(self) -> dict[str, Any]:
+        """What the import found in the stored bars around it (gaps, possible splits), for every caller to report."""
+        return {"gaps": asdict(self.gaps), "warnings": list(self.warnings), "warnings_total": self.warnings_total}
+
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["first_ts"] = self.first_ts.isoformat()

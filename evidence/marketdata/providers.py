@@ -128,7 +128,8 @@ def normalize(symbol: str, asset_class: str) -> tuple[str, str]:
 def market_data_download(
     *, symbol: str, frequency: str, asset_class: str, provider: Provider | None = None
 ) -> dict[str, Any]:
-    """Store the symbol's full history at `frequency` unless it is already stored (then it is reused)."""
+    """Store the symbol's full history at `frequency` unless it is already stored (then it is reused), reporting what
+    the import found as a file import does: gaps in the stored sessions and possible unadjusted splits."""
     ticker, name = normalize(symbol, asset_class)
     existing = Symbol.objects.filter(ticker=ticker).first()
     if existing is not None and frequency in existing.frequencies:
@@ -153,4 +154,5 @@ def market_data_download(
         "rows": report.rows_written,
         "first_timestamp": report.first_ts.isoformat().replace("+00:00", "Z"),
         "last_timestamp": report.last_ts.isoformat().replace("+00:00", "Z"),
+        **report.findings(),
     }

@@ -15,6 +15,12 @@ DAILY = [
      "volume": 1000 * d, "adjClose": 1.0}
     for d in (2, 3, 4)
 ]  # fmt: skip
+# 2024-01-04 is missing, and 2024-01-05 opens at about half the close of 2024-01-03: unadjusted bars across a 2:1 split
+SPLIT = [
+    {"date": f"2024-01-0{d}T00:00:00.000Z", "open": o, "high": max(o, c), "low": min(o, c), "close": c, "volume": 1000}
+    for d, o, c in ((2, 198.0, 201.0), (3, 201.0, 200.4), (5, 100.2, 103.1), (8, 103.1, 99.0))
+]  # fmt: skip
+HOLIDAY = [dict(DAILY[0], date="2024-01-01T00:00:00.000Z"), *DAILY]  # New Year's Day: no XNYS session
 FX = [
     {"date": f"2024-01-02T0{h}:00:00.000Z", "ticker": "xauusd", "open": 2000.0 + h, "high": 2001.0 + h,
      "low": 1999.0 + h, "close": 2000.5 + h}
@@ -32,6 +38,8 @@ class FakeTiingo(BaseHTTPRequestHandler):
         FakeTiingo.requests.append((url.path, query, self.headers.get("Authorization", "")))
         body = {
             "/tiingo/daily/aapl/prices": DAILY,
+            "/tiingo/daily/splt/prices": SPLIT,
+            "/tiingo/daily/hldy/prices": HOLIDAY,
             "/tiingo/fx/xauusd/prices": FX,
             "/tiingo/crypto/prices": [{"ticker": "btcusd", "priceData": [dict(r, volume=5.0) for r in FX]}],
         }.get(url.path)
@@ -68,10 +76,40 @@ def test_equity_daily_history_is_downloaded_into_the_bar_store_and_then_reused(t
     assert first == {
         "symbol_id": str(symbol.pk), "symbol": "AAPL", "name": "AAPL", "reused": False, "frequency": "1d", "rows": 3,
         "first_timestamp": "2024-01-02T00:00:00Z", "last_timestamp": "2024-01-04T00:00:00Z",
+        "gaps": {"checked": True, "first_session": "2024-01-02", "last_session": "2024-01-04", "sessions_expected": 3,
+                 "sessions_missing": [], "sessions_with_gaps": [], "missing_bars": 0},
+        "warnings": [], "warnings_total": 0,
     }  # fmt: skip
     assert second == {"symbol_id": str(symbol.pk), "symbol": "AAPL", "name": "AAPL", "reused": True}
     assert tiingo.requests == [("/tiingo/daily/aapl/prices", {"startDate": "1900-01-01"}, "Token test-token")]
     assert symbol.frequencies == ["1d"]
+
+
+def test_download_reports_the_gaps_and_split_warnings_a_file_import_reports(tiingo):
+    result = providers.market_data_download(symbol="SPLT", frequency="1d", asset_class="equity")
+
+    assert (result["rows"], result["reused"]) == (4, False)
+    assert result["gaps"] == {
+        "checked": True, "first_session": "2024-01-02", "last_session": "2024-01-08", "sessions_expected": 5,
+        "sessions_missing": ["2024-01-04"], "sessions_with_gaps": [], "missing_bars": 1,
+    }  # fmt: skip
+    assert result["warnings"] == [
+        "SPLT 2024-01-05: opened at 100.2, -50.0% from the close of 200.4 on 2024-01-03, within 1.5% of a 2:1 "
+        "split's open: possibly an unadjusted split, possibly a real move; check that the bars are split-adjusted"
+    ]
+    assert result["warnings_total"] == 1
+    assert BarPartition.objects.get(symbol__ticker="SPLT").row_count == 4
+
+
+def test_bars_the_importer_refuses_store_nothing(tiingo, data_dir):
+    with pytest.raises(providers.DownloadError) as caught:
+        providers.market_data_download(symbol="HLDY", frequency="1d", asset_class="equity")
+
+    assert caught.value.code == "import_rejected"
+    assert str(caught.value) == "1 daily bars fall on days that are not XNYS sessions"
+    assert Symbol.objects.exists() is False
+    assert BarPartition.objects.exists() is False
+    assert [path for path in data_dir.rglob("*") if path.is_file()] == []
 
 
 def test_metal_pair_is_stored_compact_and_named_as_a_pair(tiingo):
@@ -124,8 +162,14 @@ def test_downloaded_and_reused_results_fit_the_tool_output_model(tiingo):
 
     first = providers.market_data_download(symbol="XAU/USD", frequency="1h", asset_class="forex")
     second = providers.market_data_download(symbol="XAUUSD", frequency="1h", asset_class="forex")
+    warned = providers.market_data_download(symbol="SPLT", frequency="1d", asset_class="equity")
 
     assert DownloadOut.model_validate(first).model_dump(mode="json") == first
     assert DownloadOut.model_validate(second).model_dump(mode="json") == second | dict.fromkeys(
-        ("frequency", "rows", "first_timestamp", "last_timestamp")
+        ("frequency", "rows", "first_timestamp", "last_timestamp", "gaps", "warnings", "warnings_total")
     )
+    assert DownloadOut.model_validate(warned).model_dump(mode="json") == warned
+    assert first["gaps"] == {
+        "checked": False, "first_session": "", "last_session": "", "sessions_expected": 0, "sessions_missing": [],
+        "sessions_with_gaps": [], "missing_bars": 0,
+    }  # fmt: skip
