@@ -275,7 +275,8 @@ async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> 
 async def download_market_data(call: ToolCall, args: DownloadArgs) -> DownloadOut:
     """Download full-history OHLCV for a stock, ETF, forex or metal pair, or crypto symbol through the
     configured provider and store it as a global symbol; existing global data is reused. Equities and ETFs
-    are 1d only; intraday (5m, 15m, 1h, 4h) needs forex or crypto. Returns the symbol name and id."""
+    are 1d only, split- and dividend-adjusted; intraday (5m, 15m, 1h, 4h) needs forex or crypto. Returns the symbol
+    name and id."""
     from evidence.marketdata import providers
 
     def run() -> DownloadOut:

@@ -32,12 +32,19 @@ class Provider(Protocol):
         ...
 
 
-def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+PRICES = ("open", "high", "low", "close")
+# A stock's daily prices as the provider adjusts them for splits and dividends (CRSP's method): its raw prices would
+# show every split as a crash (a 4:1 split as -75 %) to a strategy holding through it, and no dividend at all.
+ADJUSTED = {"open": "adjOpen", "high": "adjHigh", "low": "adjLow", "close": "adjClose", "volume": "adjVolume"}
+
+
+def _frame(rows: list[dict[str, Any]], *, adjusted: bool = False) -> pl.DataFrame:
+    field = ADJUSTED if adjusted else {name: name for name in (*PRICES, "volume")}
     return pl.DataFrame(
         {
             "ts": [datetime.fromisoformat(r["date"].replace("Z", "+00:00")).astimezone(UTC) for r in rows],
-            **{k: [float(r[k]) for r in rows] for k in ("open", "high", "low", "close")},
-            "volume": [float(r.get("volume") or 0.0) for r in rows],
+            **{k: [float(r[field[k]]) for r in rows] for k in PRICES},
+            "volume": [float(r.get(field["volume"]) or 0.0) for r in rows],
         },
         schema={
             "ts": pl.Datetime("us", "UTC"),
@@ -47,7 +54,8 @@ def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 
 
 class TiingoProvider:
-    """Tiingo-compatible REST endpoints: /tiingo/daily, /tiingo/fx and /tiingo/crypto."""
+    """Tiingo-compatible REST endpoints: /tiingo/daily (stored split- and dividend-adjusted), /tiingo/fx and
+    /tiingo/crypto."""
 
     def __init__(self, *, base_url: str, token: str, timeout: float = 60.0) -> None:
         self.base_url = base_url.rstrip("/")
@@ -86,8 +94,15 @@ class TiingoProvider:
             rows = answer[0]["priceData"] if answer else []
         if not isinstance(rows, list):
             raise DownloadError("provider_error", "The provider's answer was not a list of bars.")
+        adjusted = asset_class in ("equity", "etf")
+        if adjusted and not all(isinstance(r, dict) and r.get(ADJUSTED["close"]) is not None for r in rows):
+            raise DownloadError(
+                "provider_error",
+                "The provider's daily bars carry no split- and dividend-adjusted prices; raw prices would show "
+                "every split as a crash, so nothing was stored.",
+            )
         try:
-            return _frame(rows)
+            return _frame(rows, adjusted=adjusted)
         except (KeyError, TypeError, ValueError) as error:
             raise DownloadError("provider_error", f"The provider's bars are malformed: {error}") from None
 

@@ -6,20 +6,38 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from evidence.marketdata import providers
+from evidence.marketdata.selectors import bars_read
 from evidence.models import BarPartition, Symbol
 
 pytestmark = pytest.mark.django_db
 
+
+def adjusted(row: dict, factor: float) -> dict:
+    """A daily row as Tiingo sends it: raw prices and, beside them, the prices adjusted by `factor`."""
+    prices = {f"adj{k.title()}": row[k] * factor for k in ("open", "high", "low", "close")}
+    return {**row, **prices, "adjVolume": row["volume"] / factor}
+
+
 DAILY = [
-    {"date": f"2024-01-0{d}T00:00:00.000Z", "open": 10.0 + d, "high": 12.0 + d, "low": 9.0 + d, "close": 11.0 + d,
-     "volume": 1000 * d, "adjClose": 1.0}
+    adjusted({"date": f"2024-01-0{d}T00:00:00.000Z", "open": 10.0 + d, "high": 12.0 + d, "low": 9.0 + d,
+              "close": 11.0 + d, "volume": 1000 * d}, 1.0)
     for d in (2, 3, 4)
 ]  # fmt: skip
-# 2024-01-04 is missing, and 2024-01-05 opens at about half the close of 2024-01-03: unadjusted bars across a 2:1 split
+# 2024-01-04 is missing, and 2024-01-05 opens at about half the close of 2024-01-03, its adjusted prices too: a 2:1
+# split the provider did not adjust for
 SPLIT = [
-    {"date": f"2024-01-0{d}T00:00:00.000Z", "open": o, "high": max(o, c), "low": min(o, c), "close": c, "volume": 1000}
+    adjusted({"date": f"2024-01-0{d}T00:00:00.000Z", "open": o, "high": max(o, c), "low": min(o, c), "close": c,
+              "volume": 1000}, 1.0)
     for d, o, c in ((2, 198.0, 201.0), (3, 201.0, 200.4), (5, 100.2, 103.1), (8, 103.1, 99.0))
 ]  # fmt: skip
+# A 4:1 split before the 2024-01-05 session, adjusted by the provider: raw prices fall to a quarter, adjusted ones not
+FOUR_FOR_ONE = [
+    adjusted({"date": f"2024-01-0{d}T00:00:00.000Z", "open": o, "high": max(o, c), "low": min(o, c), "close": c,
+              "volume": 1000}, factor)
+    for d, o, c, factor in ((2, 400.0, 404.0, 0.25), (3, 404.0, 408.0, 0.25), (4, 408.0, 400.0, 0.25),
+                            (5, 100.5, 102.0, 1.0))
+]  # fmt: skip
+RAW_ONLY = [{key: value for key, value in row.items() if not key.startswith("adj")} for row in DAILY]
 HOLIDAY = [dict(DAILY[0], date="2024-01-01T00:00:00.000Z"), *DAILY]  # New Year's Day: no XNYS session
 FX = [
     {"date": f"2024-01-02T0{h}:00:00.000Z", "ticker": "xauusd", "open": 2000.0 + h, "high": 2001.0 + h,
@@ -39,6 +57,8 @@ class FakeTiingo(BaseHTTPRequestHandler):
         body = {
             "/tiingo/daily/aapl/prices": DAILY,
             "/tiingo/daily/splt/prices": SPLIT,
+            "/tiingo/daily/four/prices": FOUR_FOR_ONE,
+            "/tiingo/daily/rawo/prices": RAW_ONLY,
             "/tiingo/daily/hldy/prices": HOLIDAY,
             "/tiingo/fx/xauusd/prices": FX,
             "/tiingo/crypto/prices": [{"ticker": "btcusd", "priceData": [dict(r, volume=5.0) for r in FX]}],
@@ -99,6 +119,30 @@ def test_download_reports_the_gaps_and_split_warnings_a_file_import_reports(tiin
     ]
     assert result["warnings_total"] == 1
     assert BarPartition.objects.get(symbol__ticker="SPLT").row_count == 4
+
+
+def test_a_stock_is_stored_at_its_adjusted_prices_so_a_split_is_no_crash(tiingo):
+    result = providers.market_data_download(symbol="FOUR", frequency="1d", asset_class="equity")
+
+    stored = bars_read(symbol=Symbol.objects.get(ticker="FOUR"), frequency="1d")
+    assert stored.get_column("close").to_list() == [101.0, 102.0, 100.0, 102.0]
+    assert stored.get_column("open").to_list() == [100.0, 101.0, 102.0, 100.5]
+    assert stored.get_column("volume").to_list() == [4000.0, 4000.0, 4000.0, 1000.0]
+    assert (result["rows"], result["warnings"], result["warnings_total"]) == (4, [], 0)
+
+
+def test_a_stock_without_adjusted_prices_is_refused_and_nothing_is_stored(tiingo, data_dir):
+    with pytest.raises(providers.DownloadError) as caught:
+        providers.market_data_download(symbol="RAWO", frequency="1d", asset_class="equity")
+
+    assert caught.value.code == "provider_error"
+    assert str(caught.value) == (
+        "The provider's daily bars carry no split- and dividend-adjusted prices; raw prices would show every split "
+        "as a crash, so nothing was stored."
+    )
+    assert Symbol.objects.exists() is False
+    assert BarPartition.objects.exists() is False
+    assert [path for path in data_dir.rglob("*") if path.is_file()] == []
 
 
 def test_bars_the_importer_refuses_store_nothing(tiingo, data_dir):
