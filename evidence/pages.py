@@ -11,6 +11,7 @@ from accounts.models import User
 from accounts.views import account_page
 from evidence.models import ResearchHypothesis
 from evidence.publication import selectors as log_selectors
+from leroy.errors import DomainError
 
 PER_PAGE = 50
 LOG_ENTRIES_SHOWN = 20
@@ -29,9 +30,15 @@ def journal(request: HttpRequest) -> HttpResponse:
 
 @require_safe
 def publication_log(request: HttpRequest) -> HttpResponse:
-    """The log's latest signed checkpoint, its newest entries and how to check all of it offline with leroy-verify."""
+    """The log's latest signed checkpoint, its newest entries and how to check all of it offline with leroy-verify;
+    a 503 saying what to set while this server's key cannot serve the checkpoint or its key."""
+    try:
+        checkpoint = log_selectors.checkpoint()
+    except DomainError as refusal:
+        unavailable = {"message": refusal.message}
+        return render(request, "evidence/publication_log_unavailable.html", unavailable, status=503)
     context = {
-        "checkpoint": log_selectors.checkpoint(),
+        "checkpoint": checkpoint,
         "entries": log_selectors.recent_entries(limit=LOG_ENTRIES_SHOWN),
         "origin": settings.LEROY_PUBLIC_ORIGIN,
     }

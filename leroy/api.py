@@ -60,6 +60,7 @@ STATUS_OF_CODE = {
     "evidence_unavailable": 503,
     "queue_unavailable": 503,
     "database_unavailable": 503,
+    "log_unavailable": 503,
     "not_signed_in": 401,
     "csrf_failed": 403,
     "provider_unavailable": 503,

@@ -4,10 +4,13 @@ Everything is served for tree sizes up to the latest checkpoint; a response abou
 
 import base64
 import json
+import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from accounts.models import User
 from evidence.models import AnswerReceipt, LogCheckpoint, LogEntry, LogTimestamp
@@ -24,9 +27,11 @@ from evidence.publication.schemas import (
     TimestampAuthority,
 )
 from evidence.publication.services import LogError, checkpoint_text, day_tree_leaves
-from evidence.publication.signing import signer
+from evidence.publication.signing import Signer, local_key, signer
 from leroy_verify.merkle import EMPTY_ROOT, Tree
-from leroy_verify.note import parse_checkpoint
+from leroy_verify.note import NoteError, open_note, parse_checkpoint
+
+logger = logging.getLogger(__name__)
 
 MAX_ENTRIES = 1000
 TOKEN_PATH = "/log/checkpoint/timestamp"  # noqa: S105 (a URL path, not a secret)
@@ -46,10 +51,24 @@ def _b64(value: bytes) -> str:
     return base64.b64encode(value).decode()
 
 
+def _key(read: Callable[[], Signer]) -> Signer:
+    """The log's key, or `log_unavailable` (a 503, in band over MCP) saying what to set: a key that is unreadable,
+    or named for another origin where the key must sign, is the operator's to fix, not a server error."""
+    try:
+        return read()
+    except ImproperlyConfigured as error:  # its message names settings and origins, never a path or the key
+        raise LogError("log_unavailable", str(error)) from None
+
+
+def _head_note() -> str | None:
+    return LogCheckpoint.objects.order_by("-tree_size").values_list("note", flat=True).first()
+
+
 def checkpoint_note() -> str:
-    """The latest signed checkpoint (the empty tree's, signed now, before anything was appended)."""
-    head = LogCheckpoint.objects.order_by("-tree_size").values_list("note", flat=True).first()
-    return head if head is not None else signer().sign(checkpoint_text(0, EMPTY_ROOT))
+    """The latest signed checkpoint, as stored whatever key this server holds now; before anything was appended, the
+    empty tree's, signed now (which needs the key named for LEROY_LOG_ORIGIN)."""
+    head = _head_note()
+    return head if head is not None else _key(signer).sign(checkpoint_text(0, EMPTY_ROOT))
 
 
 def log_size() -> int:
@@ -57,7 +76,24 @@ def log_size() -> int:
 
 
 def verifier_key() -> str:
-    return str(signer().verifier)
+    """The key that verifies the served checkpoint: this server's key, whatever origin it is named for (a server
+    moved to another LEROY_LOG_ORIGIN still serves the log its key signed), as long as it verifies the latest one."""
+    head = _head_note()
+    if head is None:
+        return str(_key(signer).verifier)
+    verifier = _key(local_key).verifier
+    try:
+        open_note(head, verifier)
+    except NoteError:
+        origin = head.partition("\n")[0]
+        message = (
+            f"publication log: this server's signing key (named {verifier.name}) does not verify the log's latest "
+            f"checkpoint, of {origin}, so no key is served. Set LEROY_LOG_SIGNING_KEY to the key that signed the log "
+            f"(named {origin}) and LEROY_LOG_ORIGIN={origin} to go on with this log."
+        )
+        logger.error(message)
+        raise LogError("log_unavailable", message) from None
+    return str(verifier)
 
 
 def checkpoint() -> CheckpointOut:

@@ -74,7 +74,13 @@ def _key_text() -> str | None:
     if configured.startswith(PREFIX):
         return configured
     if configured:
-        return Path(configured).read_text()
+        try:
+            return Path(configured).read_text()
+        except OSError as error:  # the path stays in the log: an answer that repeats this message never shows it
+            logger.error("publication log: LEROY_LOG_SIGNING_KEY file %s: %s", configured, error)
+            raise ImproperlyConfigured(
+                f"LEROY_LOG_SIGNING_KEY names a key file this server cannot read ({error.strerror})"
+            ) from None
     path = settings.LEROY_LOG_KEY_FILE
     return path.read_text() if path.exists() else None
 
@@ -90,11 +96,17 @@ def key_name() -> str | None:
     return _parsed(text).verifier.name if text is not None else None
 
 
+def local_key() -> Signer:
+    """The log's key whatever its name (generated on first use): what verifies the checkpoints it signed. Only
+    signing needs its name to be LEROY_LOG_ORIGIN (`signer`)."""
+    return _parsed(_key_text() or _generated(settings.LEROY_LOG_KEY_FILE))
+
+
 def signer() -> Signer:
     """The log's key, refused unless it is named for LEROY_LOG_ORIGIN: the name is the origin a verifier expects on
     every checkpoint's first line, and a key kept from another origin (a var dir first served on another port) would
     sign a log that `leroy-verify` fails as two logs."""
-    key = _parsed(_key_text() or _generated(settings.LEROY_LOG_KEY_FILE))
+    key = local_key()
     origin = settings.LEROY_LOG_ORIGIN
     if key.verifier.name != origin:
         message = (

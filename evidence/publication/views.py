@@ -35,6 +35,12 @@ def _ints(request: HttpRequest, *names: str) -> list[int] | HttpResponse:
     return values
 
 
+def _unavailable(refusal: DomainError) -> HttpResponse:
+    """`log_unavailable`: what needs this server's key (the empty log's checkpoint, the key itself) when the key
+    cannot serve it; what is stored is still served by the other endpoints."""
+    return _public(JsonResponse(refusal.payload(), status=503), "no-store")
+
+
 def _json(build: Callable[[], Any]) -> HttpResponse:
     try:
         body = build()
@@ -45,7 +51,10 @@ def _json(build: Callable[[], Any]) -> HttpResponse:
 
 @require_safe
 def checkpoint(request: HttpRequest) -> HttpResponse:
-    note = selectors.checkpoint_note()
+    try:
+        note = selectors.checkpoint_note()
+    except DomainError as refusal:
+        return _unavailable(refusal)
     return _public(HttpResponse(note, content_type="text/plain; charset=utf-8"), "public, max-age=5")
 
 
@@ -101,7 +110,10 @@ def tile(request: HttpRequest, rest: str) -> HttpResponse:
 
 @require_safe
 def log_key(request: HttpRequest) -> HttpResponse:
-    key = selectors.verifier_key() + "\n"
+    try:
+        key = selectors.verifier_key() + "\n"
+    except DomainError as refusal:
+        return _unavailable(refusal)
     return _public(HttpResponse(key, content_type="text/plain; charset=utf-8"), "public, max-age=3600")
 
 

@@ -7,15 +7,19 @@ import hashlib
 import pytest
 import rfc8785
 from asgiref.sync import sync_to_async
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.test import override_settings
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from billing.models import UsageEvent
 from evidence.eod.services import eod_run
-from evidence.models import EodSnapshot
+from evidence.models import EodSnapshot, LogCheckpoint
 from evidence.publication.services import entry_append
+from evidence.publication.signing import format_private_key
 from tests.conftest import MCP_URL
 from tests.evidence.eod_world import LAST, eod_world, universe_settings
+from tests.evidence.test_publication_views import MOVED, NOT_THE_LOGS_KEY
 from tests.mcp.test_transport import MODERN, modern_call, modern_headers, sse_or_json
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
@@ -220,3 +224,32 @@ async def test_an_id_never_published_and_a_symbol_outside_the_universe_are_refus
         {"code": "symbol_not_in_universe", "message": "ZZZZ is not in the end-of-day universe."},
     )
     assert await sync_to_async(UsageEvent.objects.count)() == 0
+
+
+async def test_the_ledger_tools_read_the_log_whatever_origin_the_key_is_named_for(mcp_http, published):
+    await sync_to_async(published)()
+    ledger = ("list_publication_commitments", "get_publication_maturity", "get_provenance")
+    moved = format_private_key(MOVED, Ed25519PrivateKey.generate())
+    with override_settings(LEROY_LOG_ORIGIN=MOVED):
+        async with Client(streamable_http_client(MCP_URL, http_client=mcp_http()), mode=MODERN) as client:
+            renamed = {name: await client.call_tool(name, PUBLIC[name][0]) for name in ledger}
+    with override_settings(LEROY_LOG_ORIGIN=MOVED, LEROY_LOG_SIGNING_KEY=moved):
+        async with Client(streamable_http_client(MCP_URL, http_client=mcp_http()), mode=MODERN) as client:
+            rekeyed = {name: await client.call_tool(name, PUBLIC[name][0]) for name in ledger}
+
+    assert {name: answer.is_error for name, answer in renamed.items()} == dict.fromkeys(ledger, False)
+    provenance = renamed["get_provenance"].structured_content
+    assert provenance["verifier_key"].startswith("test.leroy.invalid/log+775b8874+")
+    assert provenance["checkpoint"].splitlines()[:2] == ["test.leroy.invalid/log", "1"]
+    assert rekeyed["list_publication_commitments"].structured_content == (
+        renamed["list_publication_commitments"].structured_content
+    )
+    assert rekeyed["get_publication_maturity"].structured_content == (
+        renamed["get_publication_maturity"].structured_content
+    )
+    assert (rekeyed["get_provenance"].is_error, rekeyed["get_provenance"].structured_content) == (
+        True,
+        {"error": {"code": "log_unavailable", "message": NOT_THE_LOGS_KEY}},
+    )
+    assert await LogCheckpoint.objects.acount() == 1
+    assert await UsageEvent.objects.aexists() is False

@@ -86,7 +86,7 @@ def test_nothing_is_signed_with_a_key_named_for_another_origin(caplog):
     with override_settings(LEROY_LOG_ORIGIN="127.0.0.1:8766/log"):
         with pytest.raises(ImproperlyConfigured) as appended:
             services.entries_append([snapshot()])
-        with pytest.raises(ImproperlyConfigured) as served:
+        with pytest.raises(services.LogError) as served:  # the empty log's checkpoint: a 503 saying what to set
             selectors.checkpoint_note()
 
     message = (
@@ -95,7 +95,8 @@ def test_nothing_is_signed_with_a_key_named_for_another_origin(caplog):
         "A log keeps its origin: set LEROY_LOG_ORIGIN=test.leroy.invalid/log to go on with the log of that key, or "
         "start a new log under 127.0.0.1:8766/log with a fresh LEROY_VAR_DIR (its database and generated key)."
     )
-    assert str(appended.value) == str(served.value) == message
+    assert str(appended.value) == served.value.message == message
+    assert served.value.code == "log_unavailable"
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("ERROR", message), ("ERROR", message)]
     assert LogEntry.objects.exists() is False
     assert LogCheckpoint.objects.exists() is False

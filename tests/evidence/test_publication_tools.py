@@ -9,14 +9,17 @@ import rfc8785
 import time_machine
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
+from django.test import override_settings
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from evidence.models import AnswerReceipt, LogEntry
+from billing.models import Transfer, UsageEvent
+from evidence.models import AnswerReceipt, LogCheckpoint, LogEntry
 from evidence.publication import services
 from tests.conftest import MCP_URL
 from tests.evidence.test_publication_verify import verify
-from tests.mcp.test_transport import modern_call, modern_headers
+from tests.evidence.test_publication_views import KEY_ELSEWHERE, MOVED
+from tests.mcp.test_transport import MODERN, modern_call, modern_headers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
@@ -98,3 +101,37 @@ async def test_a_real_answer_is_committed_proved_and_verified_from_the_servers_e
         "ok    checkpoint signature", "ok    consistency", "ok    entries", "ok    inclusion",
     ]  # fmt: skip
     assert lines[-1] == "ok    inclusion: entry 0 (market_memory_artifact) is in the tree of size 3"
+
+
+async def test_log_tools_serve_the_stored_log_under_a_key_named_for_another_origin(mcp_http):
+    await sync_to_async(services.entries_append)([snapshot(n) for n in range(3)])
+    with override_settings(LEROY_LOG_ORIGIN=MOVED):
+        async with Client(streamable_http_client(MCP_URL, http_client=mcp_http()), mode=MODERN) as client:
+            checkpoint = await client.call_tool("get_log_checkpoint", {})
+            inclusion = await client.call_tool("get_log_inclusion_proof", {"index": 1})
+
+    content = checkpoint.structured_content
+    assert (checkpoint.is_error, inclusion.is_error) == (False, False)
+    assert (content["origin"], content["tree_size"]) == ("test.leroy.invalid/log", 3)
+    assert content["verifier_key"].startswith("test.leroy.invalid/log+775b8874+")
+    assert inclusion.structured_content["checkpoint"] == content["checkpoint"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_log_tools_refuse_in_band_and_charge_nothing_while_the_empty_logs_key_is_named_for_another_origin(
+    mcp_http, api_key, owner, mode
+):
+    from tests.evidence.test_publication_log import Answer
+
+    answer = await sync_to_async(services.receipt_attach)(user=owner, tool="t", answer=Answer(value=1, words="x"))
+    with override_settings(LEROY_LOG_ORIGIN=MOVED):
+        async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=mode) as client:
+            checkpoint = await client.call_tool("get_log_checkpoint", {})
+            proof = await client.call_tool("get_answer_proof", {"evaluation_id": answer.receipt.answer_id})
+
+    refusal = {"error": {"code": "log_unavailable", "message": KEY_ELSEWHERE}}
+    assert (checkpoint.is_error, checkpoint.structured_content) == (True, refusal)
+    assert (proof.is_error, proof.structured_content) == (True, refusal)
+    assert await UsageEvent.objects.aexists() is False
+    assert await Transfer.objects.aexists() is False
+    assert await LogCheckpoint.objects.aexists() is False

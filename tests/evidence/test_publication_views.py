@@ -6,9 +6,13 @@ import json
 
 import pytest
 import rfc8785
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.test import override_settings
+from django.utils.html import escape
 
-from evidence.models import LogEntry
+from evidence.models import LogCheckpoint, LogEntry
 from evidence.publication import services
+from evidence.publication.signing import format_private_key
 from leroy_verify.merkle import Tree, leaf_hash, verify_consistency, verify_inclusion
 from leroy_verify.note import open_note, parse_checkpoint, parse_verifier_key
 
@@ -146,3 +150,90 @@ def test_the_log_page_says_exactly_what_is_committed_and_that_no_witness_cosigns
     )
     assert "<td>end-of-day snapshot of 2026-07-03</td>" in page
     assert "leroy-verify --log http://127.0.0.1:8000 --key KEY --eod heldout.json" in page
+
+
+MOVED = "127.0.0.1:8766/log"  # a var dir first served under the tests' origin, now served on another port
+KEY_ELSEWHERE = (
+    "publication log: the signing key is named test.leroy.invalid/log, not for this server's log origin "
+    "127.0.0.1:8766/log (LEROY_LOG_ORIGIN, by default the host of LEROY_PUBLIC_ORIGIN + /log); nothing is signed. "
+    "A log keeps its origin: set LEROY_LOG_ORIGIN=test.leroy.invalid/log to go on with the log of that key, or "
+    "start a new log under 127.0.0.1:8766/log with a fresh LEROY_VAR_DIR (its database and generated key)."
+)
+NOT_THE_LOGS_KEY = (
+    "publication log: this server's signing key (named 127.0.0.1:8766/log) does not verify the log's latest "
+    "checkpoint, of test.leroy.invalid/log, so no key is served. Set LEROY_LOG_SIGNING_KEY to the key that signed "
+    "the log (named test.leroy.invalid/log) and LEROY_LOG_ORIGIN=test.leroy.invalid/log to go on with this log."
+)
+
+
+def unavailable(message: str) -> dict[str, object]:
+    return {"error": {"code": "log_unavailable", "message": message}}
+
+
+def test_a_key_named_for_another_origin_still_serves_the_log_it_signed(client, log):
+    with override_settings(LEROY_LOG_ORIGIN=MOVED):
+        page = client.get("/log/")
+        note = client.get("/log/checkpoint")
+        key = client.get("/.well-known/leroy-log-key")
+
+    assert (page.status_code, note.status_code, key.status_code) == (200, 200, 200)
+    checkpoint = parse_checkpoint(open_note(note.content.decode(), parse_verifier_key(key.content.decode())))
+    assert (checkpoint.origin, checkpoint.size) == ("test.leroy.invalid/log", log)
+    assert f'<code id="verifier-key">{key.content.decode().strip()}</code>' in page.content.decode()
+    assert LogEntry.objects.count() == log and LogCheckpoint.objects.count() == 3
+
+
+def test_the_empty_log_answers_503_naming_the_origin_to_set_while_its_key_is_named_for_another(client):
+    with override_settings(LEROY_LOG_ORIGIN=MOVED):
+        note = client.get("/log/checkpoint")
+        key = client.get("/.well-known/leroy-log-key")
+        page = client.get("/log/")
+
+    assert (note.status_code, key.status_code, page.status_code) == (503, 503, 503)
+    assert note.json() == key.json() == unavailable(KEY_ELSEWHERE)
+    assert note["Cache-Control"] == key["Cache-Control"] == "no-store"
+    assert page["Content-Type"] == "text/html; charset=utf-8"
+    assert f'<p id="log-unavailable"><code>{escape(KEY_ELSEWHERE)}</code></p>' in page.content.decode()
+    assert LogCheckpoint.objects.exists() is False
+
+
+def test_a_key_that_did_not_sign_the_log_serves_the_stored_checkpoint_and_a_503_for_the_key(client, log):
+    moved = format_private_key(MOVED, Ed25519PrivateKey.generate())
+    stored = client.get("/log/checkpoint").content
+
+    with override_settings(LEROY_LOG_ORIGIN=MOVED, LEROY_LOG_SIGNING_KEY=moved):
+        note = client.get("/log/checkpoint")
+        entries = client.get("/log/entries", {"start": 0, "end": log})
+        key = client.get("/.well-known/leroy-log-key")
+        page = client.get("/log/")
+
+    assert (note.status_code, note.content) == (200, stored)
+    assert [item["index"] for item in entries.json()["entries"]] == list(range(log))
+    assert (key.status_code, key.json()) == (503, unavailable(NOT_THE_LOGS_KEY))
+    assert page.status_code == 503 and escape(NOT_THE_LOGS_KEY) in page.content.decode()
+    assert moved.split("+")[-1] not in key.content.decode() + page.content.decode()
+    assert LogCheckpoint.objects.count() == 3
+
+
+def test_an_unreadable_key_file_answers_503_without_naming_its_path(client, log, tmp_path):
+    missing = tmp_path / "log_signing_key"
+
+    with override_settings(LEROY_LOG_SIGNING_KEY=str(missing)):
+        note = client.get("/log/checkpoint")
+        key = client.get("/.well-known/leroy-log-key")
+        page = client.get("/log/")
+
+    message = "LEROY_LOG_SIGNING_KEY names a key file this server cannot read (No such file or directory)"
+    assert note.status_code == 200
+    assert (key.status_code, key.json()) == (503, unavailable(message))
+    assert page.status_code == 503 and escape(message) in page.content.decode()
+    assert str(tmp_path) not in key.content.decode() + page.content.decode()
+    assert missing.exists() is False
+
+
+def test_the_rest_checkpoint_answers_503_while_the_empty_logs_key_is_named_for_another_origin(client):
+    with override_settings(LEROY_LOG_ORIGIN=MOVED):
+        response = client.get("/api/v1/evidence/get_log_checkpoint")
+
+    assert (response.status_code, response.json()) == (503, unavailable(KEY_ELSEWHERE))
+    assert LogCheckpoint.objects.exists() is False
