@@ -217,7 +217,21 @@ def parse_message(body: bytes) -> Any:
         raise InvalidMessage(-32700, "Parse error: the body is not JSON") from None
     if _depth(message) > MAX_JSON_DEPTH:
         raise InvalidMessage(-32600, f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    if repeated := _repeated_outside_arguments(message):
+        # The SDK would read the last of each (a tools/list that ends a tools/call, another tool's name, another id):
+        # the message is no one Request object (JSON-RPC 2.0 §5.1), whatever protocol era it comes in.
+        names = ", ".join(repeated)
+        raise InvalidMessage(
+            -32600, f"Invalid Request: {names} given more than once (a name may appear once in a JSON object)"
+        )
     return message
+
+
+def _repeated_outside_arguments(message: Any) -> list[str]:
+    """The names `message` gives more than once, but for those inside a tool call's arguments: the tool's own parser
+    refuses those in band, as `invalid_arguments`, as it does every misfit argument."""
+    call = isinstance(message, dict) and message.get("method") == "tools/call"
+    return sorted(name for name in repeated_names(message) if not (call and name.startswith("params.arguments.")))
 
 
 def _misread_by_sdk(arguments: Any) -> bool:

@@ -1,11 +1,12 @@
 """Bodies no handler should see: answered with a JSON-RPC error and HTTP 400, before auth work or rate limits."""
 
+import json
 import logging
 
 import pytest
 
 from leroy.mcp.transport import MAX_JSON_DEPTH
-from tests.mcp.test_transport import modern_call, modern_headers
+from tests.mcp.test_transport import MODERN, modern_call, modern_headers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
@@ -73,3 +74,43 @@ async def test_refused_bodies_do_not_spend_the_rate_limit(mcp_http):
 
     assert refused == [400] * 45
     assert served.status_code == 200  # 45 > the anonymous limit of 40: none of them was counted
+
+
+GIVEN_TWICE = {  # each the fragment of a tools/call of probe_metered that a body gives twice, last what it asks
+    "method": ('"method": "tools/call"', '"method": "tools/list", "method": "tools/call"'),
+    "params": ('"params": {', '"params": {"name": "probe_echo", "arguments": {"text": "x"}}, "params": {'),
+    "params.name": ('"name": "probe_metered"', '"name": "probe_echo", "name": "probe_metered"'),
+    "params.arguments": ('"arguments": {', '"arguments": {"side": "sell"}, "arguments": {'),
+    "id": ('"id": 7', '"id": 1, "id": 7'),
+}
+
+
+@pytest.mark.parametrize("name", GIVEN_TWICE)
+@pytest.mark.parametrize("era", ["2025-11-25", MODERN])
+async def test_a_message_giving_a_name_twice_outside_the_arguments_is_an_invalid_request_and_calls_nothing(
+    mcp_http, api_key, name, era
+):
+    from billing.models import Transfer, UsageEvent
+
+    body, headers = modern_call("probe_metered", {"side": "buy"}), modern_headers("tools/call", "probe_metered")
+    if era != MODERN:
+        del body["params"]["_meta"]
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                   "MCP-Protocol-Version": era}  # fmt: skip
+    once, twice = GIVEN_TWICE[name]
+    raw = json.dumps(body)
+    assert raw.count(once) == 1
+    async with mcp_http(api_key) as http:
+        response = await http.post("/api/mcp", content=raw.replace(once, twice), headers=headers)
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": -32600,
+            "message": f"Invalid Request: {name} given more than once (a name may appear once in a JSON object)",
+        },
+    }
+    assert await UsageEvent.objects.aexists() is False
+    assert await Transfer.objects.aexists() is False
