@@ -10,12 +10,14 @@ access tokens are accepted at /api/mcp alone: a request presenting any Authoriza
 also carries a session. Public tools need no session.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import pydantic_core
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Router
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -99,8 +101,22 @@ class PydanticJSON(BaseRenderer):
         return pydantic_core.to_json(data)
 
 
+def _docs_methods(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """ninja's docs page and OpenAPI document answer every method alike: they take GET and HEAD, and refuse any
+    other as a generated route does (a JSON 405 with `Allow`), not with the CSRF page, since they change nothing."""
+
+    @csrf_exempt
+    def docs(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method not in ("GET", "HEAD"):
+            return _method_refused(request, "GET, HEAD")
+        return view(request, *args, **kwargs)
+
+    return docs
+
+
 api = NinjaAPI(
     renderer=PydanticJSON(),
+    docs_decorator=_docs_methods,
     title="Leroy",
     version="1",
     description="Research-only evidence and backtesting: the REST mirror of Leroy's MCP tools.",

@@ -377,3 +377,29 @@ def test_a_body_giving_a_name_twice_is_refused_naming_it_and_charges_nothing(own
         },
     )
     assert UsageEvent.objects.exists() is False
+
+
+DOCS = ["/api/v1/docs", "/api/v1/openapi.json"]
+
+
+@pytest.mark.parametrize("path", DOCS)
+@pytest.mark.parametrize("method", ["FOO", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"])
+def test_the_docs_routes_refuse_a_method_they_do_not_take_as_every_route_does(path, method):
+    response = Client(enforce_csrf_checks=True).generic(method, path)
+
+    assert (response.status_code, response["Content-Type"], response["Allow"]) == (
+        405,
+        "application/json; charset=utf-8",
+        "GET, HEAD",
+    )
+    assert response.json() == {
+        "error": {"code": "method_not_allowed", "message": f"This route takes GET, HEAD only, not {method}."}
+    }
+
+
+@pytest.mark.parametrize("path", DOCS)
+def test_the_docs_routes_answer_head_as_their_get_without_the_body(path):
+    get, head = Client().get(path), Client().head(path)
+
+    assert (get.status_code, bool(get.content)) == (200, True)
+    assert (head.status_code, head["Content-Type"], head.content) == (200, get["Content-Type"], b"")
