@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import contextvars
 import os
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -105,8 +106,13 @@ class LeroyASGI:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
-        else:
-            await self.admission(scope, receive, send)
+            return
+        # Each request runs in an empty context. On asyncio a request's task can start in a copy of an earlier
+        # request's context on the same connection (CPython gh-140947: after a large body uvicorn resumes reading
+        # from inside that request's task, and creates the next request's task from that callback), and whatever the
+        # earlier request had set would be seen: an anonymous MCP request was served as the earlier caller.
+        serve = self.admission(scope, receive, send)
+        await asyncio.get_running_loop().create_task(serve, context=contextvars.Context())
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with REQUEST_THREADS.lease():

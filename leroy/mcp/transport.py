@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 from django.urls import reverse
-from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from pydantic import PrivateAttr
@@ -284,7 +284,7 @@ class McpTransport:
     """ASGI app for /api/mcp wrapping the SDK's Starlette app."""
 
     def __init__(self, sdk_app: ASGIApp, authenticate: Callable[[str], AccessToken | None] = _authenticate) -> None:
-        self.sdk_app = AuthContextMiddleware(sdk_app)
+        self.sdk_app = sdk_app
         self.authenticate: Callable[[str], Awaitable[AccessToken | None]] = sync_to_async(authenticate)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -365,7 +365,13 @@ class McpTransport:
         if await self._refused_tool_call(scope, message, token, send):
             return
         scope["user"] = AuthenticatedUser(token) if token else None
-        await self.sdk_app(scope, _replay(body, receive), send)
+        # The principal the SDK's handlers read, set for every request, anonymous ones too (the SDK's own middleware
+        # sets it only for a signed-in caller, so an anonymous request could read one left in its context).
+        principal = auth_context_var.set(scope["user"])
+        try:
+            await self.sdk_app(scope, _replay(body, receive), send)
+        finally:
+            auth_context_var.reset(principal)
 
     @staticmethod
     def _call_log(scope: Scope, message: Any, request_id: str) -> calllog.CallLog | None:
