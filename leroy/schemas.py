@@ -56,9 +56,14 @@ def _json_object(pairs: list[tuple[str, Any]]) -> JSONObject:
     return parsed
 
 
+def _not_json(literal: str) -> Any:
+    raise ValueError(f"{literal} is not JSON")
+
+
 def json_loads(raw: bytes | str) -> Any:
-    """`json.loads`, each object read as a JSONObject: what both edges parse a request body with."""
-    return json.loads(raw, object_pairs_hook=_json_object)
+    """`json.loads`, each object read as a JSONObject: what both edges parse a request body with. NaN, Infinity and
+    -Infinity, which Python's parser takes, are refused as what they are: not JSON (RFC 8259 §6)."""
+    return json.loads(raw, object_pairs_hook=_json_object, parse_constant=_not_json)
 
 
 def repeated_names(value: Any) -> list[str]:

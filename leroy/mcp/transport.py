@@ -118,6 +118,11 @@ def principal_of(token: AccessToken | None) -> Principal | None:
     )
 
 
+# Counted against the caller's per-minute limit: a tool call, and a resource read or prompt (each answered by the
+# tool that answers the same question, so limited alike).
+RATE_LIMITED = frozenset({"tools/call", "resources/read", "prompts/get"})
+
+
 def _authenticate(raw: str) -> AccessToken | None:
     """An API key (`lr_live_…`) or an OAuth access token bound to this resource; None for anything else."""
     if not raw.startswith(account_services.KEY_PREFIX):
@@ -217,6 +222,8 @@ def parse_message(body: bytes) -> Any:
         raise InvalidMessage(-32700, "Parse error: the body is not JSON") from None
     if _depth(message) > MAX_JSON_DEPTH:
         raise InvalidMessage(-32600, f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    if problem := _not_one_message(message):
+        raise InvalidMessage(-32600, f"Invalid Request: {problem}")
     if repeated := _repeated_outside_arguments(message):
         # The SDK would read the last of each (a tools/list that ends a tools/call, another tool's name, another id):
         # the message is no one Request object (JSON-RPC 2.0 §5.1), whatever protocol era it comes in.
@@ -225,6 +232,26 @@ def parse_message(body: bytes) -> Any:
             -32600, f"Invalid Request: {names} given more than once (a name may appear once in a JSON object)"
         )
     return message
+
+
+def _not_one_message(message: Any) -> str | None:
+    """What keeps `message` from being one JSON-RPC 2.0 request, notification or response (JSON-RPC 2.0 §4, §5; an
+    MCP request id is never null), said in a line; None when it is one. Checked here for both eras: the SDK's
+    2025-11-25 path answered these with -32602 and its model's validation dump."""
+    if isinstance(message, list):
+        return "a batch (an array of messages) is not accepted: send one message per request"
+    if not isinstance(message, dict):
+        return "a message is a JSON object"
+    if message.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if "method" in message:
+        if not isinstance(message["method"], str):
+            return "method must be a string"
+        if "id" in message and message["id"] is None:
+            return "id must not be null (a notification has no id)"
+    elif "id" not in message or ("result" in message) == ("error" in message):
+        return "a message without a method is a response: an id and either a result or an error"
+    return None
 
 
 def _repeated_outside_arguments(message: Any) -> list[str]:
@@ -401,7 +428,8 @@ class McpTransport:
             )
 
     async def _refused_tool_call(self, scope: Scope, message: Any, token: AccessToken | None, send: Send) -> bool:
-        """Rate-limit tool calls and refuse those the caller may not make; True when a response was sent."""
+        """Rate-limit tool calls and the resource reads and prompts answered like them, and refuse tool calls the
+        caller may not make; True when a response was sent."""
         if not isinstance(message, dict):
             return False
         request_id = message.get("id")
@@ -410,13 +438,20 @@ class McpTransport:
             error = {"code": -32600, "message": "Invalid Request: id must be a string or a number"}
             await _respond(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})
             return True
-        if message.get("method") != "tools/call":
+        method = message.get("method")
+        if not isinstance(method, str) or method not in RATE_LIMITED:
             return False
         params = message.get("params")
         name = params.get("name") if isinstance(params, dict) else None
         header_name = _header(scope, b"mcp-name")
         header_name = None if header_name is None else header_name.strip()  # RFC 9110: a value excludes its OWS
-        if header_name is not None and header_name != name and _header(scope, b"mcp-protocol-version") != MODERN:
+        tool_call = method == "tools/call"
+        if (
+            tool_call
+            and header_name is not None
+            and header_name != name
+            and _header(scope, b"mcp-protocol-version") != MODERN
+        ):
             # The 2026-07-28 path refuses this in the SDK; the 2025-11-25 path would ignore the header.
             error = {"code": -32020, "message": f"Mcp-Name header does not match the request's name ({name!r})"}
             await _respond(send, 400, {"jsonrpc": "2.0", "id": request_id, "error": error})
@@ -435,13 +470,15 @@ class McpTransport:
         retry_after = await rate_limit_retry_after(identity, limit)
         if retry_after is not None:
             metrics.RATE_LIMIT_REFUSALS.labels(kind).inc()
-            error = {"code": -32000, "message": f"Rate limit of {limit} tool calls per minute exceeded"}
+            error = {"code": -32000, "message": f"Rate limit of {limit} calls per minute exceeded"}
             error["data"] = {"code": "rate_limited", "limit_per_minute": limit, "retry_after_seconds": retry_after}
             await _respond(
                 send, 429, {"jsonrpc": "2.0", "id": request_id, "error": error}, {"Retry-After": str(retry_after)}
             )
             return True
 
+        if not tool_call:
+            return False
         spec = REGISTRY.get(name) if isinstance(name, str) else None
         modern = _header(scope, b"mcp-protocol-version") == MODERN
         if spec is None or (header_name is not None and header_name != name) or (modern and header_name is None):

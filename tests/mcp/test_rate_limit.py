@@ -91,3 +91,35 @@ async def test_limit_is_shared_across_web_nodes_through_redis(mcp_http):
             ) as node_b,
         ):
             assert await call(node_b, "probe_echo", {"text": "x"}) == 429
+
+
+LEGACY = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+DOCS_READ = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "resources/read",
+    "params": {"uri": "leroy://docs/strategy-authoring"},
+}
+PROMPT = {"jsonrpc": "2.0", "id": 1, "method": "prompts/get",
+          "params": {"name": "author_and_dry_run_strategy", "arguments": {"idea": "buy dips"}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("message", [DOCS_READ, PROMPT], ids=["resources/read", "prompts/get"])
+async def test_resource_reads_and_prompts_count_against_the_callers_limit_as_tool_calls_do(mcp_http, api_key, message):
+    with time_machine.travel(FROZEN, tick=False):
+        async with mcp_http(api_key) as http:
+            statuses = [await call(http, "probe_whoami", {}) for _ in range(60)]
+            statuses += [(await http.post("/api/mcp", json=message, headers=LEGACY)).status_code for _ in range(60)]
+            refused = await http.post("/api/mcp", json=message, headers=LEGACY)
+            tool_after = await call(http, "probe_whoami", {})
+
+    assert statuses == [200] * 120
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "50"
+    assert refused.json()["error"]["message"] == "Rate limit of 120 calls per minute exceeded"
+    assert refused.json()["error"]["data"] == {
+        "code": "rate_limited",
+        "limit_per_minute": 120,
+        "retry_after_seconds": 50,
+    }
+    assert tool_after == 429

@@ -107,3 +107,52 @@ async def test_arguments_giving_a_name_twice_are_refused_in_band_by_the_tools_pa
         }
     }
     assert await UsageEvent.objects.aexists() is False
+
+
+NOT_ONE_MESSAGE = [
+    ([legacy_call("probe_echo")], "a batch (an array of messages) is not accepted: send one message per request"),
+    ([], "a batch (an array of messages) is not accepted: send one message per request"),
+    (5, "a message is a JSON object"),
+    ("hi", "a message is a JSON object"),
+    (legacy_call("probe_echo") | {"jsonrpc": "1.0"}, 'jsonrpc must be "2.0"'),
+    ({k: v for k, v in legacy_call("probe_echo").items() if k != "jsonrpc"}, 'jsonrpc must be "2.0"'),
+    (legacy_call("probe_echo") | {"method": ["tools/call"]}, "method must be a string"),
+    (legacy_call("probe_echo") | {"method": 5}, "method must be a string"),
+    (legacy_call("probe_echo", None), "id must not be null (a notification has no id)"),
+    ({"jsonrpc": "2.0", "id": 1}, "a message without a method is a response: an id and either a result or an error"),
+    (
+        {"jsonrpc": "2.0", "result": {}},
+        "a message without a method is a response: an id and either a result or an error",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "problem"), NOT_ONE_MESSAGE)
+@pytest.mark.parametrize("era", ["2025-11-25", MODERN])
+async def test_a_body_that_is_not_one_json_rpc_message_is_an_invalid_request_saying_why(
+    mcp_http, api_key, body, problem, era
+):
+    headers = LEGACY if era != MODERN else modern_headers("tools/call", "probe_echo")
+    async with mcp_http(api_key) as http:
+        response = await http.post("/api/mcp", json=body, headers=headers)
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": f"Invalid Request: {problem}"},
+    }
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+async def test_nan_and_infinity_are_not_json_and_get_a_parse_error(mcp_http, api_key, literal):
+    body = json.dumps(legacy_call("probe_echo")).replace('"arguments": {}', f'"arguments": {{"text": {literal}}}')
+    async with mcp_http(api_key) as http:
+        response = await http.post("/api/mcp", content=body, headers=LEGACY | {"Content-Type": "application/json"})
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": "Parse error: the body is not JSON"},
+    }
