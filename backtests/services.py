@@ -10,13 +10,14 @@ import hashlib
 import itertools
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, get_args
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import F, FloatField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
@@ -66,13 +67,20 @@ def code_sha256(code: str) -> str:
 DRY_RUN_POLL_SECONDS = 0.1
 
 
-def _dry_run_outcome(user: User, code: str) -> dict[str, Any]:
+def _dry_run_outcome(
+    user: User, code: str, on_start: Callable[[sandbox.Running], None] | None = None
+) -> dict[str, Any]:
     """Execute complete source on the fixed dry-run data set; saves no strategy, only that this source passed."""
     limits = sandbox.Limits(
         cpu_seconds=settings.LEROY_DRY_RUN_CPU_SECONDS, wall_seconds=settings.LEROY_DRY_RUN_WALL_SECONDS
     )
     outcome = sandbox.run_job(
-        source=code, datas=dry_run_datas(), simulation=DRY_RUN_SIMULATION, parameters={}, limits=limits
+        source=code,
+        datas=dry_run_datas(),
+        simulation=DRY_RUN_SIMULATION,
+        parameters={},
+        limits=limits,
+        on_start=on_start,
     )
     summary = None
     if outcome.ok and outcome.result is not None:
@@ -158,8 +166,48 @@ def dry_run_execute(*, run_id: str) -> None:
             DryRun.objects.filter(pk=run_id).update(status=Status.CANCELLED, busy=True, finished_at=now())
             return
         run = DryRun.objects.select_related("user").get(pk=run_id)
-        outcome = _dry_run_outcome(run.user, run.code)
-    DryRun.objects.filter(pk=run_id).update(status=Status.COMPLETED, outcome=outcome, finished_at=now())
+        on_start, finished = _killed_when_abandoned(run.pk)
+        try:
+            outcome = _dry_run_outcome(run.user, run.code, on_start=on_start)
+        finally:
+            finished.set()
+    # A dry run abandoned meanwhile stays CANCELLED (its job was killed, or finished first: either way unanswered).
+    DryRun.objects.filter(pk=run_id, status=Status.EXECUTING).update(
+        status=Status.COMPLETED, outcome=outcome, finished_at=now()
+    )
+
+
+DRY_RUN_WATCH_SECONDS = 0.2
+
+
+def _killed_when_abandoned(run_id: Any) -> tuple[Callable[[sandbox.Running], None], threading.Event]:
+    """An `on_start` for a dry run's job that kills it once the dry run is abandoned (its caller hung up or
+    cancelled), watching its row from a thread of its own; set the event to stop watching."""
+    finished = threading.Event()
+
+    def watch(running: sandbox.Running) -> None:
+        try:
+            while not finished.wait(DRY_RUN_WATCH_SECONDS):
+                if DryRun.objects.filter(pk=run_id, status=Status.CANCELLED).exists():
+                    running.kill("abandoned")
+                    return
+        finally:
+            connections.close_all()  # this thread's own
+
+    def on_start(running: sandbox.Running) -> None:
+        threading.Thread(target=watch, args=(running,), daemon=True, name="dry-run-watch").start()
+
+    return on_start, finished
+
+
+def dry_run_abandon(*, run_id: Any) -> bool:
+    """The caller stopped waiting (it hung up or cancelled the call): the dry run is cancelled, queued or running (a
+    running one's job is killed by its worker's watch), and the account may start another."""
+    return bool(
+        DryRun.objects.filter(pk=run_id, status__in=[Status.PENDING, Status.EXECUTING]).update(
+            status=Status.CANCELLED, finished_at=now()
+        )
+    )
 
 
 def dry_run_give_up(*, run_id: Any) -> bool:

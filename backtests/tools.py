@@ -5,11 +5,13 @@ Thin: parse, call selectors/services in a worker thread, hand the rows to the re
 subscriber; anything that creates resources or spends credits needs `mcp:write`.
 """
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
@@ -207,13 +209,20 @@ async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
     run = await sync_to_async(lambda: services.dry_run_submit(user=call.user(), code=args.code))()
     queued_until = time.monotonic() + settings.LEROY_DRY_RUN_QUEUE_SECONDS
     finish_by = queued_until + settings.LEROY_DRY_RUN_WALL_SECONDS + 10
-    while (state := await sync_to_async(read)()).status not in TERMINAL:
-        late = time.monotonic() > queued_until and state.status == Status.PENDING
-        if late and await sync_to_async(services.dry_run_give_up)(run_id=run.pk):
-            raise services.dry_runs_busy("No dry-run worker was free.")
-        if time.monotonic() > finish_by:
-            raise services.dry_runs_busy("The dry run has not finished yet.")
-        await call.idle(services.DRY_RUN_POLL_SECONDS)
+    try:
+        while (state := await sync_to_async(read)()).status not in TERMINAL:
+            late = time.monotonic() > queued_until and state.status == Status.PENDING
+            if late and await sync_to_async(services.dry_run_give_up)(run_id=run.pk):
+                raise services.dry_runs_busy("No dry-run worker was free.")
+            if time.monotonic() > finish_by:
+                raise services.dry_runs_busy("The dry run has not finished yet.")
+            await call.idle(services.DRY_RUN_POLL_SECONDS)
+    except asyncio.CancelledError:
+        # The caller cancelled or hung up (at 2026-07-28 a disconnect is a cancellation): nobody waits for the
+        # answer, so the dry run stops, queued or running, and the account may start another at once.
+        with anyio.CancelScope(shield=True):
+            await sync_to_async(services.dry_run_abandon)(run_id=run.pk)
+        raise
     if state.busy or state.outcome is None:
         raise services.dry_runs_busy("No dry-run worker was free.")
     return DryRunOut.model_validate(state.outcome)

@@ -1,6 +1,8 @@
 """Dry runs execute on the `dryruns` workers: one in flight per account, a per-worker cap, `busy` beyond."""
 
+import asyncio
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -147,3 +149,52 @@ async def test_a_read_only_key_cannot_dry_run(mcp_http, owner, api_key):
     assert response.status_code == 403
     assert 'error="insufficient_scope"' in response.headers["www-authenticate"]
     assert await DryRun.objects.aexists() is False
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+async def test_a_dry_run_whose_caller_goes_away_while_it_is_queued_never_runs_and_frees_the_account(owner, monkeypatch):
+    from backtests.schemas import DryRunArgs
+    from leroy.mcp.registry import REGISTRY, direct_call
+
+    monkeypatch.setattr(tasks.dry_run, "delay", lambda run_id: None)  # queued, not yet taken by a worker
+    call = direct_call(tool="run_dry_run_backtest", user_id=owner.pk, client_id="test")
+    waiting = asyncio.ensure_future(REGISTRY["run_dry_run_backtest"].handler(call, DryRunArgs(code=SMA_CROSS)))
+    while not await DryRun.objects.aexists():
+        await asyncio.sleep(0.05)
+
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+    run = await DryRun.objects.aget()
+    assert (run.status, run.busy, run.outcome) == (Status.CANCELLED, False, None)
+    await sync_to_async(services.dry_run_execute)(run_id=str(run.pk))  # a late worker runs nothing
+    await run.arefresh_from_db()
+    assert (run.status, run.outcome) == (Status.CANCELLED, None)
+    again = await sync_to_async(services.dry_run_submit)(user=owner, code=SMA_CROSS)
+    assert again.status == Status.PENDING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_dry_run_that_is_abandoned_has_its_job_killed_and_answers_nothing(owner, settings, monkeypatch):
+    settings.LEROY_DRY_RUN_CPU_SECONDS = 30
+    monkeypatch.setattr(tasks.dry_run, "delay", lambda run_id: None)
+    run = services.dry_run_submit(user=owner, code=LOOP)
+    worker = threading.Thread(target=services.dry_run_execute, kwargs={"run_id": str(run.pk)})
+    worker.start()
+    deadline = time.monotonic() + 30
+    while DryRun.objects.get(pk=run.pk).status != Status.EXECUTING:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(1.0)  # the job is spinning
+
+    abandoned_at = time.monotonic()
+    assert services.dry_run_abandon(run_id=run.pk) is True
+    worker.join(timeout=20)
+
+    assert worker.is_alive() is False
+    assert time.monotonic() - abandoned_at < 5  # not the 30 CPU-seconds its limit allows
+    run.refresh_from_db()
+    assert (run.status, run.outcome) == (Status.CANCELLED, None)
+    assert DryRunPass.objects.exists() is False
