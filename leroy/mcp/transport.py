@@ -477,7 +477,9 @@ class McpTransport:
             )
             return True
 
-        if not tool_call:
+        if not tool_call or "id" not in message:
+            # A tools/call without an id is a notification: never answered (JSON-RPC 2.0 §4.1) and never run (the
+            # SDK accepts it with a 202), so it meets no credential check that would answer it.
             return False
         spec = REGISTRY.get(name) if isinstance(name, str) else None
         modern = _header(scope, b"mcp-protocol-version") == MODERN

@@ -156,3 +156,15 @@ async def test_nan_and_infinity_are_not_json_and_get_a_parse_error(mcp_http, api
         "id": None,
         "error": {"code": -32700, "message": "Parse error: the body is not JSON"},
     }
+
+
+@pytest.mark.parametrize("key", ["read_only", None])
+async def test_a_tool_call_sent_as_a_notification_is_not_answered_and_runs_nothing(mcp_http, api_key, key):
+    from backtests.models import Strategy
+
+    notification = {k: v for k, v in legacy_call("create_strategy").items() if k != "id"}
+    async with mcp_http(api_key if key else None) as http:
+        response = await http.post("/api/mcp", json=notification, headers=LEGACY)
+
+    assert (response.status_code, response.content) == (202, b"")
+    assert await Strategy.objects.aexists() is False
