@@ -118,6 +118,8 @@ def principal_of(token: AccessToken | None) -> Principal | None:
     )
 
 
+# A prompt's (required, accepted) argument names.
+PromptArguments = tuple[frozenset[str], frozenset[str]]
 # Counted against the caller's per-minute limit: a tool call, and a resource read or prompt (each answered by the
 # tool that answers the same question, so limited alike).
 RATE_LIMITED = frozenset({"tools/call", "resources/read", "prompts/get"})
@@ -310,9 +312,15 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 class McpTransport:
     """ASGI app for /api/mcp wrapping the SDK's Starlette app."""
 
-    def __init__(self, sdk_app: ASGIApp, authenticate: Callable[[str], AccessToken | None] = _authenticate) -> None:
+    def __init__(
+        self,
+        sdk_app: ASGIApp,
+        authenticate: Callable[[str], AccessToken | None] = _authenticate,
+        prompts: dict[str, PromptArguments] | None = None,
+    ) -> None:
         self.sdk_app = sdk_app
         self.authenticate: Callable[[str], Awaitable[AccessToken | None]] = sync_to_async(authenticate)
+        self.prompts = prompts or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         origin = _header(scope, b"origin")
@@ -427,6 +435,31 @@ class McpTransport:
                 },
             )
 
+    async def _refused_prompt(self, scope: Scope, message: dict[str, Any], send: Send) -> bool:
+        """Refuse a prompts/get naming no prompt, or arguments the prompt does not take, as invalid params (-32602,
+        as the spec names it): the SDK answered them as an internal error (code 0 at 2025-11-25, -32603 with a
+        logged traceback at 2026-07-28). True when a response was sent."""
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        name, arguments = params.get("name"), params.get("arguments") or {}
+        if not isinstance(name, str) or name not in self.prompts:
+            problem = f"no prompt is named {name!r}"[:200]
+        elif not isinstance(arguments, dict) or not all(isinstance(value, str) for value in arguments.values()):
+            problem = "arguments must be an object of strings"
+        else:
+            required, accepted = self.prompts[name]
+            missing, unknown = sorted(required - set(arguments)), sorted(set(arguments) - accepted)
+            if not missing and not unknown:
+                return False
+            problem = "; ".join(
+                [f"missing {', '.join(missing)}"] * bool(missing)
+                + [f"{name} takes no {', '.join(unknown)}"] * bool(unknown)
+            )[:500]
+        error = {"code": -32602, "message": f"Invalid params: {problem}"}
+        status = 400 if _header(scope, b"mcp-protocol-version") == MODERN else 200  # as the SDK answers -32602
+        await _respond(send, status, {"jsonrpc": "2.0", "id": message.get("id"), "error": error})
+        return True
+
     async def _refused_tool_call(self, scope: Scope, message: Any, token: AccessToken | None, send: Send) -> bool:
         """Rate-limit tool calls and the resource reads and prompts answered like them, and refuse tool calls the
         caller may not make; True when a response was sent."""
@@ -477,6 +510,8 @@ class McpTransport:
             )
             return True
 
+        if method == "prompts/get" and "id" in message:
+            return await self._refused_prompt(scope, message, send)
         if not tool_call or "id" not in message:
             # A tools/call without an id is a notification: never answered (JSON-RPC 2.0 §4.1) and never run (the
             # SDK accepts it with a 202), so it meets no credential check that would answer it.

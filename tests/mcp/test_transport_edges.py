@@ -168,3 +168,48 @@ async def test_a_tool_call_sent_as_a_notification_is_not_answered_and_runs_nothi
 
     assert (response.status_code, response.content) == (202, b"")
     assert await Strategy.objects.aexists() is False
+
+
+PROMPT_REFUSALS = [
+    ("evaluate_before_deciding", {}, "missing symbol"),
+    ("evaluate_before_deciding", {"symbol": "SPY", "colour": "red"}, "evaluate_before_deciding takes no colour"),
+    ("evaluate_before_deciding", {"colour": "red"}, "missing symbol; evaluate_before_deciding takes no colour"),
+    ("evaluate_before_deciding", {"symbol": 5}, "arguments must be an object of strings"),
+    ("nope", {}, "no prompt is named 'nope'"),
+]
+
+
+@pytest.mark.parametrize(("name", "arguments", "problem"), PROMPT_REFUSALS)
+@pytest.mark.parametrize("era", ["2025-11-25", MODERN])
+async def test_a_prompt_asked_for_with_a_wrong_name_or_arguments_is_invalid_params_not_an_internal_error(
+    mcp_http, api_key, name, arguments, problem, era
+):
+    from tests.mcp.test_transport import modern_meta
+
+    params = {"name": name, "arguments": arguments} | ({"_meta": modern_meta()} if era == MODERN else {})
+    body = {"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": params}
+    headers = LEGACY if era != MODERN else modern_headers("prompts/get", name)
+    async with mcp_http(api_key) as http:
+        response = await http.post("/api/mcp", json=body, headers=headers)
+
+    assert response.status_code == (400 if era == MODERN else 200)
+    assert sse_or_json(response) == {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "error": {"code": -32602, "message": f"Invalid params: {problem}"},
+    }
+
+
+@pytest.mark.parametrize("era", ["2025-11-25", MODERN])
+async def test_a_prompt_asked_for_rightly_is_rendered(mcp_http, api_key, era):
+    from tests.mcp.test_transport import modern_meta
+
+    params = {"name": "evaluate_before_deciding", "arguments": {"symbol": "SPY"}}
+    params |= {"_meta": modern_meta()} if era == MODERN else {}
+    body = {"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": params}
+    headers = LEGACY if era != MODERN else modern_headers("prompts/get", "evaluate_before_deciding")
+    async with mcp_http(api_key) as http:
+        response = await http.post("/api/mcp", json=body, headers=headers)
+
+    assert response.status_code == 200
+    assert "Research SPY (both) with Leroy" in sse_or_json(response)["result"]["messages"][0]["content"]["text"]
