@@ -21,7 +21,9 @@ from leroy.errors import DomainError
 from leroy.mcp import transport
 from leroy.mcp.registry import REGISTRY, ToolCall, direct_call
 
-RESOURCE_NOT_FOUND = -32002  # the MCP specification's code for an unknown resource
+# An unknown resource: -32002 until 2025-11-25; invalid params (-32602) from 2026-07-28 (SEP-2164).
+RESOURCE_NOT_FOUND = {"2026-07-28": -32602}
+LEGACY_RESOURCE_NOT_FOUND = -32002
 AUTHENTICATION_REQUIRED = -32001
 
 
@@ -71,7 +73,8 @@ async def read_through_tool(tool: str, arguments: dict[str, Any]) -> str:
     try:
         output = await spec.handler(call, spec.args.from_arguments(arguments))
     except DomainError as refusal:
-        code = RESOURCE_NOT_FOUND if refusal.code.endswith("not_found") else -32602
+        not_found = RESOURCE_NOT_FOUND.get(transport.PROTOCOL_VERSION.get() or "", LEGACY_RESOURCE_NOT_FOUND)
+        code = not_found if refusal.code.endswith("not_found") else -32602
         raise MCPError(code, refusal.message, data=refusal.payload()["error"]) from None
     return json.dumps(output.model_dump(mode="json"), separators=(",", ":"))
 

@@ -4,6 +4,7 @@ Django middleware does not run on /api/mcp (it is dispatched in asgi.py), so eve
 unauthenticated caller needs answered at the HTTP level is answered here, before the SDK sees the request.
 """
 
+import contextvars
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -118,6 +119,8 @@ def principal_of(token: AccessToken | None) -> Principal | None:
     )
 
 
+# The request's MCP-Protocol-Version header, for the handlers whose answer differs by era (set for every request).
+PROTOCOL_VERSION: contextvars.ContextVar[str | None] = contextvars.ContextVar("leroy_mcp_protocol", default=None)
 # A prompt's (required, accepted) argument names.
 PromptArguments = tuple[frozenset[str], frozenset[str]]
 # Counted against the caller's per-minute limit: a tool call, and a resource read or prompt (each answered by the
@@ -403,9 +406,11 @@ class McpTransport:
         # The principal the SDK's handlers read, set for every request, anonymous ones too (the SDK's own middleware
         # sets it only for a signed-in caller, so an anonymous request could read one left in its context).
         principal = auth_context_var.set(scope["user"])
+        version = PROTOCOL_VERSION.set(_header(scope, b"mcp-protocol-version"))
         try:
             await self.sdk_app(scope, _replay(body, receive), send)
         finally:
+            PROTOCOL_VERSION.reset(version)
             auth_context_var.reset(principal)
 
     @staticmethod

@@ -84,7 +84,7 @@ async def test_a_report_resource_is_the_get_report_answer_for_its_owner_only(mcp
     direct = await sync_to_async(call_tool)(owner, "get_report", IdArgs(id=str(mine.pk)))
     assert json.loads(content.text) == direct.model_dump(mode="json")
     assert json.loads(content.text)["statistics"]["total_return"] == 0.125
-    assert foreign.value.error.code == -32002
+    assert foreign.value.error.code == (-32602 if mode == "2026-07-28" else -32002)  # SEP-2164 from 2026-07-28
     assert foreign.value.error.data["code"] == "not_found"
     assert str(theirs.pk) in foreign.value.error.message
 
