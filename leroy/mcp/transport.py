@@ -312,6 +312,15 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+def _media_types_lowercased(scope: Scope) -> Scope:
+    """The request with its Content-Type and Accept values lowercased: media types and their parameter names are
+    case-insensitive (RFC 9110 §8.3.1, §12.5.1), and the SDK compares them as written (APPLICATION/JSON was a 415)."""
+    headers = [
+        (name, value.lower() if name in (b"content-type", b"accept") else value) for name, value in scope["headers"]
+    ]
+    return {**scope, "headers": headers}
+
+
 class McpTransport:
     """ASGI app for /api/mcp wrapping the SDK's Starlette app."""
 
@@ -337,6 +346,7 @@ class McpTransport:
             # Stateless server: no standalone SSE stream to offer (a GET would hang open forever).
             await _respond(send, 405, headers={"Allow": "POST, OPTIONS"})
             return
+        scope = _media_types_lowercased(scope)
 
         try:
             body = await _read_body(receive, settings.LEROY_MCP_MAX_BODY_BYTES)

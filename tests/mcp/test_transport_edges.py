@@ -213,3 +213,13 @@ async def test_a_prompt_asked_for_rightly_is_rendered(mcp_http, api_key, era):
 
     assert response.status_code == 200
     assert "Research SPY (both) with Leroy" in sse_or_json(response)["result"]["messages"][0]["content"]["text"]
+
+
+async def test_media_types_are_read_whatever_their_case(mcp_http):
+    headers = {"Content-Type": "APPLICATION/JSON", "Accept": "Application/Json, Text/Event-Stream"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    async with mcp_http() as http:
+        response = await http.post("/api/mcp", json=body, headers=LEGACY | headers)
+
+    assert response.status_code == 200
+    assert "probe_echo" in {tool["name"] for tool in sse_or_json(response)["result"]["tools"]}
