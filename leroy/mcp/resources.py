@@ -5,9 +5,7 @@ Each resource is read through the registered tool that answers the same question
 account only), metering and refusals are that tool's; a refusal is a JSON-RPC error carrying the tool's code.
 """
 
-import inspect
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,21 +131,5 @@ def register(mcp: MCPServer) -> None:
         mime = "text/markdown" if resource.tool == "get_strategy_documentation" else "application/json"
         reader = _documentation_text if mime == "text/markdown" else _reader(resource.tool)
         mcp.resource(resource.uri, name=resource.name, description=resource.description, mime_type=mime)(reader)
-    for name, (title, render) in PROMPTS.items():
-        mcp.prompt(name=name, title=title)(render)
-
-
-PROMPTS: dict[str, tuple[str, Callable[..., Any]]] = {
-    "evaluate_before_deciding": ("Evaluate before deciding", evaluate_before_deciding),
-    "author_and_dry_run_strategy": ("Author and dry-run a strategy", author_and_dry_run_strategy),
-}
-
-
-def prompt_arguments() -> dict[str, transport.PromptArguments]:
-    """Each prompt's (required, accepted) argument names, read from its function as the SDK reads them."""
-    out = {}
-    for name, (_, render) in PROMPTS.items():
-        parameters = inspect.signature(render).parameters
-        required = frozenset(p for p, spec in parameters.items() if spec.default is inspect.Parameter.empty)
-        out[name] = (required, frozenset(parameters))
-    return out
+    mcp.prompt(name="evaluate_before_deciding", title="Evaluate before deciding")(evaluate_before_deciding)
+    mcp.prompt(name="author_and_dry_run_strategy", title="Author and dry-run a strategy")(author_and_dry_run_strategy)

@@ -208,4 +208,4 @@ def build_mcp_asgi() -> tuple[ASGIApp, StreamableHTTPSessionManager]:
         json_response=False,  # SSE when a tool reports progress or logs; plain JSON otherwise
         transport_security=transport_security(),
     )
-    return transport.McpTransport(sdk_app, prompts=resources.prompt_arguments()), mcp.session_manager
+    return transport.McpTransport(sdk_app, list_prompts=mcp.list_prompts), mcp.session_manager

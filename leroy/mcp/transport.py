@@ -17,6 +17,7 @@ from django.urls import reverse
 from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.types import Prompt
 from pydantic import PrivateAttr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -328,11 +329,12 @@ class McpTransport:
         self,
         sdk_app: ASGIApp,
         authenticate: Callable[[str], AccessToken | None] = _authenticate,
-        prompts: dict[str, PromptArguments] | None = None,
+        list_prompts: Callable[[], Awaitable[list[Prompt]]] | None = None,
     ) -> None:
         self.sdk_app = sdk_app
         self.authenticate: Callable[[str], Awaitable[AccessToken | None]] = sync_to_async(authenticate)
-        self.prompts = prompts or {}
+        self.list_prompts = list_prompts
+        self._prompts: dict[str, PromptArguments] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         origin = _header(scope, b"origin")
@@ -452,17 +454,27 @@ class McpTransport:
 
     async def _refused_prompt(self, scope: Scope, message: dict[str, Any], send: Send) -> bool:
         """Refuse a prompts/get naming no prompt, or arguments the prompt does not take, as invalid params (-32602,
-        as the spec names it): the SDK answered them as an internal error (code 0 at 2025-11-25, -32603 with a
-        logged traceback at 2026-07-28). True when a response was sent."""
+        as the spec names it), judged by the prompts' own declared arguments: the SDK answered them as an internal
+        error (code 0 at 2025-11-25, -32603 with a logged traceback at 2026-07-28). True when a response was sent."""
+        if self._prompts is None:  # every prompt is registered before the first request
+            listed = await self.list_prompts() if self.list_prompts is not None else []
+            self._prompts = {
+                prompt.name: (
+                    frozenset(argument.name for argument in prompt.arguments or [] if argument.required),
+                    frozenset(argument.name for argument in prompt.arguments or []),
+                )
+                for prompt in listed
+            }
+        prompts = self._prompts
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         name, arguments = params.get("name"), params.get("arguments") or {}
-        if not isinstance(name, str) or name not in self.prompts:
+        if not isinstance(name, str) or name not in prompts:
             problem = f"no prompt is named {name!r}"[:200]
         elif not isinstance(arguments, dict) or not all(isinstance(value, str) for value in arguments.values()):
             problem = "arguments must be an object of strings"
         else:
-            required, accepted = self.prompts[name]
+            required, accepted = prompts[name]
             missing, unknown = sorted(required - set(arguments)), sorted(set(arguments) - accepted)
             if not missing and not unknown:
                 return False
