@@ -3,6 +3,7 @@
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib import messages
@@ -40,12 +41,16 @@ def account_page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpRes
 
 
 def _next_on_site(request: HttpRequest) -> str:
-    """The `next` page to continue to (e.g. an OAuth consent page), only if it is on this site."""
+    """The `next` page to continue to (e.g. an OAuth consent page), only if it is a URL on this site: an absolute
+    path or URL (a bare word would be read as a view's name by `redirect`), with no control character (a line break
+    cannot go into a Location header)."""
     target = request.POST.get("next") or request.GET.get("next") or ""
     on_site = url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     )
-    return target if on_site else ""
+    url_like = target.startswith("/") or bool(urlsplit(target).scheme)
+    controls = any(ord(character) < 0x20 or ord(character) == 0x7F for character in target)
+    return target if on_site and url_like and not controls else ""
 
 
 def _emails_throttled(request: HttpRequest, email: str, template: str, **context: Any) -> HttpResponse | None:

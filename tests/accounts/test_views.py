@@ -266,3 +266,29 @@ def test_every_page_starts_with_a_link_past_the_navigation_and_names_its_action_
     assert body.startswith('<body>\n<a class="skip" href="#content">Skip to content</a>')
     assert '<main id="content">' in page
     assert "<th>Last used</th><th>Actions</th></tr></thead>" in page
+
+
+@pytest.mark.parametrize("target", ["foo", "account", "admin:index", "/account/x\r\nX-Injected: 1", "\n/account/"])
+def test_a_next_that_is_not_a_url_on_this_site_is_dropped_not_a_server_error(signed_in, target):
+    response = signed_in.get(reverse("accounts:signup"), {"next": target})
+
+    assert (response.status_code, response["Location"]) == (302, reverse("accounts:account"))
+
+
+def test_a_signup_link_never_carries_a_next_with_a_line_break(client, db, mailoutbox):
+    client.post(reverse("accounts:signup") + "?next=%2Faccount%2Fx%0D%0AX-Injected%3A+1", {"email": "bob@example.com"})
+
+    [message] = mailoutbox
+    assert "next=" not in signup_link(message)
+    assert "X-Injected" not in message.body
+
+
+@pytest.mark.parametrize("target", ["foo", "/account/x\r\nX: 1"])
+def test_admin_sign_in_with_a_next_that_is_not_a_url_goes_to_the_admin(client, owner, target):
+    owner.is_staff = True
+    owner.save(update_fields=["is_staff"])
+    client.force_login(owner)
+
+    response = client.get("/admin/login/", {"next": target})
+
+    assert (response.status_code, response["Location"]) == (302, "/admin/")
