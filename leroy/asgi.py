@@ -18,8 +18,13 @@ from asgiref.sync import ThreadSensitiveContext  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.core import signals  # noqa: E402
+from django.core.exceptions import SuspiciousOperation  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.db import connections  # noqa: E402
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase  # noqa: E402
+from django.middleware.clickjacking import XFrameOptionsMiddleware  # noqa: E402
+from django.middleware.csp import ContentSecurityPolicyMiddleware  # noqa: E402
+from django.middleware.security import SecurityMiddleware  # noqa: E402
 from starlette.types import Receive, Scope, Send  # noqa: E402
 
 from evidence.marketdata import calendar  # noqa: E402
@@ -86,11 +91,44 @@ class RequestThreads:
 REQUEST_THREADS = RequestThreads(max_idle=settings.LEROY_ADMISSION_MAX_INFLIGHT)
 
 
+class StaticFiles(ASGIStaticFilesHandler):
+    """Django's static file handler, answering as a page does. It runs outside the middleware, so the headers every
+    page gets (CSP, frame refusal, nosniff, referrer policy) are added here by those middleware's own
+    `process_response`; and a path its finders refuse as a traversal (SuspiciousFileOperation, a 500 with three
+    tracebacks in the log) is Leroy's 404, as any other file it does not have."""
+
+    def __init__(self, application: Any) -> None:
+        super().__init__(application)
+        unused = _no_response  # only their process_response is used
+        security, csp, frames = (
+            SecurityMiddleware(unused),
+            ContentSecurityPolicyMiddleware(unused),
+            XFrameOptionsMiddleware(unused),
+        )
+        self.headers = [security.process_response, csp.process_response, frames.process_response]
+
+    def serve(self, request: HttpRequest) -> HttpResponse | FileResponse:
+        try:
+            return super().serve(request)
+        except SuspiciousOperation:
+            raise Http404("no such static file") from None
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        response = await super().get_response_async(request)
+        for headed in self.headers:
+            response = headed(request, response)  # type: ignore[arg-type]  # any response, a file's too
+        return response
+
+
+def _no_response(request: HttpRequest) -> HttpResponseBase:
+    raise AssertionError("the static handler calls no view through these middleware")
+
+
 class LeroyASGI:
     """Owns the lifespan (Django's handler refuses it) that the SDK session manager needs."""
 
     def __init__(self) -> None:
-        self.django_app = ASGIStaticFilesHandler(_django_app)
+        self.django_app = StaticFiles(_django_app)
         self.mcp_app, self.session_manager = build_mcp_asgi()
         self.mcp_paths = frozenset({settings.LEROY_MCP_PATH, settings.LEROY_MCP_PATH + "/"})
         self.admission = Admission(
