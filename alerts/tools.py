@@ -168,7 +168,11 @@ async def list_alert_deliveries(call: ToolCall, args: ListDeliveriesArgs) -> Del
     request headers, response status, duration and error. Free."""
 
     def run() -> DeliveryList:
-        rows = selectors.delivery_list(user=call.user(), alert_id=args.alert_id, limit=args.limit)
+        user = call.user()
+        if args.alert_id is not None and selectors.rule_get(user=user, alert_id=args.alert_id) is None:
+            # Not an empty list: that would say this account has such an alert, with nothing delivered yet.
+            raise services.AlertError("not_found", f"No alert {args.alert_id} in this account.", alert_id=args.alert_id)
+        rows = selectors.delivery_list(user=user, alert_id=args.alert_id, limit=args.limit)
         return DeliveryList(deliveries=[DeliveryOut.of(d) for d in rows])
 
     return await _run(run)
