@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from accounts.models import User
 from billing import selectors, services
+from leroy import charged
 from leroy.schemas import Answer
 
 ANSWER_CACHE_SECONDS = 15 * 60
@@ -66,6 +67,7 @@ def metered_answer[T: BaseModel](
 
     with transaction.atomic():
         if answer.lookups == 0:
+            charged.lookups(0)
             return complete({**selectors.lookup_usage(user=user), "lookup_cost": 0, "cache": "miss"})
         charge = services.lookup_charge(
             user=user,
@@ -76,6 +78,8 @@ def metered_answer[T: BaseModel](
             cache_hit=cached is not None,
             respond=respond,
         )
+        # Noted once the transaction commits: a charge rolled back was never made.
+        transaction.on_commit(lambda: charged.lookups(0 if charge.replayed else charge.units_charged))
         if charge.replayed and charge.stored_response is not None:
             return output.model_validate(charge.stored_response)
         if not completed:  # a retry of a request whose answer was never stored: answer it, store nothing

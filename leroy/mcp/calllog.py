@@ -1,8 +1,10 @@
 """One JSON log line and the metrics per MCP tool call, read from what the transport sent back.
 
 The line names the tool (a registered name, else "unknown"), the principal (`apikey:<id>` or `oauth:<client>` and
-the user id; never a credential), the protocol era, the HTTP status, an outcome code, the lookups charged when the
-answer says so, the latency and the request id. Never arguments, answers or headers.
+the user id; never a credential), the protocol era, the HTTP status, an outcome code, the lookups the call was
+charged as its charge committed (0 for a replay or an answer that cost nothing; null when none committed before the
+call ended: nothing metered, or a client gone first, whose charge the ledger has), the latency and the request id.
+Never arguments, answers or headers.
 """
 
 import json
@@ -48,9 +50,9 @@ def _payload(content_type: str, body: bytes) -> Any:
         return None
 
 
-def outcome_of(status: int, payload: Any) -> tuple[str, int | None]:
-    """(outcome code, lookups charged or None) of one answer."""
-    outcome, lookups = f"http_{status}", None
+def outcome_of(status: int, payload: Any) -> str:
+    """The outcome code of one answer."""
+    outcome = f"http_{status}"
     if isinstance(payload, dict):
         error, result = payload.get("error"), payload.get("result")
         if isinstance(error, str):  # the transport's own 401 body
@@ -62,16 +64,13 @@ def outcome_of(status: int, payload: Any) -> tuple[str, int | None]:
         elif isinstance(result, dict):
             structured = result.get("structuredContent")
             structured = structured if isinstance(structured, dict) else {}
-            usage = structured.get("usage")
-            if isinstance(usage, dict) and isinstance(usage.get("lookup_cost"), int):
-                lookups = usage["lookup_cost"]
             if result.get("isError"):
                 tool_error = structured.get("error")
                 code = tool_error.get("code") if isinstance(tool_error, dict) else None
                 outcome = code if isinstance(code, str) else "tool_error"
             else:
                 outcome = "ok"
-    return (outcome if OUTCOME.fullmatch(outcome) else "other"), lookups
+    return outcome if OUTCOME.fullmatch(outcome) else "other"
 
 
 @dataclass
@@ -88,6 +87,9 @@ class CallLog:
     content_type: str = ""
     chunks: list[bytes] = field(default_factory=list)
     size: int = 0
+    # The lookups the call was charged, as the metering edge noted them (`leroy.charged`): empty when nothing was
+    # metered. Not read from the answer: a replay carries the charged call's usage, and an undelivered answer none.
+    charged: list[int] = field(default_factory=list)
 
     def wrap(self, send: Send) -> Send:
         async def logged_send(message: Message) -> None:
@@ -108,7 +110,8 @@ class CallLog:
     def finish(self) -> None:
         latency = time.perf_counter() - self.started
         payload = _payload(self.content_type, b"".join(self.chunks)) if self.size <= CAPTURE_LIMIT else None
-        outcome, lookups = outcome_of(self.status, payload)
+        outcome = outcome_of(self.status, payload)
+        lookups = sum(self.charged) if self.charged else None
         if self.status == 0:
             outcome = "disconnected"  # nothing was sent: the client went away or the process is stopping
         metrics.TOOL_CALLS.labels(self.tool, outcome).inc()

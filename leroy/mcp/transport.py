@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from accounts import oauth
 from accounts import services as account_services
 from billing import selectors as billing_selectors
-from leroy import metrics
+from leroy import charged, metrics
 from leroy.errors import DATABASE_RETRY_AFTER, DomainError, database_unavailable
 from leroy.mcp import calllog
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
@@ -419,9 +419,13 @@ class McpTransport:
         # sets it only for a signed-in caller, so an anonymous request could read one left in its context).
         principal = auth_context_var.set(scope["user"])
         version = PROTOCOL_VERSION.set(_header(scope, b"mcp-protocol-version"))
+        noted, collecting = charged.collecting()
+        if log is not None:
+            log.charged = noted
         try:
             await self.sdk_app(scope, _replay(body, receive), send)
         finally:
+            charged.stop(collecting)
             PROTOCOL_VERSION.reset(version)
             auth_context_var.reset(principal)
 

@@ -102,3 +102,33 @@ async def test_an_invalid_key_is_logged_as_invalid_token_and_other_methods_not_a
     assert listed.status_code == 200
     assert [json.loads(line)["outcome"] for line in call_lines] == ["invalid_token"]
     assert "lr_live_not_a_key" not in call_lines[0]
+
+
+async def test_a_replayed_call_is_logged_as_charging_nothing_though_its_answer_carries_the_first_calls_usage(
+    mcp_http, api_key, owner, call_lines
+):
+    await sync_to_async(billing.plans_ensure)()
+    arguments = {"side": "both", "client_request_id": "retry-me"}
+    async with mcp_http(api_key) as http:
+        first = await call(http, "probe_metered", arguments)
+        again = await call(http, "probe_metered", arguments)
+
+    answers = [sse_or_json(response)["result"]["structuredContent"] for response in (first, again)]
+    assert answers[0] == answers[1]  # the stored answer, replayed unchanged
+    assert answers[1]["usage"]["lookup_cost"] == 2
+    assert [json.loads(line)["lookups_charged"] for line in call_lines] == [2, 0]
+    usage = await sync_to_async(billing_usage)(owner)
+    assert usage["used_lookups"] == 2
+
+
+def billing_usage(user) -> dict:
+    from billing.selectors import lookup_usage
+
+    return lookup_usage(user=user)
+
+
+async def test_a_call_that_meters_nothing_is_logged_with_no_lookup_count(mcp_http, call_lines):
+    async with mcp_http() as http:
+        await call(http, "probe_echo", {"text": "x"})
+
+    assert json.loads(call_lines[0])["lookups_charged"] is None
