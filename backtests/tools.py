@@ -5,7 +5,6 @@ Thin: parse, call selectors/services in a worker thread, hand the rows to the re
 subscriber; anything that creates resources or spends credits needs `mcp:write`.
 """
 
-import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -217,9 +216,10 @@ async def run_dry_run_backtest(call: ToolCall, args: DryRunArgs) -> DryRunOut:
             if time.monotonic() > finish_by:
                 raise services.dry_runs_busy("The dry run has not finished yet.")
             await call.idle(services.DRY_RUN_POLL_SECONDS)
-    except asyncio.CancelledError:
-        # The caller cancelled or hung up (at 2026-07-28 a disconnect is a cancellation): nobody waits for the
-        # answer, so the dry run stops, queued or running, and the account may start another at once.
+    except BaseException:
+        # Nobody will read the answer: the caller cancelled or hung up (at 2026-07-28 a disconnect is a
+        # cancellation), its credential was revoked meanwhile, or the wait ran out. The dry run stops, queued or
+        # running, and the account may start another at once.
         with anyio.CancelScope(shield=True):
             await sync_to_async(services.dry_run_abandon)(run_id=run.pk)
         raise

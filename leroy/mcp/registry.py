@@ -35,6 +35,13 @@ class Principal:
     scopes: frozenset[str]
     # The account as the authentication read it for this request (active), when it did: not read again per call.
     account: "User | None" = field(default=None, compare=False, repr=False)
+    # Whether the request's credential still authenticates (read again: a key revoked, a client disconnected, the
+    # account suspended), for a call that waits; None where there is no credential to read again (direct calls).
+    authenticates: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
+
+
+# How often a waiting call reads its credential again: a revoked key stops a long poll within about this long.
+RECHECK_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class ToolCall:
     principal: Principal | None
     protocol_version: str | None
     report_progress: Callable[[float, float | None, str | None], Awaitable[None]]
+    rechecked: list[float] = field(default_factory=lambda: [0.0], compare=False, repr=False)  # event-loop time
 
     def user(self) -> "User":
         """The calling account: the one this request's authentication read, else read from the database (sync:
@@ -59,9 +67,23 @@ class ToolCall:
         return User.objects.get(pk=self.principal.user_id)
 
     async def idle(self, seconds: float) -> None:
-        """Sleep between a long poll's reads (holding no connection): the request's admission slot serves others."""
+        """Sleep between a long poll's reads (holding no connection): the request's admission slot serves others.
+        Then, at most once every RECHECK_SECONDS, read the call's credential again: a key revoked while the call
+        waits ends the wait with `invalid_token`, as a new call with it would be ("agents using it stop working at
+        once")."""
         async with admission.lent():
             await asyncio.sleep(seconds)
+        check = self.principal.authenticates if self.principal is not None else None
+        loop = asyncio.get_running_loop()
+        if check is None or loop.time() - self.rechecked[0] < RECHECK_SECONDS:
+            return
+        self.rechecked[0] = loop.time()
+        from asgiref.sync import sync_to_async
+
+        if not await sync_to_async(check)():
+            raise DomainError(
+                "invalid_token", "The credential this call was made with was revoked or expired while it waited."
+            )
 
 
 async def _no_progress(progress: float, total: float | None, message: str | None) -> None:

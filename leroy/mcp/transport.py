@@ -115,8 +115,13 @@ def principal_of(token: AccessToken | None) -> Principal | None:
     account = token._account if isinstance(token, KeyAccessToken) else None
     if account is not None and str(account.pk) != token.subject:
         account = None
+    raw = token.token
     return Principal(
-        user_id=int(token.subject), client_id=token.client_id, scopes=frozenset(token.scopes), account=account
+        user_id=int(token.subject),
+        client_id=token.client_id,
+        scopes=frozenset(token.scopes),
+        account=account,
+        authenticates=lambda: (again := _authenticate(raw)) is not None and again.subject == token.subject,
     )
 
 

@@ -198,3 +198,32 @@ def test_a_running_dry_run_that_is_abandoned_has_its_job_killed_and_answers_noth
     run.refresh_from_db()
     assert (run.status, run.outcome) == (Status.CANCELLED, None)
     assert DryRunPass.objects.exists() is False
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+async def test_a_dry_run_wait_ends_with_invalid_token_once_its_key_is_revoked_and_the_dry_run_stops(
+    mcp_http, owner, write_key, settings, monkeypatch
+):
+    from accounts import services as accounts
+
+    settings.LEROY_DRY_RUN_QUEUE_SECONDS = 30  # queued, never taken: only the revoke can end the wait
+    monkeypatch.setattr(tasks.dry_run, "delay", lambda run_id: None)
+    key = await sync_to_async(lambda: owner.api_keys.get())()
+
+    async def revoke_soon() -> float:
+        while not await DryRun.objects.aexists():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        await sync_to_async(accounts.api_key_revoke)(user=owner, number=key.number)
+        return time.monotonic()
+
+    revoker = asyncio.ensure_future(revoke_soon())
+    async with client(mcp_http, write_key) as session:
+        _, payload = await refused(session, "run_dry_run_backtest", {"code": SMA_CROSS})
+    revoked_at = await revoker
+
+    assert payload["error"]["code"] == "invalid_token"
+    assert time.monotonic() - revoked_at < 3
+    run = await DryRun.objects.aget()
+    assert (run.status, run.outcome) == (Status.CANCELLED, None)
