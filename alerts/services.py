@@ -481,9 +481,11 @@ def _finish(delivery: Delivery, attempt: Attempt, sent: webhooks.Sent, address: 
 
 def _attempt(delivery_id: int, trigger: str) -> Attempt | None:
     claimed = _claim(delivery_id, trigger, now())
-    if claimed is None:
-        return None
-    delivery, attempt = claimed
+    return None if claimed is None else _send(*claimed)
+
+
+def _send(delivery: Delivery, attempt: Attempt) -> Attempt:
+    """Send a claimed attempt (its row committed) and record what came back."""
     body = delivery.body.encode()
     try:
         endpoint = webhooks.endpoint_check(delivery.rule.endpoint_url)  # again at every attempt: DNS may change
@@ -521,7 +523,10 @@ def send_test_event(*, user: User, alert_id: str) -> Delivery:
             expires_at=at,
             created_at=at,
         )
-    _attempt(delivery.pk, Attempt.Trigger.TEST)
+        # Claimed under the rule's lock: its attempt counts against the budget before the next caller reads it.
+        claimed = _claim(delivery.pk, Attempt.Trigger.TEST, at)
+    if claimed is not None:
+        _send(*claimed)
     delivery.refresh_from_db()
     return delivery
 
@@ -533,9 +538,18 @@ def redeliver(*, user: User, delivery_id: str) -> Delivery:
         delivery = Delivery.objects.filter(rule__user=user, public_id=delivery_id).select_related("rule").first()
         if delivery is None:
             raise AlertError("not_found", f"No delivery {delivery_id} in this account.", delivery_id=delivery_id)
-        if _hourly_budget_left(delivery.rule, at) <= 0:
-            raise AlertError("rate_limited", "This alert's hourly delivery limit is used up.", delivery_id=delivery_id)
-    _attempt(delivery.pk, Attempt.Trigger.REDELIVER)
+        # The attempt is claimed (the delivery locked, its row written), then the rule locked and the budget read
+        # with this attempt in it (the delivery's lock before the rule's, as an attempt's finish takes them): a
+        # concurrent redelivery or test reads the budget only after this one's attempt is counted or undone.
+        claimed = _claim(delivery.pk, Attempt.Trigger.REDELIVER, at)
+        if claimed is not None:
+            rule = AlertRule.objects.select_for_update().get(pk=delivery.rule_id)
+            if _hourly_budget_left(rule, at) < 0:
+                raise AlertError(
+                    "rate_limited", "This alert's hourly delivery limit is used up.", delivery_id=delivery_id
+                )
+    if claimed is not None:
+        _send(*claimed)
     delivery.refresh_from_db()
     return delivery
 

@@ -231,3 +231,41 @@ def test_a_match_the_broker_does_not_take_stays_pending_and_the_sweep_sends_it(o
     delivery.refresh_from_db()
     assert pending == ("pending", OPEN, 0, 0)
     assert (delivery.status, Attempt.objects.count(), len(receiver.requests)) == ("delivered", 1, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_redeliveries_and_tests_never_exceed_the_hourly_limit(owner, receiver):
+    from django.db import connections
+
+    rule, _ = make_rule(owner, receiver.url())
+    old = datetime.now(UTC) - timedelta(hours=2)  # outside the hour: they count for nothing
+    deliveries = [
+        Delivery.objects.create(public_id=f"dlv_old{i}", rule=rule, event=Delivery.Event.TEST, body="{}",
+                                status=Delivery.Status.FAILED, expires_at=old, created_at=old)
+        for i in range(8)
+    ]  # fmt: skip
+    barrier, outcomes = threading.Barrier(12), []
+
+    def act(index: int) -> None:
+        barrier.wait()
+        try:
+            if index < 8:
+                services.redeliver(user=owner, delivery_id=deliveries[index].public_id)
+            else:
+                services.send_test_event(user=owner, alert_id=rule.public_id)
+            outcomes.append("sent")
+        except services.AlertError as refusal:
+            outcomes.append(refusal.code)
+        finally:
+            connections.close_all()
+
+    with override_settings(LEROY_ALERTS_DELIVERIES_PER_HOUR=5):
+        threads = [threading.Thread(target=act, args=(i,)) for i in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    assert sorted(outcomes) == ["rate_limited"] * 7 + ["sent"] * 5
+    assert Attempt.objects.count() == 5
+    assert len(receiver.requests) == 5
