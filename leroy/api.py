@@ -7,13 +7,19 @@ method, one HTTP does not define included, is refused with 405 and an `Allow` he
 
 Only the Django session of a signed-in account authenticates here, with CSRF on unsafe methods. API keys and OAuth
 access tokens are accepted at /api/mcp alone: a request presenting any Authorization header is refused, even when it
-also carries a session. Public tools need no session.
+also carries a session. Public tools need no session, and serve a signed-in caller as that account, as MCP serves a
+keyed caller (a public tool is free either way).
+
+Every tool call is rate-limited as MCP limits it (leroy.ratelimit): per client address when anonymous (the same
+budget as the address's anonymous MCP calls), per account when signed in (`session:<user id>`, a budget of its own
+beside each API key's).
 """
 
 from collections.abc import Callable
 from typing import Any
 
 import pydantic_core
+from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
@@ -23,10 +29,13 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.renderers import BaseRenderer
 from ninja.security import SessionAuth
+from ninja.utils import check_csrf
 from pydantic import BaseModel, ConfigDict
 
+from leroy import metrics
 from leroy.errors import DomainError, database_unavailable
 from leroy.mcp.registry import ToolSpec, direct_call, load_tools
+from leroy.ratelimit import rate_limit_retry_after
 from leroy.schemas import arguments_refused, json_loads
 
 BEARER_REFUSED = "API keys and OAuth tokens are accepted only at /api/mcp; sign in to use the REST API."
@@ -52,9 +61,11 @@ class ErrorOut(BaseModel):
 
 
 # Every status a generated route can answer besides 200: refusals (400/402/404/409/503), no session (401), a missing
-# CSRF token (403, Django's own page), a method the route does not take (405), invalid arguments (422).
-ERROR_STATUSES = frozenset({400, 401, 402, 404, 405, 409, 422, 503})
+# CSRF token (403, Django's own page), a method the route does not take (405), invalid arguments (422), too many calls
+# in a minute (429).
+ERROR_STATUSES = frozenset({400, 401, 402, 404, 405, 409, 422, 429, 503})
 STATUS_OF_CODE = {
+    "rate_limited": 429,
     "method_not_allowed": 405,
     "idempotency_conflict": 409,
     "quota_exhausted": 402,
@@ -195,13 +206,40 @@ def _not_signed_in(request: HttpRequest, error: AuthenticationError) -> HttpResp
     return _refused(request, DomainError("not_signed_in", "Sign in to use the REST API."))
 
 
+async def _rate_limit(request: HttpRequest, user_id: int | None) -> None:
+    """Refuse a call over the caller's per-minute limit (`rate_limited`, 429 with `Retry-After`), as MCP refuses
+    one: per account when signed in, else per client address."""
+    if user_id is not None:
+        identity, limit = f"session:{user_id}", settings.LEROY_RATE_LIMIT_PRINCIPAL_PER_MINUTE
+        kind = "rest_session"
+    else:
+        identity = f"ip:{request.META.get('REMOTE_ADDR') or 'unknown'}"
+        limit, kind = settings.LEROY_RATE_LIMIT_ANONYMOUS_PER_MINUTE, "rest_anonymous"
+    retry_after = await rate_limit_retry_after(identity, limit)
+    if retry_after is not None:
+        metrics.RATE_LIMIT_REFUSALS.labels(kind).inc()
+        message = f"Rate limit of {limit} calls per minute exceeded"
+        raise DomainError("rate_limited", message, limit_per_minute=limit, retry_after_seconds=retry_after)
+
+
 def _view(spec: ToolSpec) -> Any:
     """A ninja operation that runs the tool's handler for the signed-in account (or anonymously, when public)."""
 
-    async def answer(request: HttpRequest, args: BaseModel) -> Any:
+    async def caller(request: HttpRequest) -> int | None:
+        """The signed-in account's id (a public tool's caller may be anonymous: None), rate-limited either way."""
         if spec.access == "public":
             refuse_bearer(request)
-        user_id = None if spec.access == "public" else request.auth.pk  # type: ignore[attr-defined]
+            user = await request.auser()
+            # Served as the account, as MCP serves a keyed caller, when the session passes the check a subscriber
+            # route makes (CSRF on unsafe methods); else anonymously, as a public route never needs a session.
+            if user.is_authenticated and check_csrf(request) is None:
+                request.auth = user  # type: ignore[attr-defined]
+        account = getattr(request, "auth", None)
+        user_id = None if account is None else int(account.pk)
+        await _rate_limit(request, user_id)
+        return user_id
+
+    async def answer(request: HttpRequest, user_id: int | None, args: BaseModel) -> Any:
         call = direct_call(tool=spec.name, user_id=user_id, client_id="session")
         return await spec.handler(call, args)  # a DomainError is answered by _refused
 
@@ -209,13 +247,15 @@ def _view(spec: ToolSpec) -> Any:
 
         async def with_body(request: HttpRequest, args: BaseModel) -> Any:
             # ninja's own (lax) parse documents the body in OpenAPI; the call runs on the strict parse.
-            return await answer(request, _strict_args(request, spec))
+            user_id = await caller(request)  # counted before the arguments are judged, as MCP counts a call
+            return await answer(request, user_id, _strict_args(request, spec))
 
         with_body.__annotations__["args"] = spec.args
         return with_body
 
     async def without_body(request: HttpRequest) -> Any:
-        return await answer(request, _strict_args(request, spec))
+        user_id = await caller(request)
+        return await answer(request, user_id, _strict_args(request, spec))
 
     return without_body
 

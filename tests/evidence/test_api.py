@@ -1,9 +1,9 @@
 import pytest
 from django.test import Client
 
-from billing.models import UsageEvent
+from billing.models import Transfer, UsageEvent
 from evidence.models import ResearchHypothesis
-from evidence.schemas import SetupArgs
+from evidence.schemas import EvaluateArgs, LineageArgs, SetupArgs
 from tests.calls import call_tool
 
 pytestmark = pytest.mark.django_db
@@ -38,7 +38,7 @@ def test_openapi_document_lists_every_evidence_route():
     } <= set(paths)  # fmt: skip
     assert "SetupArgs" in response.json()["components"]["schemas"]
     statuses = set(paths[f"{BASE}/compare_historical_analogues"]["post"]["responses"])
-    assert statuses == {"200", "400", "401", "402", "404", "405", "409", "422", "503"}
+    assert statuses == {"200", "400", "401", "402", "404", "405", "409", "422", "429", "503"}
 
 
 def test_signed_in_account_gets_the_same_answer_as_the_mcp_tool_service(fed_world, browser, owner):
@@ -76,6 +76,39 @@ def test_lineage_is_public_but_refuses_a_presented_key(fed_world, api_key):
     assert anonymous.status_code == 200
     assert anonymous.json()["artifact_sha256"] == fed_world.sha256
     assert keyed.status_code == 401
+
+
+def test_a_signed_in_caller_reads_the_lineage_of_their_own_evaluation_free_and_an_anonymous_one_is_refused(
+    fed_world, browser, owner
+):
+    # given an evaluation of the account's own, and its lineage as the tool answers it
+    evaluation_id = call_tool(owner, "evaluate_current_setup", EvaluateArgs(symbol="ALFA", side="both")).evaluation_id
+    direct = call_tool(owner, "get_data_lineage", LineageArgs(evaluation_id=evaluation_id)).model_dump(mode="json")
+    charged = (UsageEvent.objects.count(), Transfer.objects.count())
+
+    # when it is asked for over REST, signed in and anonymously
+    signed_in = post(browser, "/get_data_lineage", {"evaluation_id": evaluation_id}, X_CSRFToken=TOKEN)
+    anonymous = post(Client(), "/get_data_lineage", {"evaluation_id": evaluation_id})
+
+    # then the account gets its rows, free as over MCP; the anonymous caller is refused as before
+    assert signed_in.status_code == 200, signed_in.content
+    assert len(direct["evaluation_rows"]) >= 1
+    assert signed_in.json()["evaluation_rows"] == direct["evaluation_rows"]
+    assert (UsageEvent.objects.count(), Transfer.objects.count()) == charged
+    assert anonymous.status_code == 400
+    assert anonymous.json()["error"] == {
+        "code": "unknown_evaluation",
+        "message": "evaluations are explained to their own account: authenticate",
+    }
+
+
+def test_a_session_without_the_csrf_token_reads_a_public_tool_anonymously(fed_world, browser, owner):
+    evaluation_id = call_tool(owner, "evaluate_current_setup", EvaluateArgs(symbol="ALFA", side="both")).evaluation_id
+
+    response = post(browser, "/get_data_lineage", {"evaluation_id": evaluation_id})  # a cross-site form could send it
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "unknown_evaluation"
 
 
 def test_subscriber_reads_need_a_session(fed_world, browser):

@@ -1,8 +1,10 @@
 """The REST mirror is generated from the tool registry: every REST tool has a route giving the tool's own answer."""
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import time_machine
 from django.test import Client
 
 from billing.models import UsageEvent
@@ -403,3 +405,60 @@ def test_the_docs_routes_answer_head_as_their_get_without_the_body(path):
 
     assert (get.status_code, bool(get.content)) == (200, True)
     assert (head.status_code, head["Content-Type"], head.content) == (200, get["Content-Type"], b"")
+
+
+FROZEN = datetime(2026, 8, 3, 14, 0, 10, tzinfo=UTC)
+
+
+def echo(client: Client, **headers: str):
+    return client.post("/api/v1/tests/probe_echo", {"text": "x"}, content_type="application/json", headers=headers)
+
+
+def test_41st_anonymous_rest_call_in_a_minute_gets_429_with_retry_after(db):
+    with time_machine.travel(FROZEN, tick=False):
+        statuses = [echo(Client()).status_code for _ in range(40)]
+        refused = echo(Client())
+
+    assert statuses == [200] * 40
+    assert refused.status_code == 429
+    assert refused["Retry-After"] == "50"
+    assert refused.json() == {
+        "error": {
+            "code": "rate_limited",
+            "message": "Rate limit of 40 calls per minute exceeded",
+            "limit_per_minute": 40,
+            "retry_after_seconds": 50,
+        }
+    }
+
+
+def test_121st_signed_in_rest_call_in_a_minute_gets_429_and_another_account_is_unaffected(owner, outsider):
+    mine, theirs = signed_in_client(owner), signed_in_client(outsider)
+    with time_machine.travel(FROZEN, tick=False):
+        statuses = [mine.get("/api/v1/tests/probe_whoami").status_code for _ in range(120)]
+        refused = mine.get("/api/v1/tests/probe_whoami")
+        public = echo(mine, X_CSRFToken=TOKEN)  # a public tool, signed in: the account's budget too
+        other = theirs.get("/api/v1/tests/probe_whoami")
+
+    assert statuses == [200] * 120
+    assert refused.status_code == 429
+    assert refused["Retry-After"] == "50"
+    assert refused.json()["error"] == {
+        "code": "rate_limited",
+        "message": "Rate limit of 120 calls per minute exceeded",
+        "limit_per_minute": 120,
+        "retry_after_seconds": 50,
+    }
+    assert public.status_code == 429
+    assert other.status_code == 200
+    assert other.json()["email"] == "charlie@example.com"
+
+
+def test_a_signed_in_accounts_rest_calls_leave_the_anonymous_budget_of_its_address_alone(owner):
+    mine = signed_in_client(owner)
+    with time_machine.travel(FROZEN, tick=False):
+        for _ in range(41):
+            mine.get("/api/v1/tests/probe_whoami")
+        anonymous = echo(Client())
+
+    assert anonymous.status_code == 200
