@@ -1,4 +1,5 @@
 from django.urls import path
+from django.views.decorators.cache import never_cache
 
 from billing import pages
 from billing.views import FinanceLedgerView, stripe_webhook
@@ -6,7 +7,8 @@ from billing.views import FinanceLedgerView, stripe_webhook
 app_name = "billing"
 
 urlpatterns = [
-    path("api/finance/ledger", FinanceLedgerView.as_view(), name="finance-ledger"),
+    # The ledger is for the signed-in staff member alone: never stored by a cache, as the account pages are not.
+    path("api/finance/ledger", never_cache(FinanceLedgerView.as_view()), name="finance-ledger"),
     path("billing/stripe/webhook", stripe_webhook, name="stripe-webhook"),
     path("account/usage/", pages.usage, name="usage"),
     path("account/billing/", pages.plan, name="plan"),

@@ -12,7 +12,8 @@ keyed caller (a public tool is free either way).
 
 Every tool call is rate-limited as MCP limits it (leroy.ratelimit): per client address when anonymous (the same
 budget as the address's anonymous MCP calls), per account when signed in (`session:<user id>`, a budget of its own
-beside each API key's).
+beside each API key's). An answer given for a signed-in account is never stored by a cache (`Cache-Control:
+no-store`, and `Vary: Cookie`).
 """
 
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
+from django.utils.cache import add_never_cache_headers, patch_vary_headers
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Router
 from ninja.errors import AuthenticationError, HttpError
@@ -125,7 +127,25 @@ def _docs_methods(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
     return docs
 
 
-api = NinjaAPI(
+class LeroyAPI(NinjaAPI):
+    def create_response(
+        self,
+        request: HttpRequest,
+        data: Any,
+        *,
+        status: int | None = None,
+        temporal_response: HttpResponse | None = None,
+    ) -> HttpResponse:
+        """Every answer, a refusal included; one given for a signed-in account (`request.auth`, set by the session
+        check, or by _view for a public tool) is not stored by any cache, as the account pages are not."""
+        response = super().create_response(request, data, status=status, temporal_response=temporal_response)
+        if getattr(request, "auth", None) is not None:
+            add_never_cache_headers(response)
+            patch_vary_headers(response, ["Cookie"])
+        return response
+
+
+api = LeroyAPI(
     renderer=PydanticJSON(),
     docs_decorator=_docs_methods,
     title="Leroy",

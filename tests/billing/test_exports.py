@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.db.models import Sum
+from django.test import Client
 
 from accounts import services as account_services
 from billing import services
@@ -112,6 +113,20 @@ def test_finance_api_renders_csv(activity, staff, client):
     rows = read(response.content)
     assert len(rows) == Transfer.objects.count()
     assert sum(Decimal(r["amount_usd"]) for r in rows) == Decimal("0.02")
+
+
+@pytest.mark.parametrize("format", ["json", "csv"])
+def test_finance_api_answers_are_never_cached(activity, staff, client, format):
+    client.force_login(staff)
+
+    response = client.get("/api/finance/ledger", {"month": "2026-08", "format": format})
+    refused = Client().get("/api/finance/ledger", {"month": "2026-08", "format": format})
+
+    assert response.status_code == 200
+    assert response["Cache-Control"] == "max-age=0, no-cache, no-store, must-revalidate, private"
+    assert response["Vary"] == "Accept, Cookie"
+    assert refused.status_code == 403
+    assert refused["Cache-Control"] == "max-age=0, no-cache, no-store, must-revalidate, private"
 
 
 def test_finance_api_is_for_staff_only(activity, client):

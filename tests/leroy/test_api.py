@@ -462,3 +462,19 @@ def test_a_signed_in_accounts_rest_calls_leave_the_anonymous_budget_of_its_addre
         anonymous = echo(Client())
 
     assert anonymous.status_code == 200
+
+
+def test_an_answer_for_a_signed_in_account_is_never_cached_and_an_anonymous_public_one_may_be(owner):
+    private = signed_in_client(owner).get("/api/v1/billing/get_usage")
+    refused = signed_in_client(owner).post(
+        "/api/v1/tests/probe_echo", {"text": "fail"}, content_type="application/json", headers={"X-CSRFToken": TOKEN}
+    )
+    public = echo(Client())
+
+    assert private.status_code == 200
+    assert private["Cache-Control"] == "max-age=0, no-cache, no-store, must-revalidate, private"
+    assert private["Vary"] == "Cookie"
+    assert refused.status_code == 400
+    assert refused["Cache-Control"] == "max-age=0, no-cache, no-store, must-revalidate, private"
+    assert public.status_code == 200
+    assert public.has_header("Cache-Control") is False
