@@ -1,7 +1,11 @@
+from typing import Any
+
 from django import forms
-from django.contrib.auth.forms import AuthenticationForm, SetPasswordForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordResetForm, SetPasswordForm
+from django.template.loader import render_to_string
 from oauth2_provider.forms import AllowForm
 
+from accounts import services
 from accounts.models import User
 
 
@@ -58,3 +62,20 @@ class ConsentForm(AllowForm):
     """DOT's consent form plus the user's choice to withhold mcp:write when a client asks for it."""
 
     grant_write = forms.BooleanField(required=False)
+
+
+class AccountPasswordResetForm(PasswordResetForm):
+    """Django's reset form, its mail handed to a worker (accounts.services.account_mail_send): Django sent it inside
+    the request, for existing accounts only, so a slow mail server told who has an account."""
+
+    def send_mail(
+        self,
+        subject_template_name: str,
+        email_template_name: str,
+        context: dict[str, Any],
+        from_email: str | None,
+        to_email: str,
+        html_email_template_name: str | None = None,
+    ) -> None:
+        subject = "".join(render_to_string(subject_template_name, context).splitlines())
+        services.account_mail_send(subject=subject, body=render_to_string(email_template_name, context), to=to_email)

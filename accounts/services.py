@@ -2,13 +2,14 @@
 
 import hashlib
 import hmac
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.tokens import default_token_generator
-from django.core.mail import send_mail
+from django.core.mail import EmailMessage
 from django.db import transaction
 from django.db.models import Max
 from django.template.loader import render_to_string
@@ -17,8 +18,11 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlencode, urlsafe_base64_encode
 
 from accounts.models import SCOPE_READ, SCOPE_WRITE, ApiKey, User
+from leroy import broker
 from leroy.clock import now
 from leroy.errors import DomainError
+
+logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "lr_live_"
 LOOKUP_LENGTH = 8
@@ -48,6 +52,23 @@ def suspended(user: User) -> bool:
     """An account an operator deactivated (admin's "active" unticked): it had a password, unlike a sign-up not yet
     confirmed. Signing up again must not reopen it, nor bring back its keys and tokens."""
     return not user.is_active and user.has_usable_password()
+
+
+def account_mail_send(*, subject: str, body: str, to: str) -> None:
+    """Hand an account e-mail, rendered, to a worker once the request's writes commit: the request never waits for
+    the mail server, so sign-up and password reset take the same time whether or not the address has an account.
+    When the broker does not take it (down, its disk full), it is sent from here rather than lost: only then does
+    the request wait for the mail server."""
+    from accounts import tasks  # its OAuth housekeeping imports accounts.oauth, which imports this module
+
+    def enqueue() -> None:
+        if not broker.sent(lambda: tasks.mail_send_task.delay(subject, body, [to]), "account e-mail"):
+            try:
+                EmailMessage(subject, body, None, [to]).send()
+            except Exception:  # the page says a mail was sent either way: a failure is the operator's to see
+                logger.exception("account e-mail not sent")
+
+    transaction.on_commit(enqueue)
 
 
 def signup_request(*, email: str, next_url: str = "") -> None:
@@ -80,7 +101,7 @@ def signup_request(*, email: str, next_url: str = "") -> None:
         link = origin + path + (("?" + urlencode({"next": next_url})) if next_url else "")
         context = {"origin": origin, "email": email, "link": link}
         template = "accounts/email/signup_confirm.txt"
-    send_mail("Your Leroy account", render_to_string(template, context), None, [email])
+    account_mail_send(subject="Your Leroy account", body=render_to_string(template, context), to=email)
 
 
 @transaction.atomic

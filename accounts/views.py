@@ -20,7 +20,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from accounts import oauth, selectors, services, throttle
-from accounts.forms import ActivationForm, ApiKeyCreateForm, EmailAuthenticationForm, SignupForm
+from accounts.forms import (
+    AccountPasswordResetForm,
+    ActivationForm,
+    ApiKeyCreateForm,
+    EmailAuthenticationForm,
+    SignupForm,
+)
 from accounts.models import ApiKey, User
 
 NEW_KEY_COOKIE = "leroy_new_key"
@@ -160,6 +166,7 @@ class PasswordResetView(auth_views.PasswordResetView):
     """Django's reset: the same answer whether or not the address has an account; links use the public origin."""
 
     template_name = "accounts/password_reset.html"
+    form_class = AccountPasswordResetForm  # its mail is sent by a worker, never inside the request
     email_template_name = "accounts/email/password_reset.txt"
     subject_template_name = "accounts/email/password_reset_subject.txt"
     success_url = reverse_lazy("accounts:password-reset-done")

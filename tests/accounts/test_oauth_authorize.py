@@ -255,14 +255,19 @@ def test_tampered_consent_form_is_refused_without_a_grant_or_redirect(browser: C
     assert Grant.objects.count() == 0
 
 
-def test_a_new_user_signing_up_from_the_login_page_returns_to_the_consent_page(client: Client, flow, mailoutbox):
+def test_a_new_user_signing_up_from_the_login_page_returns_to_the_consent_page(
+    client: Client, flow, mailoutbox, django_capture_on_commit_callbacks
+):
     authorize_url = flow().url
     login_page = client.get(client.get(authorize_url)["Location"])
     signup_link = f"/account/signup/?next={quote(authorize_url, safe='/')}"
     assert signup_link in login_page.content.decode().replace("&amp;", "&")
 
     signup_page = client.get(signup_link)
-    client.post(signup_link, {"email": "newbie@example.com", "next": authorize_url})
+    with django_capture_on_commit_callbacks(
+        execute=True
+    ):  # the sign-up mail is sent by a task, once the request commits
+        client.post(signup_link, {"email": "newbie@example.com", "next": authorize_url})
     [link] = re.findall(r"http://\S+/account/signup/confirm/\S+", mailoutbox[0].body)
     form_page = client.get(link.removeprefix(ORIGIN), follow=True)
     password = "a long enough passphrase"
@@ -274,8 +279,9 @@ def test_a_new_user_signing_up_from_the_login_page_returns_to_the_consent_page(c
     assert 'id="authorizationForm"' in client.get(authorize_url).content.decode()
 
 
-def test_signup_never_continues_to_another_site(client: Client, mailoutbox):
-    client.post("/account/signup/?next=https://evil.example/", {"email": "newbie@example.com"})
+def test_signup_never_continues_to_another_site(client: Client, mailoutbox, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post("/account/signup/?next=https://evil.example/", {"email": "newbie@example.com"})
     [link] = re.findall(r"http://\S+/account/signup/confirm/\S+", mailoutbox[0].body)
     form_page = client.get(link.removeprefix(ORIGIN), follow=True)
     password = "a long enough passphrase"

@@ -1,7 +1,9 @@
 import re
+import time
 
 import pytest
 from django.contrib.auth.tokens import default_token_generator
+from django.core.mail.backends import locmem
 from django.test import Client
 from django.urls import reverse
 from django.utils.encoding import force_bytes
@@ -24,8 +26,11 @@ def signup_link(message) -> str:
     return link.removeprefix("http://127.0.0.1:8000")
 
 
-def test_signup_mails_a_link_that_sets_the_password_activates_and_signs_in(client, db, mailoutbox):
-    response = client.post(reverse("accounts:signup"), {"email": "Bob@Example.com"})
+def test_signup_mails_a_link_that_sets_the_password_activates_and_signs_in(
+    client, db, mailoutbox, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):  # account mails are sent by a task, once the request commits
+        response = client.post(reverse("accounts:signup"), {"email": "Bob@Example.com"})
 
     assert response.status_code == 200
     assert "Check your e-mail" in response.content.decode()
@@ -46,9 +51,12 @@ def test_signup_mails_a_link_that_sets_the_password_activates_and_signs_in(clien
     assert "no longer works" in client.get(link, follow=True).content.decode()  # the link works once
 
 
-def test_signup_with_a_taken_email_answers_the_same_and_mails_the_owner_a_reminder(client, owner, mailoutbox):
-    fresh = client.post(reverse("accounts:signup"), {"email": "newbie@example.com"}).content.decode()
-    taken = client.post(reverse("accounts:signup"), {"email": "ALICE@example.com"}).content.decode()
+def test_signup_with_a_taken_email_answers_the_same_and_mails_the_owner_a_reminder(
+    client, owner, mailoutbox, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        fresh = client.post(reverse("accounts:signup"), {"email": "newbie@example.com"}).content.decode()
+        taken = client.post(reverse("accounts:signup"), {"email": "ALICE@example.com"}).content.decode()
 
     assert taken == fresh.replace("newbie@example.com", "alice@example.com")
     assert User.objects.count() == 2
@@ -60,14 +68,17 @@ def test_signup_with_a_taken_email_answers_the_same_and_mails_the_owner_a_remind
     assert owner.check_password(PASSWORD)
 
 
-def test_a_suspended_account_is_not_reopened_by_signing_up_again_nor_its_old_link(client, owner, mailoutbox):
+def test_a_suspended_account_is_not_reopened_by_signing_up_again_nor_its_old_link(
+    client, owner, mailoutbox, django_capture_on_commit_callbacks
+):
     key = services.api_key_create(user=owner, name="agent").plaintext
     User.objects.filter(pk=owner.pk).update(is_active=False)  # the operator suspends it (admin's "active")
     owner.refresh_from_db()
     uid, token = urlsafe_base64_encode(force_bytes(owner.pk)), default_token_generator.make_token(owner)
     stale = reverse("accounts:signup-confirm", kwargs={"uidb64": uid, "token": token})  # a link made for it
 
-    client.post(reverse("accounts:signup"), {"email": "alice@example.com"})
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("accounts:signup"), {"email": "alice@example.com"})
     page = client.get(stale, follow=True).content.decode()
 
     note = mailoutbox[-1]
@@ -79,8 +90,11 @@ def test_a_suspended_account_is_not_reopened_by_signing_up_again_nor_its_old_lin
     assert services.api_key_authenticate(plaintext=key) is None
 
 
-def test_signup_link_refuses_weak_passwords_and_leaves_the_account_inactive(client, db, mailoutbox):
-    client.post(reverse("accounts:signup"), {"email": "bob@example.com"})
+def test_signup_link_refuses_weak_passwords_and_leaves_the_account_inactive(
+    client, db, mailoutbox, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("accounts:signup"), {"email": "bob@example.com"})
     form_page = client.get(signup_link(mailoutbox[0]), follow=True)
 
     response = client.post(form_page.redirect_chain[-1][0], {"new_password1": "123", "new_password2": "123"})
@@ -194,11 +208,12 @@ def test_bearer_credentials_do_not_open_account_pages(client, api_key):
 
 
 def test_signup_emails_to_one_address_stop_at_the_hourly_limit_and_the_refusal_sends_nothing(
-    client, db, settings, mailoutbox
+    client, db, settings, mailoutbox, django_capture_on_commit_callbacks
 ):
     settings.LEROY_EMAILS_PER_ADDRESS_PER_HOUR = 2
-    answers = [client.post(reverse("accounts:signup"), {"email": "victim@example.com"}) for _ in range(3)]
-    other = client.post(reverse("accounts:signup"), {"email": "someone@example.com"})
+    with django_capture_on_commit_callbacks(execute=True):
+        answers = [client.post(reverse("accounts:signup"), {"email": "victim@example.com"}) for _ in range(3)]
+        other = client.post(reverse("accounts:signup"), {"email": "someone@example.com"})
 
     assert [a.status_code for a in answers] == [200, 200, 429]
     assert 1 <= int(answers[2]["Retry-After"]) <= 3600
@@ -207,11 +222,16 @@ def test_signup_emails_to_one_address_stop_at_the_hourly_limit_and_the_refusal_s
     assert other.status_code == 200
 
 
-def test_one_client_can_request_only_so_many_emails_to_any_addresses(client, db, settings, mailoutbox):
+def test_one_client_can_request_only_so_many_emails_to_any_addresses(
+    client, db, settings, mailoutbox, django_capture_on_commit_callbacks
+):
     settings.LEROY_EMAILS_PER_CLIENT_PER_HOUR = 2
-    statuses = [client.post(reverse("accounts:signup"), {"email": f"n{i}@example.com"}).status_code for i in range(3)]
-    reset = client.post(reverse("accounts:password-reset"), {"email": "n0@example.com"})
-    elsewhere = Client(REMOTE_ADDR="198.51.100.9").post(reverse("accounts:signup"), {"email": "n2@example.com"})
+    with django_capture_on_commit_callbacks(execute=True):
+        statuses = [
+            client.post(reverse("accounts:signup"), {"email": f"n{i}@example.com"}).status_code for i in range(3)
+        ]
+        reset = client.post(reverse("accounts:password-reset"), {"email": "n0@example.com"})
+        elsewhere = Client(REMOTE_ADDR="198.51.100.9").post(reverse("accounts:signup"), {"email": "n2@example.com"})
 
     assert statuses == [200, 200, 429]
     assert reset.status_code == 429  # password-reset links count against the same limit
@@ -220,10 +240,13 @@ def test_one_client_can_request_only_so_many_emails_to_any_addresses(client, db,
     assert User.objects.filter(email="n2@example.com").count() == 1  # made by the allowed request only
 
 
-def test_the_email_limit_answers_the_same_for_an_existing_account(client, owner, settings, mailoutbox):
+def test_the_email_limit_answers_the_same_for_an_existing_account(
+    client, owner, settings, mailoutbox, django_capture_on_commit_callbacks
+):
     settings.LEROY_EMAILS_PER_ADDRESS_PER_HOUR = 1
-    for email in ("alice@example.com", "ghost@example.com"):
-        client.post(reverse("accounts:password-reset"), {"email": email})
+    with django_capture_on_commit_callbacks(execute=True):
+        for email in ("alice@example.com", "ghost@example.com"):
+            client.post(reverse("accounts:password-reset"), {"email": email})
     known = client.post(reverse("accounts:password-reset"), {"email": "alice@example.com"})
     unknown = client.post(reverse("accounts:password-reset"), {"email": "ghost@example.com"})
 
@@ -275,8 +298,13 @@ def test_a_next_that_is_not_a_url_on_this_site_is_dropped_not_a_server_error(sig
     assert (response.status_code, response["Location"]) == (302, reverse("accounts:account"))
 
 
-def test_a_signup_link_never_carries_a_next_with_a_line_break(client, db, mailoutbox):
-    client.post(reverse("accounts:signup") + "?next=%2Faccount%2Fx%0D%0AX-Injected%3A+1", {"email": "bob@example.com"})
+def test_a_signup_link_never_carries_a_next_with_a_line_break(
+    client, db, mailoutbox, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(
+            reverse("accounts:signup") + "?next=%2Faccount%2Fx%0D%0AX-Injected%3A+1", {"email": "bob@example.com"}
+        )
 
     [message] = mailoutbox
     assert "next=" not in signup_link(message)
@@ -292,3 +320,73 @@ def test_admin_sign_in_with_a_next_that_is_not_a_url_goes_to_the_admin(client, o
     response = client.get("/admin/login/", {"next": target})
 
     assert (response.status_code, response["Location"]) == (302, "/admin/")
+
+
+SLOW_SECONDS = 1.0
+
+
+class SlowMailServer(locmem.EmailBackend):
+    """The outbox behind a mail server that takes a second to answer, as a distant SMTP server may."""
+
+    def send_messages(self, messages):
+        time.sleep(SLOW_SECONDS)
+        return super().send_messages(messages)
+
+
+@pytest.fixture
+def slow_mail(settings) -> None:
+    settings.MAILERS = {"default": {"BACKEND": "tests.accounts.test_views.SlowMailServer"}}
+
+
+@pytest.mark.parametrize(
+    ("page", "email", "mailed"),
+    [
+        ("accounts:password-reset", "alice@example.com", "Reset your Leroy password"),
+        ("accounts:password-reset", "ghost@example.com", None),
+        ("accounts:signup", "alice@example.com", "Your Leroy account"),
+        ("accounts:signup", "newbie@example.com", "Your Leroy account"),
+    ],
+    ids=["reset-account", "reset-no-account", "signup-account", "signup-no-account"],
+)
+def test_account_mails_are_sent_by_a_task_so_the_request_never_waits_for_the_mail_server(
+    client, owner, slow_mail, mailoutbox, django_capture_on_commit_callbacks, page, email, mailed
+):
+    # when the page is posted
+    with django_capture_on_commit_callbacks(execute=False) as after_commit:
+        started = time.monotonic()
+        response = client.post(reverse(page), {"email": email})
+        took = time.monotonic() - started
+
+    # then it answered without calling the mail server ...
+    assert response.status_code in (200, 302)
+    assert took < SLOW_SECONDS
+    assert mailoutbox == []
+    # ... and the task the request left for after its commit sends the mail, if any
+    for callback in after_commit:
+        callback()
+    assert [(m.to, m.subject) for m in mailoutbox] == ([([email], mailed)] if mailed else [])
+
+
+def test_a_reset_mail_the_task_sends_carries_a_working_link_to_the_public_origin(
+    client, owner, mailoutbox, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("accounts:password-reset"), {"email": "ALICE@example.com"})
+
+    [message] = mailoutbox
+    [link] = re.findall(r"http://\S+/account/password-reset/\S+", message.body)
+    assert link.startswith("http://127.0.0.1:8000/account/password-reset/")
+    assert message.from_email == "Leroy <no-reply@leroy.local>"
+    assert (
+        "Choose a new password" in client.get(link.removeprefix("http://127.0.0.1:8000"), follow=True).content.decode()
+    )
+
+
+def test_with_the_broker_down_an_account_mail_is_sent_by_the_request_rather_than_lost(
+    client, db, broker_down, mailoutbox, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("accounts:signup"), {"email": "newbie@example.com"})
+
+    assert response.status_code == 200
+    assert [m.to for m in mailoutbox] == [["newbie@example.com"]]
