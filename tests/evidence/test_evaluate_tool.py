@@ -56,7 +56,7 @@ async def test_invalid_arguments_are_refused_in_band_without_a_charge(mcp_http, 
     assert await UsageEvent.objects.aexists() is False
 
 
-NON_FINITE = [("1e999", "entry_price"), ("-1e999", "stop_price"), ("NaN", "target_price")]
+NON_FINITE = [("1e999", "entry_price"), ("-1e999", "stop_price")]
 
 
 @pytest.mark.parametrize(("literal", "field"), NON_FINITE)
@@ -85,6 +85,24 @@ async def test_a_non_finite_price_is_refused_in_band_without_a_charge_or_receipt
     assert result["structuredContent"]["error"]["code"] == "invalid_arguments"
     problems = result["structuredContent"]["error"]["problems"]
     assert problems == [{"field": field, "problem": "Input should be a finite number"}]
+    assert await UsageEvent.objects.aexists() is False
+    assert await AnswerReceipt.objects.aexists() is False
+
+
+async def test_a_nan_price_is_not_json_and_is_refused_before_anything_runs(world, mcp_http, api_key):
+    # 1e999 is JSON (a number too large for a double); NaN is not JSON at all (RFC 8259 §6): the body is refused.
+    from billing.models import UsageEvent
+    from evidence.models import AnswerReceipt
+
+    body = json.dumps(modern_call("evaluate_current_setup", {"symbol": "ALFA", "side": "buy", "target_price": 0.5}))
+    body = body.replace('"target_price": 0.5', '"target_price": NaN')
+    async with mcp_http(api_key) as http:
+        response = await http.post(
+            "/api/mcp", content=body, headers=modern_headers("tools/call", "evaluate_current_setup")
+        )
+
+    assert response.status_code == 400
+    assert response.json()["error"] == {"code": -32700, "message": "Parse error: the body is not JSON"}
     assert await UsageEvent.objects.aexists() is False
     assert await AnswerReceipt.objects.aexists() is False
 
