@@ -21,6 +21,7 @@ from typing import Any
 
 import pydantic_core
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
@@ -63,10 +64,11 @@ class ErrorOut(BaseModel):
 
 
 # Every status a generated route can answer besides 200: refusals (400/402/404/409/503), no session (401), a missing
-# CSRF token (403, Django's own page), a method the route does not take (405), invalid arguments (422), too many calls
-# in a minute (429).
-ERROR_STATUSES = frozenset({400, 401, 402, 404, 405, 409, 422, 429, 503})
+# CSRF token (403), a method the route does not take (405), a body over the size limit (413), invalid arguments
+# (422), too many calls in a minute (429).
+ERROR_STATUSES = frozenset({400, 401, 402, 404, 405, 409, 413, 422, 429, 503})
 STATUS_OF_CODE = {
+    "payload_too_large": 413,
     "rate_limited": 429,
     "method_not_allowed": 405,
     "idempotency_conflict": 409,
@@ -214,6 +216,21 @@ def _invalid_arguments(request: HttpRequest, error: NinjaValidationError) -> Htt
         for item in error.errors
     ]
     return _refused(request, DomainError("invalid_arguments", "The arguments are invalid.", problems=problems))
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_large(request: HttpRequest, error: RequestDataTooBig) -> HttpResponse:
+    """A body over Django's limit, refused before it is read: a JSON 413 naming the limit, not the HTML 400 page."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    message = f"The request body is larger than the limit of {limit} bytes."
+    return _refused(request, DomainError("payload_too_large", message, limit_bytes=limit))
+
+
+def route_not_found(request: HttpRequest, path: str) -> HttpResponse:
+    """Any path under /api/v1/ that names no route (every method): the JSON refusal a client of this API reads,
+    not the HTML 404 page, and it names where the routes are listed."""
+    message = f"No REST route at /api/v1/{path}. The routes are listed at /api/v1/docs and /api/v1/openapi.json."
+    return _refused(request, DomainError("not_found", message))
 
 
 @api.exception_handler(DatabaseError)

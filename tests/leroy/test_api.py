@@ -240,6 +240,45 @@ def test_a_body_that_is_not_json_is_refused_in_the_refusal_shape(owner, body):
     assert UsageEvent.objects.exists() is False
 
 
+def test_a_body_over_the_size_limit_is_a_json_413_naming_the_limit_and_charges_nothing(owner, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    body = b'{"side": "buy"' + b" " * 1000 + b"}"  # valid arguments: only their size is refused
+
+    response = signed_in_client(owner).post(
+        "/api/v1/tests/probe_metered", body, content_type="application/json", headers={"X-CSRFToken": TOKEN}
+    )
+
+    assert (response.status_code, response["Content-Type"]) == (413, "application/json; charset=utf-8")
+    assert response.json() == {
+        "error": {
+            "code": "payload_too_large",
+            "message": "The request body is larger than the limit of 1000 bytes.",
+            "limit_bytes": 1000,
+        }
+    }
+    assert UsageEvent.objects.exists() is False
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/v1/"),
+        ("GET", "/api/v1/nope"),
+        ("POST", "/api/v1/evidence/no_such_tool"),
+        ("POST", "/api/v1/tests/probe_metered/"),
+        ("DELETE", "/api/v1/billing"),
+        ("FOO", "/api/v1/x/y/z"),
+    ],
+)
+def test_a_path_under_the_api_naming_no_route_is_a_json_404_whatever_the_method(owner, method, path):
+    response = signed_in_client(owner).generic(method, path, b"{}", content_type="application/json")
+
+    assert (response.status_code, response["Content-Type"]) == (404, "application/json; charset=utf-8")
+    message = f"No REST route at {path}. The routes are listed at /api/v1/docs and /api/v1/openapi.json."
+    assert response.json() == {"error": {"code": "not_found", "message": message}}
+    assert UsageEvent.objects.exists() is False
+
+
 def test_a_missing_csrf_token_and_a_bearer_credential_are_refused_in_the_refusal_shape(owner):
     no_token = signed_in_client(owner).post(
         "/api/v1/tests/probe_metered", {"side": "buy"}, content_type="application/json"
