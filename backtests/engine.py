@@ -32,7 +32,7 @@ from backtests.policy import (
     strategy_classes,
     validate_source,
 )
-from backtests.probing import EPOCH_ORDINAL, PROBE_CUTS, cut, probe_cuts
+from backtests.probing import EPOCH_ORDINAL, iso
 
 MAX_EQUITY_POINTS = 2000
 
@@ -441,17 +441,6 @@ class ArrayData(bt.feed.DataBase):
         return True
 
 
-# A run formats every equity point's time (2,000 for a daily run: 4 ms through datetime and timedelta, 1.4 ms so).
-_CLOCK = [f"T{minute // 60:02d}:{minute % 60:02d}:" for minute in range(1440)]
-_SECONDS = [f"{second:02d}Z" for second in range(60)]
-
-
-def iso(num: float) -> str:
-    """A Backtrader date number as RFC 3339 UTC, to the nearest second (`2024-01-02T15:30:00Z`)."""
-    days, second = divmod(round((num - EPOCH_ORDINAL) * 86400), 86400)
-    return date.fromordinal(int(EPOCH_ORDINAL) + days).isoformat() + _CLOCK[second // 60] + _SECONDS[second % 60]
-
-
 class Ledger(bt.Analyzer):
     """Everything a run reports per bar, in one analyzer (each analyzer costs Backtrader three dispatches a bar):
     the daily returns (Backtrader's TimeReturn on Days), the maximum drawdown (its DrawDown), step for step
@@ -673,71 +662,31 @@ def run(
     }
 
 
-# --- the truncation probe ----------------------------------------------------------------------------------------
-def _decisions_on(strategy: type, datas: list[dict[str, Any]], simulation: dict[str, Any], parameters: dict[str, Any]):
+# --- the truncation probe's cut runs -----------------------------------------------------------------------------
+def cut_decisions(
+    strategy: type,
+    *,
+    datas: list[dict[str, Any]],
+    simulation: dict[str, Any],
+    parameters: dict[str, Any],
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One cut run of the truncation probe: the strategy on `datas`, the bars up to the cut (the job never holds the
+    later ones), and the order decisions it took (as `as_recorded` gives them), with what ended the run early when
+    it did not reach its end. The worker compares them with the full run's (`probing.judged`): the full run, and
+    every other cut, ran in other jobs."""
     built: list[bt.Cerebro] = []
+    crash = None
     try:
         _execute(lambda runonce: _cerebro(strategy, datas, simulation, parameters, runonce=runonce), built)
     except (Refused, PolicyViolation, EngineError):
         raise
     except Exception as error:
         if not built[-1].broker.stopping:
-            return built[-1].broker.decisions, f"{type(error).__name__}: {error}"
-    return built[-1].broker.decisions, None
-
-
-def lookahead_probe(
-    load: Callable[[], type],
-    *,
-    datas: list[dict[str, Any]],
-    simulation: dict[str, Any],
-    parameters: dict[str, Any],
-    decisions: list[dict[str, Any]],
-    k: int = PROBE_CUTS,
-    cuts: list[int] | None = None,
-) -> dict[str, Any]:
-    """Rerun the strategy on the data cut at k points and compare every order decision taken up to each cut
-    with the full run's (`decisions`, as `as_recorded` gives them): a strategy that reads only past bars decides
-    the same; any difference means it used bars after the one it was on. `load` compiles the source afresh, so
-    no state carries over between runs. `cuts`: only these of the k cuts (`probe_cuts`' timestamps), run here
-    while the others run elsewhere."""
-    if cuts is None:
-        cuts = probe_cuts(datas, decisions, k)
-    if isinstance(cuts, str):
-        return {"status": "not_run", "k": k, "cuts": [], "reason": cuts}
-    checked = []
-    for until in cuts:
-        until_num = until / 86_400_000_000.0 + EPOCH_ORDINAL
-        expected = [d for d in decisions if d["bar"] is not None and d["bar"] <= until_num]
-        got, crash = _decisions_on(load(), [cut(d, until) for d in datas], simulation, parameters)
-        got = [d for d in as_recorded(got) if d["bar"] is not None]
-        checked.append(iso(until_num))
-        if crash is not None:
-            return _failed(k, checked, iso(until_num), None, None, f"the run on data cut at {iso(until_num)} "
-                           f"failed before its end: {crash}")  # fmt: skip
-        for index in range(max(len(expected), len(got))):
-            full = expected[index] if index < len(expected) else None
-            short = got[index] if index < len(got) else None
-            if full != short:
-                bar = min(d["bar"] for d in (full, short) if d is not None)
-                return _failed(k, checked, iso(until_num), _shown(full), _shown(short), None, bar=iso(bar))
-    return {"status": "passed", "k": k, "cuts": checked}
+            crash = f"{type(error).__name__}: {error}"
+    return as_recorded(built[-1].broker.decisions), crash
 
 
 def as_recorded(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Decisions as the sandbox's JSON output records them (plain, strings escaped). The probe compares the cut
-    runs' decisions in this form with the full run's, given in it too (they may come from that run's record)."""
+    """Decisions as the sandbox's JSON output records them (plain, strings escaped), as both the full run's and
+    the cut runs' reach the worker."""
     return json.loads(json.dumps(policy.clean_strings(plain(decisions)), allow_nan=False, default=str))
-
-
-def _shown(decision: dict[str, Any] | None) -> dict[str, Any] | None:
-    return None if decision is None else {**decision, "bar": iso(decision["bar"])}
-
-
-def _failed(k: int, cuts: list[str], at: str, full: Any, short: Any, reason: str | None, bar: str | None = None):
-    return {
-        "status": "failed",
-        "k": k,
-        "cuts": cuts,
-        "first_difference": {"cut": at, "bar": bar, "full_run": full, "cut_run": short, "reason": reason},
-    }

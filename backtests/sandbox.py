@@ -36,7 +36,7 @@ from typing import Any
 from django.conf import settings
 
 import backtests
-from backtests import series
+from backtests import probing, series
 from backtests.policy import (
     IN_PROCESS_LAYERS,
     LAYERS_MARK,
@@ -405,27 +405,75 @@ def run_job(
     truncation probe with that many cuts (`result["lookahead_check"]`), `decisions` the run's order decisions
     (`result["decisions"]`), `summary` a result without the run's records (`engine.run`'s). With `expected` (the
     decisions a full run of this same job recorded) and `probe`, only the probe's cut runs are run and `result` is
-    just its `lookahead_check`; `cuts` (some of the probe's cut timestamps) runs only those cuts."""
+    just its `lookahead_check`; `cuts` (some of the probe's cut timestamps) runs only those cuts.
+
+    Every run of the agent's code is a job of its own, forked from a template that ran none: the full run and
+    each cut run share no memory, so no run can leave another what it saw (a run that stores its decisions in
+    any object it can reach, and a later run that replays them, would pass the probe). The cut runs get only the
+    bars up to their cut, and the worker judges their decisions. Every job of one call shares its wall clock."""
     limits = limits or Limits()
-    job = {
-        "source": source,
-        "datas": datas,
-        "simulation": simulation,
-        "parameters": parameters,
-        "probe": probe,
-        "decisions": decisions,
-        "summary": summary,
-        "expected": expected,
-        "cuts": cuts,
-        "hide": runtime_paths(),
-        "layers": sorted(layers),
-        "limits": {"cpu_seconds": limits.cpu_seconds, "memory_bytes": limits.memory_bytes, "uid": limits.uid},
-    }
+    started = time.monotonic()
+    deadline = started + limits.wall_seconds
+    base = {"source": source, "simulation": simulation, "parameters": parameters, "hide": runtime_paths(),
+            "layers": sorted(layers), "limits": {"cpu_seconds": limits.cpu_seconds,
+                                                 "memory_bytes": limits.memory_bytes, "uid": limits.uid}}  # fmt: skip
+
+    def job(**given: Any) -> Outcome:
+        return _run_one(base | given, layers, limits, on_start, deadline)
+
+    if not probe:
+        return job(datas=datas, decisions=decisions, summary=summary)
+    if expected is not None:
+        check, last = _probe(job, datas, expected, probe, cuts)
+        if isinstance(check, Outcome):
+            return check
+        seconds = time.monotonic() - started
+        return Outcome(True, last.layers if last else [], result={"lookahead_check": check}, seconds=seconds)
+    full = job(datas=datas, decisions=True, summary=summary)
+    if not full.ok or full.result is None:
+        return full
+    recorded = full.result.pop("decisions")
+    check, last = _probe(job, datas, recorded, probe, cuts)
+    if isinstance(check, Outcome):
+        return check
+    full.result["lookahead_check"] = check
+    if decisions:
+        full.result["decisions"] = recorded
+    full.seconds = time.monotonic() - started
+    return full
+
+
+def _probe(
+    job: Any, datas: list[dict[str, Any]], recorded: list[dict[str, Any]], k: int, cuts: list[int] | None
+) -> tuple[dict[str, Any] | Outcome, Outcome | None]:
+    """The truncation probe of a full run that took the `recorded` decisions: each cut run a job of its own, on
+    the bars up to its cut, judged here in cut order (the first difference fails the probe). A cut job that
+    fails (a refusal, a limit) is the answer instead, as it would have failed the full run."""
+    if cuts is None:
+        chosen = probing.probe_cuts(datas, recorded, k)
+        if isinstance(chosen, str):
+            return {"status": "not_run", "k": k, "cuts": [], "reason": chosen}, None
+        cuts = chosen
+    checked: list[str] = []
+    last = None
+    for until in cuts:
+        last = job(datas=[probing.cut(data, until) for data in datas], cut_run=True)
+        if not last.ok or last.result is None:
+            return last, last
+        checked.append(probing.iso(until / 86_400_000_000.0 + probing.EPOCH_ORDINAL))
+        difference = probing.judged(recorded, until, last.result["decisions"], last.result["crash"])
+        if difference is not None:
+            return {"status": "failed", "k": k, "cuts": checked, "first_difference": difference}, last
+    return {"status": "passed", "k": k, "cuts": checked}, last
+
+
+def _run_one(job: dict[str, Any], layers: frozenset[str], limits: Limits, on_start: Any, deadline: float) -> Outcome:
+    """One job in a fresh sandbox child, killed at `deadline` (monotonic)."""
     payload = pack_job(job)
     began = time.monotonic()
     scratch = _scratch(limits.uid)
     try:
-        return _supervise(payload, layers, limits, scratch, on_start, began)
+        return _supervise(payload, layers, limits, scratch, on_start, began, deadline)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -473,9 +521,8 @@ PLAIN_ASCII_JSON = re.compile(rb"[\x20-\x5b\x5d-\x7e]*")
 
 
 def _supervise(
-    payload: bytes, layers: frozenset[str], limits: Limits, scratch: str, on_start: Any, began: float
+    payload: bytes, layers: frozenset[str], limits: Limits, scratch: str, on_start: Any, began: float, deadline: float
 ) -> Outcome:
-    deadline = began + limits.wall_seconds
     try:
         running, wrapped = start(layers, limits.cpu_seconds, scratch, deadline, payload)
     except SandboxUnavailable as unavailable:

@@ -193,23 +193,17 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
     in_process = set(IN_PROCESS_LAYERS) & set(job["layers"])
     outcome: dict[str, Any] = {"layers": active + sorted(in_process)}
     try:
-        strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
         run = {"datas": job["datas"], "simulation": job["simulation"], "parameters": job["parameters"]}
-        fresh = lambda: engine.load_strategy(job["source"], prints=PrintBuffer(0), layers=in_process)  # noqa: E731
-        cuts = [int(until) for until in job["cuts"]] if job.get("cuts") is not None else None
-        if job.get("expected") is not None:
-            # The full run's decisions were recorded by that run (same code and bars): only the cut runs are due.
-            check = engine.lookahead_probe(fresh, decisions=job["expected"], k=int(job["probe"]), cuts=cuts, **run)
-            outcome.update(ok=True, result={"lookahead_check": check})
+        if job.get("cut_run"):  # one cut run of the probe, on the bars up to its cut: its decisions, for the worker
+            strategy = engine.load_strategy(job["source"], prints=PrintBuffer(0), layers=in_process)
+            decisions, crash = engine.cut_decisions(strategy, **run)
+            outcome.update(ok=True, result={"decisions": decisions, "crash": crash})
             return _finished(outcome, prints)
+        strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
         result = engine.run(strategy, **run, summary=bool(job.get("summary")))
-        decisions = engine.as_recorded(result.pop("decisions"))
-        if job.get("probe"):
-            result["lookahead_check"] = engine.lookahead_probe(
-                fresh, decisions=decisions, k=int(job["probe"]), cuts=cuts, **run
-            )
+        decisions = result.pop("decisions")
         if job.get("decisions"):
-            result["decisions"] = decisions
+            result["decisions"] = engine.as_recorded(decisions)
         outcome.update(ok=True, result=result)
     except Refused as refusal:
         lines = job["source"].splitlines()

@@ -175,6 +175,59 @@ def test_the_probe_fails_a_strategy_that_peeks_where_no_guard_sees_it():
     assert difference["full_run"]["data"] == "ONE" and difference["cut_run"] != difference["full_run"]
 
 
+# Peeks as PRIVATE_FUTURE does in the run that sees no memo, and leaves its decisions, by bar, in an object every
+# run in one process reaches (a class attribute of Backtrader's); a run that finds them replays them.
+REPLAYING_FORESIGHT = """
+class Replay(bt.Strategy):
+    def __init__(self):
+        memos = [item for item in bt.TimeFrame.Names if isinstance(item, dict)]
+        self.first = not memos
+        self.memo = memos[0] if memos else {}
+        if self.first:
+            bt.TimeFrame.Names.append(self.memo)
+
+    def next(self):
+        i = len(self)
+        if self.first:
+            bars = self.data._bars["close"]
+            act = None
+            if i < len(bars) and bars[i] > self.data.close[0] and not self.position:
+                act = "buy"
+            elif self.position and i < len(bars) and bars[i] < self.data.close[0]:
+                act = "close"
+            self.memo[i] = act
+        else:
+            act = self.memo.get(i)
+        if act == "buy":
+            self.buy(size=1)
+        elif act == "close":
+            self.close()
+"""
+
+
+def test_a_run_cannot_hand_its_decisions_to_the_probes_cut_runs():
+    # Each cut run is a job of its own, on the bars up to its cut: it finds no memo, so it cannot replay the full
+    # run's future-informed decisions, and the probe fails the strategy (it passed while the cut runs shared the
+    # full run's process).
+    outcome = run(REPLAYING_FORESIGHT, layers=RUNTIME_ONLY, datas=[walk("ONE", bars=200)], probe=3)
+
+    check = outcome.result["lookahead_check"]
+    assert (outcome.ok, check["status"]) == (True, "failed")
+    assert check["first_difference"]["cut"] == check["cuts"][0]
+
+
+def test_a_strategy_that_takes_no_decision_is_not_said_to_pass_the_probe():
+    outcome = run("class Idle(bt.Strategy):\n    def next(self):\n        pass\n", datas=[walk("ONE", bars=200)],
+                  probe=3)  # fmt: skip
+
+    assert outcome.result["lookahead_check"] == {
+        "status": "not_run",
+        "k": 3,
+        "cuts": [],
+        "reason": "the full run took no order decisions, so there are none a cut could change",
+    }
+
+
 def test_the_probe_is_not_run_on_too_few_bars():
     outcome = run(SMA_CROSS, datas=[walk("ONE", bars=30)], probe=3)
 

@@ -28,7 +28,7 @@ def test_a_killed_worker_main_process_fails_the_running_job_and_runs_the_prefetc
         "running_hold": ["void"],  # refunded, never run twice
         "queued_hold": ["post"],  # charged once
         "reserves": 2,
-        "credits_after": 985,
+        "credits_after": 990,  # the queued one's 10: it took no order decisions, so its probe did not run
         "unacked_after": 0,
         "ledger_drift": 0,
     }
