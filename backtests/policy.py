@@ -172,18 +172,54 @@ def _monitoring() -> bool:
 
 
 def _count_frames(code: types.CodeType) -> bool:
-    """Count the frames of `code` and of every code object nested in it; False when they cannot be counted."""
+    """Count the frames of `code` and of every code object nested in it, and the frames of the functions that call
+    on the strategy's behalf (`on_behalf`); False when they cannot be counted."""
     if not _monitoring():
         return False
     events = sys.monitoring.events
     local = events.PY_START | events.PY_RESUME | events.PY_RETURN | events.PY_YIELD
-    pending = [code]
+    pending = [code, ON_BEHALF_CODE]
     while pending:
         current = pending.pop()
         _CODES[id(current)] = current
         sys.monitoring.set_local_events(MONITORING_TOOL, current, local)
         pending.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
     return True
+
+
+# What a strategy reaches through an attribute and can call, other than its own functions: a bound method of a dict
+# or a list, a C function, a method of an engine object. None runs strategy code, so the frame counter would not
+# see one start: handed to an indicator (`bt.ind.ReduceN(self.data.open, period=2,
+# function=self.nextopen.setdefault)`), runonce called it over every bar before the first, and what it stored held
+# the future. The strategy gets each wrapped in `on_behalf`, whose frames count as the strategy's: runonce stops
+# at one, and the run is redone bar by bar, as for a function of the strategy's own. The math module's functions
+# are pure and are given as they are.
+CALLABLE_TYPES = (
+    types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.MethodDescriptorType,
+    types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
+)  # fmt: skip
+
+
+def on_behalf(function: Callable[..., Any]) -> Callable[..., Any]:
+    def called(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    return called
+
+
+ON_BEHALF_CODE = on_behalf(len).__code__
+
+
+def _reached(value: Any) -> Any:
+    """`value` as the strategy gets it from an attribute: a callable that runs no strategy code, wrapped."""
+    if not isinstance(value, CALLABLE_TYPES):
+        return value
+    if isinstance(value, types.BuiltinFunctionType) and value.__self__ is math:
+        return value
+    code = getattr(getattr(value, "__func__", value), "__code__", None)
+    if code is not None and id(code) in _CODES:  # the strategy's own (or already wrapped): counted
+        return value
+    return on_behalf(value)
 
 
 _COUNTED = [True]  # every strategy compiled in this process so far has its frames counted
@@ -459,10 +495,10 @@ class Guards:
             raise AttributeError(f"the attribute `{name}` is not available in strategies")
         if isinstance(obj, self.series):
             if name == "get":
-                return _past_only(obj, value)
+                return _reached(_past_only(obj, value))
             if name == "datas" and isinstance(value, list):
                 return tuple(value)  # the feed list is the engine's: readable, not reorderable
-        return value
+        return _reached(value)
 
     def _by_type(self, obj: Any, name: str) -> None:
         """The refusals that follow from the object's type and the attribute's name (the market-data check, which

@@ -175,6 +175,37 @@ def test_the_probe_fails_a_strategy_that_peeks_where_no_guard_sees_it():
     assert difference["full_run"]["data"] == "ONE" and difference["cut_run"] != difference["full_run"]
 
 
+def recording(init: str) -> str:
+    """A strategy that hands the engine a callable storing what it is called with (`init` sets `self.seen`), and
+    buys as soon as it holds more than the bars seen so far: runonce would have called it over every bar."""
+    return (
+        "class Record(bt.Strategy):\n"
+        "    def __init__(self):\n"
+        f"        {init}\n\n"
+        "    def next(self):\n"
+        "        if len(self.seen) > len(self) and not self.position:\n"
+        "            self.buy(size=1)\n"
+    )
+
+
+CALLABLES_HANDED_TO_THE_ENGINE = [
+    recording("self.seen = {}\n        bt.ind.ReduceN(self.data.open, period=2, function=self.seen.setdefault)"),
+    recording("self.seen = {}\n        both = self.data.open + self.data.close\n"
+              "        both.operation = self.seen.setdefault"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("source", CALLABLES_HANDED_TO_THE_ENGINE)
+def test_a_callable_the_strategy_hands_an_indicator_sees_no_bar_ahead_of_the_strategy(source):
+    # A bound method of a dict or a list runs no strategy code: runonce called it over every bar before the first,
+    # so it stored the future (a dry run of such a peek returned +251 %). It is now seen as the strategy's code,
+    # and the run is redone bar by bar.
+    outcome = run(source)
+
+    assert outcome.ok is True, outcome.error
+    assert outcome.result["orders"]["submitted"] == 0
+
+
 # Peeks as PRIVATE_FUTURE does in the run that sees no memo, and leaves its decisions, by bar, in an object every
 # run in one process reaches (a class attribute of Backtrader's); a run that finds them replays them.
 REPLAYING_FORESIGHT = """
