@@ -239,6 +239,17 @@ def _clock(strategy: Any) -> float:
     return float(max(data.datetime[0] for data in strategy.datas if len(data)))
 
 
+ORDER_NUMBERS = ("price", "plimit", "trailamount", "trailpercent")
+
+
+def _finite_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _described(value: Any) -> str:
+    return repr(value) if type(value) in (int, float) else f"a {type(value).__name__}"
+
+
 class GuardedBroker(bt.brokers.BackBroker):
     """The stock broker, taking only the order types it fills from the bars, and keeping every order decision
     (when, which data, what) for the truncation probe. Decisions taken in `stop()` are not kept: a run on cut
@@ -263,6 +274,12 @@ class GuardedBroker(bt.brokers.BackBroker):
     def _order(self, side: str, owner: Any, data: Any, size: Any, args: dict[str, Any]) -> Any:
         if args["exectype"] not in SIMULATED_ORDER_TYPES or args["histnotify"] or args["_checksubmit"] is not True:
             raise Refused("order_refused", ORDER_TYPES_HELP, agent_line())
+        for name, value in (("size", size), *((key, args[key]) for key in ORDER_NUMBERS)):
+            if value is not None and not _finite_number(value):
+                # A line as a limit price is read by the broker on the bar it fills (`price=self.data.low`: every
+                # buy at that bar's low); a nan or an infinity is no price at all.
+                message = f"`{name}` must be a finite number or None, not {_described(value)}"
+                raise Refused("order_refused", message, agent_line())
         make = super().buy if side == "buy" else super().sell
         order = make(owner, data, size, **args)
         if self.p.coc and len(data) and data.datetime[0] < _clock(owner):

@@ -45,6 +45,32 @@ def test_orders_the_broker_does_not_simulate_are_refused_with_the_line(body, lay
     assert "Market, Close, Limit, Stop, StopLimit, StopTrail and StopTrailLimit" in outcome.error["message"]
 
 
+@pytest.mark.parametrize(
+    ("body", "layers", "message"),
+    [
+        ("self.buy(size=10, exectype=bt.Order.Limit, price=self.data.low)", ALL_LAYERS,
+         "`price` must be a finite number or None, not a LineBuffer"),
+        ("self.buy(size=10, exectype=bt.Order.Limit, price=self.data.low)", OS_ONLY,
+         "`price` must be a finite number or None, not a LineBuffer"),
+        ("self.sell(size=10, exectype=bt.Order.StopLimit, price=1.0, plimit=self.data.high)", ALL_LAYERS,
+         "`plimit` must be a finite number or None, not a LineBuffer"),
+        ("self.buy(size=10, exectype=bt.Order.StopTrail, trailamount=self.data.low)", ALL_LAYERS,
+         "`trailamount` must be a finite number or None, not a LineBuffer"),
+        ("self.buy(size=10, exectype=bt.Order.StopTrail, trailpercent=float('nan'))", ALL_LAYERS,
+         "`trailpercent` must be a finite number or None, not nan"),
+        ("self.buy(size=float('inf'))", ALL_LAYERS, "`size` must be a finite number or None, not inf"),
+    ],
+)  # fmt: skip
+def test_an_order_whose_size_or_prices_are_not_finite_numbers_is_refused_with_the_line(body, layers, message):
+    # A line as a limit price was read by the broker on the bar it filled: every buy filled at that bar's low and
+    # every sell at its high (+325 %, 100 % winners, found from outside).
+    outcome = run(on_bar_five(body), layers=layers)
+
+    assert (outcome.ok, outcome.result) == (False, None)
+    assert (outcome.error["code"], outcome.error["line"]) == ("order_refused", 4)
+    assert outcome.error["message"] == f"line 4 (`{body}`): {message}"
+
+
 def test_a_price_on_a_market_order_does_not_set_its_fill():
     source = (
         "class Priced(bt.Strategy):\n"
