@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from stripe import HTTPClient, SignatureVerificationError, StripeClient, StripeError, Webhook
+from stripe import HTTPClient, SignatureVerificationError, StripeClient, StripeError, WebhookSignature
 from stripe.params import SubscriptionCreateParams
 from stripe.params.checkout import SessionCreateParams, SessionCreateParamsLineItem
 
@@ -28,7 +28,15 @@ SUBSCRIPTION_EVENTS = {
 
 
 class WebhookRefused(Exception):
-    pass
+    """Not provably from Stripe, or not fresh: answered 400 `invalid_signature`."""
+
+    error = "invalid_signature"
+
+
+class EventMalformed(WebhookRefused):
+    """Signed, but not shaped like a Stripe event: answered 400 `invalid_event`."""
+
+    error = "invalid_event"
 
 
 def stripe_client(*, http_client: HTTPClient | None = None) -> StripeClient | None:
@@ -194,20 +202,23 @@ def _signed_at(header: str) -> int | None:
 def stripe_event_receive(*, payload: bytes, signature: str) -> tuple[str, bool]:
     """Verify a Stripe webhook (signature and ±300 s), store its event id once and apply it.
 
-    Returns (event id, duplicate). Raises WebhookRefused for anything not provably from Stripe and fresh.
+    Returns (event id, duplicate). Raises WebhookRefused for anything not provably from Stripe and fresh, and
+    EventMalformed for a signed event that lacks what every Stripe event carries; either way nothing is stored.
     """
     secret = settings.LEROY_STRIPE_WEBHOOK_SECRET
     if not secret:
         raise WebhookRefused("no webhook secret is configured")
     try:
-        Webhook.construct_event(payload, signature, secret, tolerance=WEBHOOK_TOLERANCE_SECONDS)
-    except (SignatureVerificationError, ValueError) as error:
+        WebhookSignature.verify_header(payload.decode(), signature, secret, tolerance=WEBHOOK_TOLERANCE_SECONDS)
+    except UnicodeDecodeError as error:
+        raise EventMalformed("the body is not UTF-8") from error
+    except SignatureVerificationError as error:
         raise WebhookRefused(str(error)) from error
     signed_at = _signed_at(signature)
     # The SDK only refuses old timestamps; a future one is as suspect.
     if signed_at is None or abs(now().timestamp() - signed_at) > WEBHOOK_TOLERANCE_SECONDS:
         raise WebhookRefused("timestamp outside the tolerance")
-    event = json.loads(payload)
+    event = _event_parse(payload)
     with transaction.atomic():
         try:
             with transaction.atomic():
@@ -222,18 +233,53 @@ def stripe_event_receive(*, payload: bytes, signature: str) -> tuple[str, bool]:
     return stored.id, False
 
 
+def _event_parse(payload: bytes) -> dict[str, Any]:
+    """The event, if it has the shape every Stripe event has (and a subscription event's object what we read)."""
+    try:
+        event = json.loads(payload)
+    except (ValueError, RecursionError) as error:
+        raise EventMalformed("the body is not JSON") from error
+    if not isinstance(event, dict):
+        raise EventMalformed("the event is not a JSON object")
+    for key, limit in (("id", 64), ("type", 96)):  # the inbox's columns
+        if not isinstance(event.get(key), str) or not 1 <= len(event[key]) <= limit:
+            raise EventMalformed(f"the event's {key} must be a string of 1 to {limit} characters")
+    created = event.get("created")
+    if not isinstance(created, int) or isinstance(created, bool) or not 0 < created < 2**32:
+        raise EventMalformed("the event's created must be a Unix timestamp")
+    data = event.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("object"), dict):
+        raise EventMalformed("the event's data.object must be an object")
+    if event["type"] in SUBSCRIPTION_EVENTS:
+        subscription = data["object"]
+        for key, limit in (("id", 64), ("customer", 64), ("status", 32)):
+            if not isinstance(subscription.get(key), str) or not 1 <= len(subscription[key]) <= limit:
+                raise EventMalformed(f"the subscription's {key} must be a string of 1 to {limit} characters")
+        items = subscription.get("items", {"data": []})
+        if not isinstance(items, dict) or not isinstance(items.get("data"), list):
+            raise EventMalformed("the subscription's items.data must be a list")
+        for item in items["data"]:
+            if not (
+                isinstance(item, dict)
+                and isinstance(item.get("price"), dict)
+                and isinstance(item["price"].get("id"), str)
+            ):
+                raise EventMalformed("each subscription item must carry a price id")
+    return event
+
+
 def _subscription_changed(subscription: dict[str, Any], *, deleted: bool) -> None:
-    link = StripeCustomer.objects.select_related("user").filter(customer_id=subscription.get("customer")).first()
+    link = StripeCustomer.objects.select_related("user").filter(customer_id=subscription["customer"]).first()
     if link is None:
         return  # not a Leroy customer (or created outside Leroy): nothing to update
     link.subscription_id = "" if deleted else subscription["id"]
-    link.subscription_status = subscription.get("status", "")
+    link.subscription_status = subscription["status"]
     link.save(update_fields=["subscription_id", "subscription_status"])
     plan: Plan | None
     if deleted or link.subscription_status not in {"active", "trialing"}:
         plan = Plan.objects.get(is_default=True)
     else:
-        prices = [item["price"]["id"] for item in subscription.get("items", {}).get("data", [])]
+        prices = [item["price"]["id"] for item in subscription.get("items", {"data": []})["data"]]
         plan = Plan.objects.filter(stripe_flat_price_id__in=prices).exclude(stripe_flat_price_id="").first()
     if plan is None:
         return  # a price Leroy does not sell as a plan

@@ -88,5 +88,5 @@ def stripe_webhook(request: HttpRequest) -> JsonResponse:
             payload=request.body, signature=request.headers.get("Stripe-Signature", "")
         )
     except payments.WebhookRefused as refused:
-        return JsonResponse({"error": "invalid_signature", "message": str(refused)}, status=400)
+        return JsonResponse({"error": refused.error, "message": str(refused)}, status=400)
     return JsonResponse({"received": event_id, "duplicate": duplicate})

@@ -156,6 +156,7 @@ def test_paid_checkout_webhook_assigns_the_plan_without_a_second_subscription(cl
             "id": "evt_checkout",
             "object": "event",
             "type": "customer.subscription.created",
+            "created": 1_790_000_000,
             "data": {
                 "object": {
                     "id": "sub_from_checkout",

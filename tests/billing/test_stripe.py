@@ -112,15 +112,23 @@ def test_overage_reaches_stripe_once_per_transfer_even_when_the_sender_retries(m
     assert MeterReport.objects.get(transfer=overage[0]).attempts == 3
 
 
-def event(event_type="customer.subscription.updated", event_id="evt_1", status="past_due", price="price_flat"):
+def event(
+    event_type="customer.subscription.updated",
+    event_id="evt_1",
+    status="past_due",
+    price="price_flat",
+    subscription_id="sub_7",
+    created=1_790_000_000,
+):
     return json.dumps(
         {
             "id": event_id,
             "object": "event",
             "type": event_type,
+            "created": created,
             "data": {
                 "object": {
-                    "id": "sub_7",
+                    "id": subscription_id,
                     "object": "subscription",
                     "customer": "cus_7",
                     "status": status,
@@ -281,3 +289,46 @@ def test_a_billed_plan_whose_sync_the_broker_does_not_take_is_subscribed_by_the_
 def test_the_sweep_leaves_subscribed_and_unbilled_accounts_alone(metered, outsider, fake, client_):
     assert payments.subscriptions_sync(client=client_) == 0
     assert fake.calls == []
+
+
+def deliver(client, body):
+    return post(client, body, WebhookSignature.generate_signature_header(body, WHSEC))
+
+
+def link_state(user):
+    link = StripeCustomer.objects.get(user=user)
+    return link.subscription_id, link.subscription_status, selectors.plan_of(user=user).code
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps({k: v for k, v in json.loads(event(status="canceled")).items() if k != "id"}),
+        json.dumps({k: v for k, v in json.loads(event(status="canceled")).items() if k != "created"}),
+        json.dumps({**json.loads(event(status="canceled")), "id": "evt_" + "x" * 61}),
+        json.dumps({**json.loads(event(status="canceled")), "data": {"object": "sub_7"}}),
+        event(status="canceled").replace('"customer": "cus_7"', '"customer": null'),
+        event(status="canceled").replace('"status": "canceled"', '"status": 3'),
+        event(status="canceled").replace('{"price": {"id": "price_flat"}}', '{"price": "price_flat"}'),
+        "[]",
+        "{not json",
+    ],
+    ids=[
+        "no-id",
+        "no-created",
+        "id-too-long",
+        "object-not-an-object",
+        "no-customer",
+        "status-not-a-string",
+        "item-without-price-id",
+        "not-an-object",
+        "not-json",
+    ],
+)
+def test_a_signed_event_not_shaped_like_a_stripe_event_is_refused_and_changes_nothing(client, metered, body):
+    response = deliver(client, body)
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_event"
+    assert StripeEvent.objects.count() == 0
+    assert link_state(metered) == ("sub_7", "active", "metered-1")
