@@ -126,7 +126,7 @@ class UsageEventAdmin(ReadOnlyAdmin):
 
 @admin.register(StripeCustomer)
 class StripeCustomerAdmin(ReadOnlyAdmin):
-    list_display = ["user", "customer_id", "subscription_id", "subscription_status"]
+    list_display = ["user", "customer_id", "subscription_id", "subscription_status", "subscription_event_at"]
     search_fields = ["user__email", "customer_id"]
 
 

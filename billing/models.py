@@ -243,6 +243,8 @@ class StripeCustomer(models.Model):
     customer_id = models.CharField(max_length=64, unique=True)
     subscription_id = models.CharField(max_length=64, blank=True)
     subscription_status = models.CharField(max_length=32, blank=True)
+    # Stripe's `created` of the last subscription event applied here: an older one arriving late is ignored.
+    subscription_event_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.customer_id

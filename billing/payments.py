@@ -4,6 +4,7 @@ verified webhooks. Stripe only collects what the ledger already decided; nothing
 
 import json
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +21,8 @@ from leroy.clock import now
 logger = logging.getLogger(__name__)
 WEBHOOK_TOLERANCE_SECONDS = 300
 MAX_SEND_ATTEMPTS = 10
+LIVE_STATUSES = frozenset({"active", "trialing"})  # the statuses that grant the subscription's plan
+ENDED_STATUSES = frozenset({"canceled", "incomplete_expired"})  # terminal: Stripe never revives these
 SUBSCRIPTION_EVENTS = {
     "customer.subscription.created",
     "customer.subscription.updated",
@@ -228,7 +231,12 @@ def stripe_event_receive(*, payload: bytes, signature: str) -> tuple[str, bool]:
         except IntegrityError:
             return event["id"], True
         if stored.type in SUBSCRIPTION_EVENTS:
-            _subscription_changed(event["data"]["object"], deleted=stored.type.endswith(".deleted"))
+            _subscription_changed(
+                event["data"]["object"],
+                deleted=stored.type.endswith(".deleted"),
+                created=datetime.fromtimestamp(event["created"], UTC),
+                event_id=stored.id,
+            )
         StripeEvent.objects.filter(pk=stored.pk).update(processed_at=now())
     return stored.id, False
 
@@ -268,15 +276,44 @@ def _event_parse(payload: bytes) -> dict[str, Any]:
     return event
 
 
-def _subscription_changed(subscription: dict[str, Any], *, deleted: bool) -> None:
-    link = StripeCustomer.objects.select_related("user").filter(customer_id=subscription["customer"]).first()
+def _subscription_changed(subscription: dict[str, Any], *, deleted: bool, created: datetime, event_id: str) -> None:
+    """Apply a subscription event to the account linked to its customer, unless the account knows better.
+
+    Stripe neither orders deliveries nor sends each once, so an event is judged against what was applied:
+    - older than the last event applied to this customer's link: ignored (a late update cannot revive a
+      subscription whose deletion was applied);
+    - about the linked subscription: applied (an equal `created` too: Stripe stamps in whole seconds);
+    - about another subscription: linked only when it is newer, has not ended, and the account has no
+      subscription or the linked one is not live (e.g. Checkout after a cancel or after a failed first payment);
+      otherwise ignored: a second subscription never moves or cancels the linked one.
+    """
+    link = (
+        StripeCustomer.objects.select_for_update()
+        .select_related("user")
+        .filter(customer_id=subscription["customer"])
+        .first()
+    )
     if link is None:
         return  # not a Leroy customer (or created outside Leroy): nothing to update
-    link.subscription_id = "" if deleted else subscription["id"]
-    link.subscription_status = subscription["status"]
-    link.save(update_fields=["subscription_id", "subscription_status"])
+    status = subscription["status"]
+    ended = deleted or status in ENDED_STATUSES
+    if not _event_applies(link, subscription["id"], live=status in LIVE_STATUSES, ended=ended, created=created):
+        logger.info(
+            "Stripe event %s about subscription %s of %s ignored: the account holds %s (%s) as of %s",
+            event_id,
+            subscription["id"],
+            link.customer_id,
+            link.subscription_id or "no subscription",
+            link.subscription_status,
+            link.subscription_event_at,
+        )
+        return
+    link.subscription_id = "" if ended else subscription["id"]
+    link.subscription_status = status
+    link.subscription_event_at = created
+    link.save(update_fields=["subscription_id", "subscription_status", "subscription_event_at"])
     plan: Plan | None
-    if deleted or link.subscription_status not in {"active", "trialing"}:
+    if ended or status not in LIVE_STATUSES:
         plan = Plan.objects.get(is_default=True)
     else:
         prices = [item["price"]["id"] for item in subscription.get("items", {"data": []})["data"]]
@@ -285,3 +322,13 @@ def _subscription_changed(subscription: dict[str, Any], *, deleted: bool) -> Non
         return  # a price Leroy does not sell as a plan
     if selectors.plan_of(user=link.user) != plan:
         services.plan_assign(user=link.user, plan=plan)
+
+
+def _event_applies(link: StripeCustomer, subscription_id: str, *, live: bool, ended: bool, created: datetime) -> bool:
+    applied = link.subscription_event_at
+    if subscription_id == link.subscription_id:
+        return applied is None or created >= applied
+    if (applied is not None and created <= applied) or ended:
+        return False  # older than what was applied, or the end of a subscription the account does not hold
+    # Another subscription takes the link only where there is none, or where the linked one is not live.
+    return link.subscription_id == "" or (live and link.subscription_status not in LIVE_STATUSES)

@@ -332,3 +332,90 @@ def test_a_signed_event_not_shaped_like_a_stripe_event_is_refused_and_changes_no
     assert response.json()["error"] == "invalid_event"
     assert StripeEvent.objects.count() == 0
     assert link_state(metered) == ("sub_7", "active", "metered-1")
+
+
+@pytest.fixture
+def checkout_customer(owner):
+    """Alice's Stripe customer before Checkout subscribed it; the plan it sells has the flat price `price_flat`."""
+    Plan.objects.create(
+        code="metered-1", name="Metered 1", included_lookups=1, overage_allowed=True, stripe_flat_price_id="price_flat"
+    )
+    StripeCustomer.objects.create(user=owner, customer_id="cus_7")
+    return owner
+
+
+def test_an_update_older_than_the_applied_deletion_does_not_revive_the_subscription(client, checkout_customer):
+    created = event("customer.subscription.created", "evt_1", "active", created=100)
+    deleted = event("customer.subscription.deleted", "evt_2", "canceled", created=300)
+    late_update = event("customer.subscription.updated", "evt_3", "active", created=200)
+
+    states = []
+    for body in (created, deleted, late_update):
+        assert deliver(client, body).status_code == 200
+        states.append(link_state(checkout_customer))
+
+    assert states == [("sub_7", "active", "metered-1"), ("", "canceled", "free"), ("", "canceled", "free")]
+    assert StripeEvent.objects.filter(processed_at__isnull=False).count() == 3
+
+
+def test_an_update_stamped_in_the_same_second_as_the_applied_deletion_does_not_revive_it(client, checkout_customer):
+    deliver(client, event("customer.subscription.created", "evt_1", "active", created=100))
+    deliver(client, event("customer.subscription.deleted", "evt_2", "canceled", created=300))
+
+    response = deliver(client, event("customer.subscription.updated", "evt_3", "active", created=300))
+
+    assert response.status_code == 200
+    assert link_state(checkout_customer) == ("", "canceled", "free")
+
+
+def test_an_older_event_of_the_linked_subscription_arriving_late_is_ignored_and_one_of_the_same_second_applies(
+    client, checkout_customer
+):
+    deliver(client, event("customer.subscription.updated", "evt_2", "active", created=101))
+    deliver(client, event("customer.subscription.created", "evt_1", "incomplete", created=100))
+    after_late_created = link_state(checkout_customer)
+
+    deliver(client, event("customer.subscription.updated", "evt_3", "past_due", created=101))
+
+    assert after_late_created == ("sub_7", "active", "metered-1")
+    assert link_state(checkout_customer) == ("sub_7", "past_due", "free")
+
+
+def test_the_deletion_of_another_subscription_of_the_customer_changes_nothing(client, metered):
+    response = deliver(client, event("customer.subscription.deleted", status="canceled", subscription_id="sub_OLD"))
+
+    assert response.status_code == 200
+    assert link_state(metered) == ("sub_7", "active", "metered-1")
+    assert StripeEvent.objects.get().processed_at is not None
+
+
+def test_an_update_of_another_subscription_of_the_customer_changes_nothing(client, metered):
+    response = deliver(client, event(status="past_due", subscription_id="sub_OTHER"))
+
+    assert response.status_code == 200
+    assert link_state(metered) == ("sub_7", "active", "metered-1")
+
+
+def test_a_subscription_bought_after_a_cancel_is_linked_and_a_late_event_of_the_old_one_changes_nothing(
+    client, checkout_customer
+):
+    deliver(client, event("customer.subscription.created", "evt_1", "active", created=100))
+    deliver(client, event("customer.subscription.deleted", "evt_2", "canceled", created=300))
+    deliver(client, event("customer.subscription.created", "evt_3", "active", subscription_id="sub_8", created=400))
+    after_checkout = link_state(checkout_customer)
+
+    deliver(client, event("customer.subscription.updated", "evt_4", "past_due", created=250))
+
+    assert after_checkout == ("sub_8", "active", "metered-1")
+    assert link_state(checkout_customer) == ("sub_8", "active", "metered-1")
+
+
+def test_a_live_subscription_replaces_a_linked_one_whose_first_payment_failed(client, checkout_customer):
+    deliver(client, event("customer.subscription.created", "evt_1", "incomplete", created=100))
+    deliver(client, event("customer.subscription.created", "evt_2", "active", subscription_id="sub_8", created=200))
+    replaced = link_state(checkout_customer)
+
+    deliver(client, event("customer.subscription.updated", "evt_3", "incomplete_expired", created=90_000))
+
+    assert replaced == ("sub_8", "active", "metered-1")
+    assert link_state(checkout_customer) == ("sub_8", "active", "metered-1")
