@@ -118,9 +118,7 @@ def test_cancel_with_a_tampered_redirect_uri_does_not_redirect(browser: Client, 
     assert "Location" not in response
 
 
-def test_write_scope_is_granted_only_when_the_user_leaves_it_ticked(browser: Client, flow):
-    page = browser.get(flow(scope="mcp:read mcp:write").url).content.decode()
-    assert 'name="grant_write" checked' in page
+def test_write_scope_is_granted_only_when_the_user_ticks_it(browser: Client, flow):
 
     granted = consent(browser, flow(scope="mcp:read mcp:write"), grant_write="on")
     withheld = consent(browser, flow(scope="mcp:read mcp:write"))
@@ -333,3 +331,18 @@ def test_consent_post_with_a_null_origin_is_refused(browser: Client, flow):
 
     assert response.status_code == 403
     assert Grant.objects.count() == 0
+
+
+def test_write_is_never_pre_ticked_so_authorize_alone_grants_read_only(browser: Client, flow):
+    started = flow(scope="mcp:read mcp:write")
+    page = browser.get(started.url).content.decode()
+    checkbox = re.search(r'<input type="checkbox" name="grant_write"[^>]*>', page)
+    # What a browser submits when the user only presses Authorize: hidden fields and the boxes ticked as shown.
+    form = hidden_inputs(page) | {"allow": "Authorize"}
+    if checkbox and "checked" in checkbox.group(0):
+        form["grant_write"] = "on"
+
+    response = browser.post(started.url, form)
+
+    assert checkbox is not None
+    assert Grant.objects.get(code=sha256_hex(query_of(response["Location"])["code"])).scope == "mcp:read"

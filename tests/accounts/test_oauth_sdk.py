@@ -108,8 +108,8 @@ class Agent:
         assert page.status_code == 200, page.text
         assert "“SDK Test Agent”" in page.text
         form = hidden_inputs(page.text) | {"allow": "Authorize"}
-        if 'name="grant_write" checked' in page.text:
-            form["grant_write"] = "on"  # the box is ticked by default when a client asks for mcp:write
+        if 'name="grant_write"' in page.text:
+            form["grant_write"] = "on"  # the user ticks mcp:write when the client asks for it (never pre-ticked)
         self.location = self.browser.post(authorization_url, data=form).headers["location"]
         self.consents += 1
 
