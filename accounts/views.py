@@ -17,7 +17,7 @@ from django.urls import reverse, reverse_lazy
 from django.utils.decorators import method_decorator
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from accounts import oauth, selectors, services, throttle
 from accounts.forms import (
@@ -73,6 +73,7 @@ def _emails_throttled(request: HttpRequest, email: str, template: str, **context
     return response
 
 
+@require_http_methods(["GET", "HEAD", "POST"])
 @never_cache
 def signup(request: HttpRequest) -> HttpResponse:
     next_url = _next_on_site(request)
@@ -121,6 +122,7 @@ class SignupConfirmView(auth_views.PasswordResetConfirmView):
         return response
 
 
+@require_http_methods(["GET", "HEAD", "POST"])
 @never_cache
 def admin_login(request: HttpRequest) -> HttpResponse:
     """Django admin's sign-in page: staff sign in through the account sign-in and its lockout (admin's own form
@@ -225,6 +227,7 @@ def _keys_context(user: User, **extra: object) -> dict[str, object]:
     }
 
 
+@require_safe
 @account_page
 def account(request: HttpRequest) -> HttpResponse:
     """MCP activation and API keys. A new key is shown on the GET after its POST, once, then never again."""
@@ -238,6 +241,7 @@ def account(request: HttpRequest) -> HttpResponse:
     return response
 
 
+@require_safe
 @account_page
 def clients(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)

@@ -4,7 +4,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from accounts.models import User
 from accounts.views import account_page
@@ -56,6 +56,7 @@ def _new_secret(request: HttpRequest, user: User) -> tuple[AlertRule, str] | Non
     return rule, secret
 
 
+@require_safe
 @account_page
 def alerts(request: HttpRequest) -> HttpResponse:
     user = _user(request)

@@ -5,6 +5,7 @@ from typing import Any
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_safe
 
 from accounts.models import User
 from accounts.views import account_page
@@ -30,6 +31,7 @@ def _label(name: str) -> str:
     return LABELS.get(name) or name.replace("_", " ").replace("percentage", "%").capitalize()
 
 
+@require_safe
 @account_page
 def strategies(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)
@@ -45,6 +47,7 @@ def strategies(request: HttpRequest) -> HttpResponse:
     return render(request, "backtests/strategies.html", {"rows": rows, "optimizations": optimizations})
 
 
+@require_safe
 @account_page
 def strategy(request: HttpRequest, strategy_id: str) -> HttpResponse:
     assert isinstance(request.user, User)
@@ -63,6 +66,7 @@ def report_statistics(statistics: dict[str, Any] | None) -> list[tuple[str, Any]
     return [(_label(name), statistics.get(name)) for name in METRICS]
 
 
+@require_safe
 @account_page
 def report(request: HttpRequest, report_id: str) -> HttpResponse:
     assert isinstance(request.user, User)
@@ -81,6 +85,7 @@ def report(request: HttpRequest, report_id: str) -> HttpResponse:
     return render(request, "backtests/report.html", context)
 
 
+@require_safe
 @account_page
 def optimization(request: HttpRequest, optimization_id: str) -> HttpResponse:
     assert isinstance(request.user, User)

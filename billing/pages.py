@@ -5,7 +5,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 from stripe import StripeError
 
 from accounts.models import User
@@ -17,6 +17,7 @@ from leroy.charts import bar_chart
 NOTICE_SHARE = 0.8
 
 
+@require_safe
 @account_page
 def usage(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)
@@ -30,6 +31,7 @@ def usage(request: HttpRequest) -> HttpResponse:
     return render(request, "billing/usage.html", context)
 
 
+@require_safe
 @account_page
 def plan(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)

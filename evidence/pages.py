@@ -21,6 +21,7 @@ def hypotheses_of(*, user: User) -> QuerySet[ResearchHypothesis]:
     return ResearchHypothesis.objects.filter(user=user).order_by("-recorded_at", "-pk")
 
 
+@require_safe
 @account_page
 def journal(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)

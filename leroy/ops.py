@@ -20,6 +20,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count, Max
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_safe
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -145,11 +146,13 @@ def readiness() -> tuple[bool, dict[str, Any]]:
     return ready, results
 
 
+@require_safe
 def healthz(request: HttpRequest) -> HttpResponse:
     """Liveness: the process answers. Never touches a dependency (a down database must not restart the node)."""
     return HttpResponse("ok", content_type="text/plain")
 
 
+@require_safe
 @never_cache
 def readyz(request: HttpRequest) -> JsonResponse:
     ready, checks = readiness()
@@ -241,6 +244,7 @@ def _metrics_allowed(request: HttpRequest) -> bool:
         return False
 
 
+@require_safe
 @never_cache
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text format; with LEROY_METRICS_TOKEN set it needs that bearer, otherwise a loopback caller."""

@@ -71,3 +71,31 @@ async def test_the_405_page_is_rendered_for_a_signed_in_account_under_asgi_too(o
 
     assert (response.status_code, response["Allow"]) == (405, "POST")
     assert "Signed in as alice@example.com." in response.content.decode()
+
+
+PAGES = {
+    "/": "GET, HEAD",
+    "/account/": "GET, HEAD",
+    "/account/clients/": "GET, HEAD",
+    "/account/alerts/": "GET, HEAD",
+    "/account/strategies/": "GET, HEAD",
+    "/account/journal/": "GET, HEAD",
+    "/account/usage/": "GET, HEAD",
+    "/account/billing/": "GET, HEAD",
+    "/account/signup/": "GET, HEAD, POST",
+    "/healthz": "GET, HEAD",
+    "/readyz": "GET, HEAD",
+    "/metrics": "GET, HEAD",
+}
+
+
+@pytest.mark.parametrize("method", ["OPTIONS", "TRACE", "PUT", "DELETE"])
+def test_a_page_asked_with_a_method_it_does_not_take_is_leroys_405_page_not_the_page(client, owner, method):
+    # Function views answered every method as a GET: OPTIONS and TRACE rendered the page.
+    client.force_login(owner)
+
+    for path, allowed in PAGES.items():
+        response = client.generic(method, path)
+
+        assert (response.status_code, response["Allow"]) == (405, allowed), path
+        assert f"<code>{path}</code> takes {allowed}, not {method}." in response.content.decode(), path
