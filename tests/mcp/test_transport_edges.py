@@ -109,16 +109,23 @@ async def test_arguments_giving_a_name_twice_are_refused_in_band_by_the_tools_pa
     assert await UsageEvent.objects.aexists() is False
 
 
+# A metered call wrapped in each envelope: refused before it runs, so nothing is charged.
+METERED = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "tools/call",
+    "params": {"name": "probe_metered", "arguments": {"side": "buy"}},
+}
 NOT_ONE_MESSAGE = [
-    ([legacy_call("probe_echo")], "a batch (an array of messages) is not accepted: send one message per request"),
+    ([METERED], "a batch (an array of messages) is not accepted: send one message per request"),
     ([], "a batch (an array of messages) is not accepted: send one message per request"),
     (5, "a message is a JSON object"),
     ("hi", "a message is a JSON object"),
-    (legacy_call("probe_echo") | {"jsonrpc": "1.0"}, 'jsonrpc must be "2.0"'),
-    ({k: v for k, v in legacy_call("probe_echo").items() if k != "jsonrpc"}, 'jsonrpc must be "2.0"'),
-    (legacy_call("probe_echo") | {"method": ["tools/call"]}, "method must be a string"),
-    (legacy_call("probe_echo") | {"method": 5}, "method must be a string"),
-    (legacy_call("probe_echo", None), "id must not be null (a notification has no id)"),
+    (METERED | {"jsonrpc": "1.0"}, 'jsonrpc must be "2.0"'),
+    ({k: v for k, v in METERED.items() if k != "jsonrpc"}, 'jsonrpc must be "2.0"'),
+    (METERED | {"method": ["tools/call"]}, "method must be a string"),
+    (METERED | {"method": 5}, "method must be a string"),
+    (METERED | {"id": None}, "id must not be null (a notification has no id)"),
     ({"jsonrpc": "2.0", "id": 1}, "a message without a method is a response: an id and either a result or an error"),
     (
         {"jsonrpc": "2.0", "result": {}},
@@ -129,10 +136,12 @@ NOT_ONE_MESSAGE = [
 
 @pytest.mark.parametrize(("body", "problem"), NOT_ONE_MESSAGE)
 @pytest.mark.parametrize("era", ["2025-11-25", MODERN])
-async def test_a_body_that_is_not_one_json_rpc_message_is_an_invalid_request_saying_why(
+async def test_a_body_that_is_not_one_json_rpc_message_is_an_invalid_request_saying_why_and_charges_nothing(
     mcp_http, api_key, body, problem, era
 ):
-    headers = LEGACY if era != MODERN else modern_headers("tools/call", "probe_echo")
+    from billing.models import Transfer, UsageEvent
+
+    headers = LEGACY if era != MODERN else modern_headers("tools/call", "probe_metered")
     async with mcp_http(api_key) as http:
         response = await http.post("/api/mcp", json=body, headers=headers)
 
@@ -142,6 +151,7 @@ async def test_a_body_that_is_not_one_json_rpc_message_is_an_invalid_request_say
         "id": None,
         "error": {"code": -32600, "message": f"Invalid Request: {problem}"},
     }
+    assert (await UsageEvent.objects.aexists(), await Transfer.objects.aexists()) == (False, False)
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
