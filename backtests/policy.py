@@ -43,7 +43,7 @@ FORBIDDEN_CALLS = frozenset(
     {
         "exec", "eval", "compile", "open", "__import__", "globals", "locals", "vars", "getattr", "setattr",
         "delattr", "hasattr", "breakpoint", "input", "help", "memoryview", "type", "object", "dir", "id",
-        "classmethod", "staticmethod", "property", "exit", "quit", "bytearray",
+        "classmethod", "staticmethod", "property", "exit", "quit", "bytearray", "super",
     }
 )  # fmt: skip
 # Attribute names that lead from ordinary objects to the interpreter, the engine or the raw data.
@@ -493,6 +493,11 @@ class Guards:
             raise AttributeError(f"`{name}` is a module and is not available in strategies")
         if isinstance(value, (types.FrameType, types.CodeType, types.TracebackType)):
             raise AttributeError(f"the attribute `{name}` is not available in strategies")
+        if isinstance(obj, type) and obj.__module__ != "builtins" and not _class_value(value):
+            raise AttributeError(
+                f"`{name}` of the class {obj.__name__} is not available in strategies: call methods on objects "
+                f"(self.{name}(...)), not on classes"
+            )
         if isinstance(obj, self.series):
             if name == "get":
                 return _reached(_past_only(obj, value))
@@ -541,6 +546,21 @@ ORDER_TYPES_HELP = (
 )
 
 
+# What a strategy may read from a class (Backtrader's or its own): classes, constants (`bt.Order.Limit`,
+# `bt.TimeFrame.Days`) and its own functions. A function read from a class is called with the object as an argument,
+# which passes by every check made on the object: `bt.Position.update(self.position, 10 ** 4, 0.01)` would bypass
+# the position's read-only names, `bt.ind.LineActions.advance(line)` move a line's cursor onto future bars, and an
+# unbound `getpositions` hand over the broker's own dict.
+CLASS_VALUES = (type, int, float, complex, str, bytes, bool, type(None), tuple, list, dict, set, frozenset)
+
+
+def _class_value(value: Any) -> bool:
+    if isinstance(value, CLASS_VALUES):
+        return True
+    code = getattr(value, "__code__", None)
+    return code is not None and id(code) in _CODES and isinstance(value, types.FunctionType)
+
+
 def _subclass(obj: Any, kinds: tuple[type, ...]) -> bool:
     return isinstance(obj, type) and issubclass(obj, kinds)
 
@@ -583,7 +603,7 @@ EXTRA_BUILTINS: dict[str, object] = {
     for name in (
         "min", "max", "sum", "abs", "round", "len", "range", "enumerate", "zip", "list", "dict", "tuple", "set",
         "frozenset", "sorted", "reversed", "any", "all", "map", "filter", "isinstance", "float", "int", "bool",
-        "str", "divmod", "pow", "super",
+        "str", "divmod", "pow",
     )
 }  # fmt: skip
 

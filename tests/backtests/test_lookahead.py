@@ -206,6 +206,43 @@ def test_a_callable_the_strategy_hands_an_indicator_sees_no_bar_ahead_of_the_str
     assert outcome.result["orders"]["submitted"] == 0
 
 
+# Calls on a class, with the object as an argument, pass by every check made on the object; `super` gave a proxy
+# that passed by them too (found from outside: a one-bar peek certified robust, a position written into the
+# broker's own dict for +294 % with no trade).
+THROUGH_CLASSES = [
+    ("cursor = super(bt.ind.LineActions, self.closes)", "`super` is not available in strategies", 7),
+    ("bt.ind.LineActions.advance(self.closes)",
+     "`advance` of the class LineActions is not available in strategies: call methods on objects "
+     "(self.advance(...)), not on classes", 7),
+    ("bt.Position.update(self.position, 10000, 0.01)",
+     "`update` of the class Position is not available in strategies: call methods on objects "
+     "(self.update(...)), not on classes", 7),
+    ("bt.Strategy.getpositions(self)[self.data] = bt.Position(size=10000, price=0.01)",
+     "`getpositions` of the class Strategy is not available in strategies: call methods on objects "
+     "(self.getpositions(...)), not on classes", 7),
+    ("Through.getpositions(self)[self.data] = None",
+     "`getpositions` of the class Through is not available in strategies: call methods on objects "
+     "(self.getpositions(...)), not on classes", 7),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("statement", "message", "line"), THROUGH_CLASSES)
+def test_a_method_called_through_its_class_or_super_is_refused(statement, message, line):
+    source = (
+        "class Through(bt.Strategy):\n"
+        "    def __init__(self):\n"
+        "        self.closes = self.data.close * 1.0\n\n"
+        "    def next(self):\n"
+        "        if len(self) == 5:\n"
+        f"            {statement}\n"
+    )
+
+    outcome = run(source)
+
+    assert (outcome.ok, outcome.result) == (False, None)
+    assert (outcome.error["line"], message in outcome.error["message"]) == (line, True), outcome.error
+
+
 # Peeks as PRIVATE_FUTURE does in the run that sees no memo, and leaves its decisions, by bar, in an object every
 # run in one process reaches (a class attribute of Backtrader's); a run that finds them replays them.
 REPLAYING_FORESIGHT = """
