@@ -261,6 +261,7 @@ class GuardedBroker(bt.brokers.BackBroker):
         self.decided: dict[int, int] = {}  # order ref -> index of its decision
         self.stopping = False
         self.cancelling = False
+        self.not_on_close: set[int] = set()  # refs of orders that may not fill on close (see _order)
 
     def _decide(self, owner: Any, decision: dict[str, Any], order: Any = None) -> None:
         if self.stopping:
@@ -274,6 +275,9 @@ class GuardedBroker(bt.brokers.BackBroker):
     def _order(self, side: str, owner: Any, data: Any, size: Any, args: dict[str, Any]) -> Any:
         if args["exectype"] not in SIMULATED_ORDER_TYPES or args["histnotify"] or args["_checksubmit"] is not True:
             raise Refused("order_refused", ORDER_TYPES_HELP, agent_line())
+        if not any(data is feed for feed in owner.datas):
+            # An object of the strategy's own dressed as a feed (lines named open...close) would set the prices.
+            raise Refused("order_refused", "an order's `data` must be one of the run's data feeds", agent_line())
         for name, value in (("size", size), *((key, args[key]) for key in ORDER_NUMBERS)):
             if value is not None and not _finite_number(value):
                 # A line as a limit price is read by the broker on the bar it fills (`price=self.data.low`: every
@@ -286,6 +290,7 @@ class GuardedBroker(bt.brokers.BackBroker):
             # On close means this bar's close, and this data has no bar now (another data's bar moved the clock):
             # its close is an earlier bar's, seen before what the strategy saw since. It fills at its next open.
             order.addinfo(coc=False)
+            self.not_on_close.add(order.ref)
         self._decide(owner, {"side": side, "data": data._name, "size": size, "exectype": order.exectype,
                              "price": args["price"], "plimit": args["plimit"], "trailamount": args["trailamount"],
                              "trailpercent": args["trailpercent"]}, order)  # fmt: skip
@@ -371,6 +376,11 @@ class GuardedBroker(bt.brokers.BackBroker):
                 mark = data.close[0] if data.datetime[0] < now else data.close[-1] if len(data) > 1 else other.price
                 held += -other.size * mark * (1 + 1 / self.getcommissioninfo(data).get_leverage())
         return max(0.0, held - cash)
+
+    def _try_exec_market(self, order: Any, popen: Any, phigh: Any, plow: Any) -> None:
+        if order.ref in self.not_on_close:  # whatever the strategy wrote into the order's info since
+            order.info["coc"] = False
+        super()._try_exec_market(order, popen, phigh, plow)
 
     def _try_exec(self, order: Any) -> None:
         # A limit or stop order is matched only against a bar of its data after the one it was placed on, as

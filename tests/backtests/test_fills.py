@@ -71,6 +71,36 @@ def test_an_order_whose_size_or_prices_are_not_finite_numbers_is_refused_with_th
     assert outcome.error["message"] == f"line 4 (`{body}`): {message}"
 
 
+FAKE_FEED = """
+class Fake(bt.Indicator):
+    lines = ("open", "high", "low", "close")
+
+    def next(self):
+        self.lines.open[0] = 1.0
+        self.lines.high[0] = 1.0
+        self.lines.low[0] = 0.01
+        self.lines.close[0] = 0.01
+
+
+class Dressed(bt.Strategy):
+    def __init__(self):
+        self.fake = Fake(self.data)
+
+    def next(self):
+        if len(self) == 5:
+            self.buy(data=self.fake, size=50)
+"""
+
+
+def test_an_order_on_an_object_that_is_not_one_of_the_runs_feeds_is_refused():
+    outcome = run(FAKE_FEED)
+
+    assert (outcome.ok, outcome.error["code"], outcome.error["line"]) == (False, "order_refused", 18)
+    assert outcome.error["message"] == (
+        "line 18 (`self.buy(data=self.fake, size=50)`): an order's `data` must be one of the run's data feeds"
+    )
+
+
 def test_a_price_on_a_market_order_does_not_set_its_fill():
     source = (
         "class Priced(bt.Strategy):\n"
@@ -210,6 +240,20 @@ def test_a_buy_on_close_order_on_a_symbol_without_a_bar_now_fills_at_its_next_op
     monday = stock["ts_us"].index(int(datetime(2024, 1, 8, tzinfo=UTC).timestamp()) * 1_000_000)
 
     outcome = sandbox.run_job(source=SUNDAY_ON_CLOSE, datas=[coin, stock], simulation=SIM | {"buy_on_close": True},
+                              parameters={}, layers=ALL_LAYERS, limits=FAST)  # fmt: skip
+
+    assert outcome.ok is True, outcome.error
+    assert outcome.prints.splitlines() == [f"2024-01-08 {stock['open'][monday]}"]
+
+
+def test_a_buy_on_close_order_refused_its_close_stays_refused_whatever_the_strategy_writes_into_its_info():
+    coin, stock = calendar("COIN", weekends=True, days=10), calendar("STOCK", weekends=False, days=10)
+    monday = stock["ts_us"].index(int(datetime(2024, 1, 8, tzinfo=UTC).timestamp()) * 1_000_000)
+    source = SUNDAY_ON_CLOSE.replace(
+        "self.buy(data=stock, size=10)", "order = self.buy(data=stock, size=10)\n            order.info['coc'] = True"
+    )
+
+    outcome = sandbox.run_job(source=source, datas=[coin, stock], simulation=SIM | {"buy_on_close": True},
                               parameters={}, layers=ALL_LAYERS, limits=FAST)  # fmt: skip
 
     assert outcome.ok is True, outcome.error
