@@ -48,6 +48,11 @@ def warm() -> None:
     import pandas  # noqa: F401
 
 
+# A drawdown below this (a 10⁻¹² part of the peak) is the rounding of an account value that did not fall (one
+# measured 3.1e-14 %): counted as none, so Calmar and the recovery factor are null, not 10¹⁶.
+DRAWDOWN_ROUNDING_PERCENT = 1e-10
+
+
 def return_metrics(
     daily_returns: list[list[Any]], *, drawdown: dict[str, float] | None = None, net_profit: float | None = None
 ) -> dict[str, float | None]:
@@ -58,6 +63,8 @@ def return_metrics(
 
     worst = _finite((drawdown or {}).get("percentage"))
     worst_money = _finite((drawdown or {}).get("money"))
+    if worst is not None and worst < DRAWDOWN_ROUNDING_PERCENT:
+        worst, worst_money = 0.0, 0.0
     if not daily_returns:
         names = ("total_return", "cagr", "calmar_ratio", "annualized_sharpe_ratio", "std_dev_returns")
         return dict.fromkeys(names) | {

@@ -128,6 +128,19 @@ def direct_values(code, datas, simulation, parameters):
     return result.analyzers.values.get_analysis()
 
 
+def test_a_drawdown_that_is_the_rounding_of_an_account_value_counts_as_none():
+    rounded = statistics.return_metrics(
+        [["2024-01-02", 0.01], ["2024-01-03", 0.02]], drawdown={"percentage": 3.1e-14, "money": 2.7e-9},
+        net_profit=300.0,
+    )  # fmt: skip
+
+    assert (rounded["maximum_drawdown_percentage"], rounded["calmar_ratio"], rounded["recovery_factor"]) == (
+        0.0,
+        None,
+        None,
+    )
+
+
 def test_intraday_drawdown_is_the_bar_level_one_computed_independently():
     datas = [minute_bars("MIN")]
     simulation = {"initial_cash": 10_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
