@@ -38,7 +38,7 @@ def test_openapi_document_lists_every_evidence_route():
     } <= set(paths)  # fmt: skip
     assert "SetupArgs" in response.json()["components"]["schemas"]
     statuses = set(paths[f"{BASE}/compare_historical_analogues"]["post"]["responses"])
-    assert statuses == {"200", "400", "401", "402", "404", "405", "409", "422", "429", "503"}
+    assert statuses == {"200", "400", "401", "402", "404", "405", "409", "413", "422", "429", "503"}
 
 
 def test_signed_in_account_gets_the_same_answer_as_the_mcp_tool_service(fed_world, browser, owner):
