@@ -126,6 +126,7 @@ class SignalOut(Trust):
     lines_next_session: dict[str, float | None] | None
     current_leg: dict[str, Any] | None
     first_entry: dict[str, Any] | None
+    history_gaps: dict[str, Any] | None  # status incomplete_history: the XNYS sessions its daily bars miss
     usage: LookupUsage
     receipt: Receipt | None = None
 

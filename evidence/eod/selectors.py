@@ -151,7 +151,7 @@ def signal(*, symbol: str) -> dict[str, Any]:
         raise EodUnavailable("symbol_not_in_universe", f"{symbol} is not in the end-of-day universe.")
     blank = dict.fromkeys(
         ("state", "action", "recommended_state", "suggested_position", "lines_applied", "lines_next_session",
-         "current_leg", "first_entry")
+         "current_leg", "first_entry", "history_gaps")
     )  # fmt: skip
     fields = {**blank, **{k: v for k, v in row.row.items() if k != "session"}}  # as_of already names the session
     return {**trust(snapshot, "end_of_day_signal", canonical_sha256(fields)), **fields}

@@ -30,6 +30,9 @@ class EodError(DomainError):
     """The run was refused; nothing was written or appended."""
 
 
+GAPS_LISTED = 20  # missing sessions named in a row refused for an incomplete history (all are counted)
+
+
 @dataclass(frozen=True)
 class Series:
     ticker: str
@@ -37,10 +40,13 @@ class Series:
     closes: np.ndarray
     data_sha256: str
     files: list[tuple[str, str, str]]  # (path, sha256, source)
+    missing: list[date]  # XNYS sessions from the first bar through the session that have no bar
 
 
 def _series(ticker: str, session: date) -> Series | None:
-    """The ticker's daily closes through `session`, or None when it has no bar for that session."""
+    """The ticker's daily closes through `session`, or None when it has no bar for that session. The bars are laid
+    against the XNYS sessions from the first one: every rule here counts sessions by position and takes daily
+    returns close to close, so a missing session would fold two days into one; `missing` names them."""
     symbol = marketdata.symbol_get(ticker=ticker)
     if symbol is None:
         return None
@@ -48,12 +54,15 @@ def _series(ticker: str, session: date) -> Series | None:
     bars = marketdata.bars_read(symbol=symbol, frequency="1d", end=end)
     if bars.is_empty() or bars.get_column("ts").max().date() != session:  # type: ignore[union-attr]
         return None
+    sessions = [ts.date() for ts in bars.get_column("ts").to_list()]
+    present = set(sessions)
     return Series(
         ticker=ticker,
-        sessions=[ts.date() for ts in bars.get_column("ts").to_list()],
+        sessions=sessions,
         closes=bars.get_column("close").to_numpy(),
         data_sha256=marketdata.bars_frame_version(bars, ticker=ticker, frequency="1d"),
         files=marketdata.bars_files(symbol=symbol, frequency="1d", end=end),
+        missing=[day for day in calendar.sessions_between(sessions[0], session) if day not in present],
     )
 
 
@@ -96,6 +105,21 @@ def _absent(ticker: str, session: date) -> dict[str, Any]:
     return {"symbol": ticker, "status": "absent_from_snapshot", "session": session.isoformat()}
 
 
+def _incomplete(series: Series, session: date) -> dict[str, Any]:
+    """The row of a symbol whose daily history misses sessions: nothing is computed from it (no signal, replay,
+    held-out or walk-forward row), and the row says which sessions are missing."""
+    return {
+        "symbol": series.ticker,
+        "status": "incomplete_history",
+        "session": session.isoformat(),
+        "history_gaps": {
+            "first_bar": series.sessions[0].isoformat(),
+            "missing_sessions": [day.isoformat() for day in series.missing[:GAPS_LISTED]],
+            "missing_count": len(series.missing),
+        },
+    }
+
+
 def _changes(previous: EodSnapshot | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if previous is None:
         return []
@@ -128,9 +152,15 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
         raise EodError("session_not_closed", f"{session} closes at {close.isoformat()}; it is not over yet.")
     _refuse_retroactive(session)
     found = {ticker: _series(ticker, session) for ticker in universe.tickers}
-    available = {ticker: s for ticker, s in found.items() if s is not None}
+    available = {ticker: s for ticker, s in found.items() if s is not None and not s.missing}
+    incomplete = {ticker: s for ticker, s in found.items() if s is not None and s.missing}
     if not available:
-        raise EodError("session_not_verified", f"No universe symbol has a verified daily bar for {session}.")
+        raise EodError(
+            "session_not_verified",
+            f"No universe symbol has a verified daily bar for {session} and every XNYS session before it since its "
+            "first bar.",
+            incomplete_history=sorted(incomplete),
+        )
     files = [f for s in available.values() for f in s.files]
     changed = marketdata.bars_files_changed(files)
     if changed:
@@ -159,6 +189,9 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
     heldout_rows: list[dict[str, Any]] = []
     walk_rows: list[dict[str, Any]] = []
     for ticker in universe.tickers:
+        if ticker in incomplete:
+            rows.append(_incomplete(incomplete[ticker], session))
+            continue
         series = available.get(ticker)
         if series is None:
             rows.append(_absent(ticker, session))

@@ -31,6 +31,9 @@ from evidence.publication.services import receipt_attach
 from leroy.mcp.registry import ToolCall, tool
 from leroy.schemas import Answer
 
+# Row statuses without a signal: the symbol had no bar for the session, or its daily history misses sessions.
+UNSIGNALLED = ("absent_from_snapshot", "incomplete_history")
+
 
 async def _public[T: BaseModel](output: type[T], read: Callable[[], dict[str, Any]]) -> T:
     return await sync_to_async(lambda: output.model_validate(read()))()
@@ -39,9 +42,9 @@ async def _public[T: BaseModel](output: type[T], read: Callable[[], dict[str, An
 async def _subscriber[T: BaseModel](call: ToolCall, args: BaseModel, output: type[T],
                                     read: Callable[[], dict[str, Any]],
                                     resolved: Callable[[dict[str, Any]], BaseModel] | None = None) -> T:  # fmt: skip
-    """One lookup of a completed snapshot, cached per snapshot; a refusal (nothing to serve) or a symbol absent
-    from the snapshot costs 0. `resolved` gives the arguments naming the answer once defaults are resolved, so one
-    snapshot is one cache entry however it was named."""
+    """One lookup of a completed snapshot, cached per snapshot; a refusal (nothing to serve) or a symbol the snapshot
+    has no signal for (absent, or its history incomplete) costs 0. `resolved` gives the arguments naming the answer
+    once defaults are resolved, so one snapshot is one cache entry however it was named."""
 
     def run() -> T:
         user = call.user()
@@ -51,7 +54,7 @@ async def _subscriber[T: BaseModel](call: ToolCall, args: BaseModel, output: typ
             tool=call.tool,
             args=args,
             output=output,
-            compute=lambda: Answer(fields, 0 if fields.get("status") == "absent_from_snapshot" else 1),
+            compute=lambda: Answer(fields, 0 if fields.get("status") in UNSIGNALLED else 1),
             cache_scope=fields["snapshot_sha256"],
             cache_args=resolved(fields) if resolved is not None else None,
             finish=lambda result: receipt_attach(user=user, tool=call.tool, answer=result),

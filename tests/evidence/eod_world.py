@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+import polars as pl
 from django.test import override_settings
 
 from evidence.eod.universe import Universe, universe_load
@@ -22,10 +23,14 @@ class EodWorld:
     path: Path
 
 
-def eod_world(tmp_path: Path, *, extra_session: bool = False) -> EodWorld:
+def eod_world(tmp_path: Path, *, extra_session: bool = False, missing: dict[str, date] | None = None) -> EodWorld:
+    """`missing` drops one ticker's bar of one session, as a vendor file with a hole would."""
     frames = demo.daily_history(symbols=2, seed=3, first=FIRST, start=START)
     for ticker in ("ALFA", "BRVO"):
-        bars_import(ticker=ticker, frequency="1d", frame=frames[ticker], name=ticker, source="synthetic")
+        frame = frames[ticker]
+        if missing and ticker in missing:
+            frame = frame.filter(pl.col("ts").dt.date() != missing[ticker])
+        bars_import(ticker=ticker, frequency="1d", frame=frame, name=ticker, source="synthetic")
     document = {
         "name": "test-eod",
         "version": "1",

@@ -120,6 +120,36 @@ def test_a_refused_run_writes_nothing(world, session, code):
     assert (EodSnapshot.objects.count(), EodRow.objects.count(), LogEntry.objects.count()) == (0, 0, 0)
 
 
+def test_a_symbol_missing_a_session_mid_history_is_not_computed_and_its_row_names_the_gap(tmp_path):
+    world = eod_world(tmp_path, missing={"ALFA": date(2022, 3, 15)})
+
+    with universe_settings(world):
+        snapshot = eod_run(session=LAST)
+
+    alfa = EodRow.objects.get(snapshot=snapshot, symbol="ALFA")
+    assert alfa.row == {
+        "symbol": "ALFA",
+        "status": "incomplete_history",
+        "session": "2023-02-28",
+        "history_gaps": {"first_bar": "2019-01-02", "missing_sessions": ["2022-03-15"], "missing_count": 1},
+    }
+    assert (alfa.available, alfa.replay) == (False, None)
+    assert snapshot.replay["summary"]["symbols"] == 1
+    assert [r["symbol"] for r in snapshot.heldout["rows"]] == ["BRVO"]
+    assert {r["symbol"] for r in snapshot.walk_forward["rows"]} == {"BRVO"}
+
+
+def test_a_run_where_every_symbol_misses_a_session_is_refused_and_writes_nothing(tmp_path):
+    world = eod_world(tmp_path, missing={"ALFA": date(2022, 3, 15), "BRVO": date(2020, 6, 1)})
+
+    with universe_settings(world), pytest.raises(EodError) as refused:
+        eod_run(session=LAST)
+
+    assert refused.value.code == "session_not_verified"
+    assert refused.value.details == {"incomplete_history": ["ALFA", "BRVO"]}
+    assert (EodSnapshot.objects.count(), EodRow.objects.count(), LogEntry.objects.count()) == (0, 0, 0)
+
+
 def test_a_session_still_trading_is_refused_even_with_its_bars_present(world):
     before_close = datetime(2023, 2, 28, 20, 59, tzinfo=UTC)
     with time_machine.travel(before_close, tick=False), pytest.raises(EodError) as refused:

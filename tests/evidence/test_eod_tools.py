@@ -3,6 +3,7 @@ answer an anonymous call with the subscription payload and OAuth challenge, and 
 the trust contract. Subscriber tools cost one lookup, repeated on the same snapshot for free."""
 
 import hashlib
+from datetime import date
 
 import pytest
 import rfc8785
@@ -194,6 +195,25 @@ async def test_the_signal_hash_is_recomputed_from_the_answers_own_fields(mcp_htt
         answer = (await client.call_tool("get_signal", {"symbol": "ALFA"})).structured_content
 
     assert "session" not in answer  # as_of names it
+    assert recomputed(answer, without=TRUST | {"usage", "receipt"}) == answer["calculation_sha256"]
+
+
+async def test_a_signal_of_a_symbol_whose_history_misses_a_session_names_the_gap_and_costs_nothing(
+    mcp_http, tmp_path, api_key
+):
+    def build() -> None:
+        world = eod_world(tmp_path, missing={"ALFA": date(2022, 3, 15)})
+        with universe_settings(world):
+            eod_run(session=LAST)
+
+    await sync_to_async(build)()
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode=MODERN) as client:
+        answer = (await client.call_tool("get_signal", {"symbol": "ALFA"})).structured_content
+
+    assert (answer["status"], answer["action"], answer["suggested_position"]) == ("incomplete_history", None, None)
+    assert answer["history_gaps"] == {"first_bar": "2019-01-02", "missing_sessions": ["2022-03-15"],
+                                      "missing_count": 1}  # fmt: skip
+    assert answer["usage"]["lookup_cost"] == 0
     assert recomputed(answer, without=TRUST | {"usage", "receipt"}) == answer["calculation_sha256"]
 
 
