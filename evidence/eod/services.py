@@ -23,7 +23,7 @@ from leroy.clock import now
 from leroy.errors import DomainError
 from leroy_verify.merkle import Tree, leaf_hash
 
-CALCULATION_VERSION = "eod-calc-1"
+CALCULATION_VERSION = "eod-calc-2"  # 2: incomplete histories refused, part-year walk-forward rows marked
 
 
 class EodError(DomainError):

@@ -84,7 +84,7 @@ async def get_heldout_evidence(call: ToolCall, args: NoArgs) -> HeldoutOut:
       access="public", scope="mcp:read", metering="free")  # fmt: skip
 async def get_walk_forward_evidence(call: ToolCall, args: WalkForwardArgs) -> WalkForwardOut:
     """Rolling walk-forward per symbol and year: the variant fit through the prior year, its score, holding and
-    the base engine, lagging years kept; with the component hashes. Free and public."""
+    the base engine, lagging years kept; complete false: a part year (year to date). Free and public."""
     return await _public(WalkForwardOut, lambda: selectors.walk_forward(symbol=args.symbol))
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from evidence.eod.engine import DEFAULT_PARAMS, EngineParams, run
 from evidence.eod.replay import DIGITS, strategy_returns
+from evidence.marketdata import calendar
 
 # The declared, finite variant set (its order breaks ties: the first best wins).
 VARIANTS: tuple[EngineParams, ...] = tuple(
@@ -35,8 +36,17 @@ def _in_years(sessions: list[date], daily: np.ndarray, first: int, last: int) ->
     return _compounded(daily[np.array([first <= day.year <= last for day in sessions])])
 
 
+def _whole_year(year: int) -> tuple[date, date]:
+    """The first and last XNYS session of the calendar year."""
+    days = calendar.sessions_between(date(year, 1, 1), date(year, 12, 31))
+    return days[0], days[-1]
+
+
 def walk_forward(sessions: list[date], closes: np.ndarray, first_year: int, last_year: int) -> list[dict[str, Any]]:
-    """One row per scored calendar year from first_year through last_year that has sessions and a fit window.
+    """One row per scored calendar year from first_year through last_year that has sessions and a fit window. A
+    year the series does not cover from its first XNYS session to its last (the current one, year to date) is scored
+    over the sessions it has and marked `complete: false`: its returns are part-year, not comparable with a full
+    year's.
 
     Each variant runs once over the whole series: the engine is causal, so its returns through year - 1 are those
     of a run on closes through year - 1 only (tests perturb later years to prove the choice never sees them)."""
@@ -53,9 +63,13 @@ def walk_forward(sessions: list[date], closes: np.ndarray, first_year: int, last
         score = _in_years(sessions, daily[index], year, year)
         holding = float(closes[in_year[-1]] / before - 1)
         base_return = _in_years(sessions, base, year, year)
+        first, last = sessions[in_year[0]], sessions[in_year[-1]]
         rows.append(
             {
                 "year": year,
+                "first_session": first.isoformat(),
+                "last_session": last.isoformat(),
+                "complete": (first, last) == _whole_year(year),
                 "chosen_variant": index,
                 "chosen_params": asdict(VARIANTS[index]),
                 "fit_through": date(year - 1, 12, 31).isoformat(),

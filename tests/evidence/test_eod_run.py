@@ -99,6 +99,18 @@ def test_walk_forward_rows_cover_each_symbol_and_year_from_the_first_year(world)
     assert years == [("ALFA", 2021), ("ALFA", 2022), ("ALFA", 2023), ("BRVO", 2021), ("BRVO", 2022), ("BRVO", 2023)]
 
 
+def test_the_current_year_of_the_walk_forward_is_marked_partial_with_its_first_and_last_session(world):
+    snapshot = eod_run(session=LAST)
+
+    rows = [r for r in snapshot.walk_forward["rows"] if r["symbol"] == "ALFA"]
+    assert [(r["year"], r["first_session"], r["last_session"], r["complete"]) for r in rows] == [
+        (2021, "2021-01-04", "2021-12-31", True),
+        (2022, "2022-01-03", "2022-12-30", True),
+        (2023, "2023-01-03", "2023-02-28", False),
+    ]
+    assert rows[2]["sessions"] == len(calendar.sessions_between(date(2023, 1, 3), LAST))
+
+
 def test_an_identical_rerun_returns_the_snapshot_and_appends_nothing(world):
     first = eod_run(session=LAST)
 
