@@ -47,6 +47,15 @@ EOD_BLOCKS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "walk_forward": ("walk_forward_sha256", ("components", "rows")),
     "historical_replay": ("replay_sha256", None),
 }
+# The entry field committing the rest of what such an answer states (how its evidence is classed and described;
+# a replay's symbols), and those fields. Entries logged before these commit none of them.
+EOD_STATEMENTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "validation": ("heldout_statement_sha256", ("evidence_class", "reuse_admission")),
+    "walk_forward": ("walk_forward_statement_sha256", ("method", "inputs_rehashed")),
+    "historical_replay": ("replay_statement_sha256", ("label", "symbols")),
+}
+# What no entry commits: the snapshot's write time on Leroy's clock, and the fixed notice.
+EOD_NEVER_LOGGED = ("last_updated", "disclaimer")
 
 
 class Failed(Exception):
@@ -148,16 +157,23 @@ def check_entries(run: Run, checkpoint: Checkpoint, source: str | None) -> list[
     return entries
 
 
+def _sha256(value: Any) -> str:
+    return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+
+
 def check_eod(run: Run, entries: list[dict[str, Any]], answer_file: str) -> None:
-    """A replay, held-out or walk-forward answer: its fields hash to its calculation_sha256, and that hash is the
-    one its snapshot's eod_snapshot entry committed."""
+    """A replay, held-out or walk-forward answer against its snapshot's eod_snapshot entry: its calculation_sha256
+    (and the fields it is taken over) is the one committed, its as_of the entry's session, and, where the entry
+    commits them, its source, statement and universe summary. A field the entry does not commit is named on a
+    `note` line as not checked; nothing is said to be ok that was not compared."""
     answer = json.loads(_read(answer_file))
-    if answer.get("data_type") not in EOD_BLOCKS:
-        raise Failed(f"eod: data_type {answer.get('data_type')!r} is not replay, held-out or walk-forward evidence")
-    field, hashed = EOD_BLOCKS[answer["data_type"]]
+    data_type = answer.get("data_type")
+    if data_type not in EOD_BLOCKS:
+        raise Failed(f"eod: data_type {data_type!r} is not replay, held-out or walk-forward evidence")
+    field, hashed = EOD_BLOCKS[data_type]
     stated = answer["calculation_sha256"]
     if hashed is not None:
-        digest = hashlib.sha256(rfc8785.dumps({name: answer[name] for name in hashed})).hexdigest()
+        digest = _sha256({name: answer[name] for name in hashed})
         if digest != stated:
             raise Failed("eod: the answer's fields do not hash to its calculation_sha256 (the answer was changed, "
                          "or asked for one symbol: save the answer for every symbol)")  # fmt: skip
@@ -171,12 +187,69 @@ def check_eod(run: Run, entries: list[dict[str, Any]], answer_file: str) -> None
         raise Failed(f"eod: entry {index} has no {field} (logged before the evidence was committed)")
     if entry[field] != stated:
         raise Failed(f"eod: entry {index} committed another {field} (the evidence was changed after it was logged)")
-    run.ok("eod evidence", f"{answer['data_type']} of the {entry['session']} snapshot is what entry {index} committed")
-    if answer["data_type"] == "historical_replay" and answer["symbol"] is not None:
-        check_replay_symbol(run, index, entry, answer)
+    if hashed is not None:
+        run.ok("eod evidence", f"{' and '.join(hashed)} are what entry {index} committed for the {entry['session']} "
+               f"snapshot ({field})")  # fmt: skip
+    else:  # the hash covers every symbol's legs, which no one answer holds: only the stated hash was compared
+        run.ok("eod evidence", f"the stated calculation_sha256 is the {field} entry {index} committed for the "
+               f"{entry['session']} snapshot")  # fmt: skip
+    unchecked = _check_eod_trust(run, index, entry, answer)
+    unchecked += _check_eod_statement(run, index, entry, answer)
+    if data_type == "validation":
+        if answer["row_count"] != len(answer["rows"]):
+            raise Failed(f"eod: row_count {answer['row_count']} is not the number of rows ({len(answer['rows'])}; "
+                         "the answer was changed)")  # fmt: skip
+        run.ok("eod row count", f"row_count {answer['row_count']} is the number of rows")
+    if data_type == "historical_replay":
+        if answer["symbol"] is None:
+            unchecked += check_replay_universe(run, index, entry, answer)
+        else:
+            unchecked += check_replay_symbol(run, index, entry, answer)
+    print(f"note  eod: not checked against the log: {', '.join([*unchecked, *EOD_NEVER_LOGGED])}")
 
 
-def check_replay_symbol(run: Run, index: int, entry: dict[str, Any], answer: dict[str, Any]) -> None:
+def _check_eod_trust(run: Run, index: int, entry: dict[str, Any], answer: dict[str, Any]) -> list[str]:
+    """as_of against the entry's session; source against the entry's, if it commits one."""
+    if answer["as_of"] != entry["session"]:
+        raise Failed(f"eod: the answer's as_of {answer['as_of']} is not the session {entry['session']} entry {index} "
+                     "committed (the answer was changed)")  # fmt: skip
+    if "source" not in entry:
+        run.ok("eod as_of", f"{answer['as_of']} is the session entry {index} committed")
+        return ["source"]
+    if answer["source"] != entry["source"]:
+        raise Failed(f"eod: the answer's source {answer['source']!r} is not the source {entry['source']!r} entry "
+                     f"{index} committed (the answer was changed)")  # fmt: skip
+    run.ok("eod as_of and source", f"{answer['as_of']} and {answer['source']} are the session and source entry "
+           f"{index} committed")  # fmt: skip
+    return []
+
+
+def _check_eod_statement(run: Run, index: int, entry: dict[str, Any], answer: dict[str, Any]) -> list[str]:
+    field, names = EOD_STATEMENTS[answer["data_type"]]
+    if field not in entry:
+        return list(names)
+    if _sha256({name: answer[name] for name in names}) != entry[field]:
+        raise Failed(f"eod: the answer's {' and '.join(names)} are not what entry {index} committed ({field}; the "
+                     "answer was changed)")  # fmt: skip
+    run.ok("eod statement", f"{' and '.join(names)} are what entry {index} committed ({field})")
+    return []
+
+
+def check_replay_universe(run: Run, index: int, entry: dict[str, Any], answer: dict[str, Any]) -> list[str]:
+    """The universe replay answer: it holds no symbol's legs, and its summary is the one the entry committed."""
+    if answer["legs"] or answer["total_legs"] != 0 or answer["symbol_proof"] is not None:
+        raise Failed("eod: an answer without a symbol holds no legs, total_legs or symbol_proof (the answer was "
+                     "changed)")  # fmt: skip
+    if "replay_summary_sha256" not in entry:
+        return ["summary"]
+    if _sha256(answer["summary"]) != entry["replay_summary_sha256"]:
+        raise Failed(f"eod: the universe summary is not the one entry {index} committed (replay_summary_sha256; the "
+                     "answer was changed)")  # fmt: skip
+    run.ok("eod replay summary", f"the universe summary is what entry {index} committed (replay_summary_sha256)")
+    return []
+
+
+def check_replay_symbol(run: Run, index: int, entry: dict[str, Any], answer: dict[str, Any]) -> list[str]:
     """One symbol's replay answer: its {symbol, summary, legs} is the leaf its proof binds to the per-symbol root
     the entry committed, in a tree over the snapshot's symbols in code-point order."""
     symbol, legs = answer["symbol"], answer["legs"]
@@ -184,7 +257,7 @@ def check_replay_symbol(run: Run, index: int, entry: dict[str, Any], answer: dic
     if root is None:
         print(f"note  eod: entry {index} commits no per-symbol replay root (logged before them): {symbol}'s legs "
               "are held to the log by the stated hash only")  # fmt: skip
-        return
+        return ["summary", "legs", "total_legs"]
     if len(legs) != answer["total_legs"]:
         raise Failed(f"eod: the answer holds {len(legs)} of {symbol}'s {answer['total_legs']} legs: save it asked "
                      "with offset 0 and a limit of at least total_legs to check them")  # fmt: skip
@@ -200,6 +273,7 @@ def check_replay_symbol(run: Run, index: int, entry: dict[str, Any], answer: dic
                      "was changed)") from None  # fmt: skip
     run.ok("eod replay symbol", f"{symbol}'s summary and {len(legs)} legs are leaf {symbols.index(symbol)} of the "
            f"{len(symbols)}-symbol replay root entry {index} committed")  # fmt: skip
+    return []
 
 
 def check_entry(run: Run, checkpoint: Checkpoint, index: int) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 from evidence.eod.engine import EngineParams, Run, run
 
 DIGITS = 6  # returns and ratios are rounded once, here
+LABEL = "retrospective_replay"  # what a replay is: today's rules run over the past, not validation
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from django.db.models import Max, Min
 
 from evidence.eod.engine import canonical_sha256
 from evidence.eod.heldout import EVIDENCE_CLASS, REUSE_ADMISSION
+from evidence.eod.replay import LABEL
 from evidence.eod.schemas import DISCLAIMER, DataType
 from evidence.eod.walkforward import METHOD
 from evidence.models import EodRow, EodSnapshot, LogEntry
@@ -52,9 +53,11 @@ def trust(snapshot: EodSnapshot, data_type: DataType, calculation_sha256: str) -
 
 def replay(*, symbol: str | None, offset: int, limit: int) -> dict[str, Any]:
     snapshot = latest()
-    symbols = list(snapshot.rows.filter(available=True).values_list("symbol", flat=True))
-    base = {**trust(snapshot, "historical_replay", snapshot.replay["sha256"]), "symbols": symbols,
-            "label": "retrospective_replay"}  # fmt: skip
+    # A snapshot keeps what its answers state (and its entry commits it); older ones get it as it was then.
+    statement = snapshot.replay.get("statement") or {
+        "label": LABEL, "symbols": list(snapshot.rows.filter(available=True).values_list("symbol", flat=True))
+    }  # fmt: skip
+    base = {**trust(snapshot, "historical_replay", snapshot.replay["sha256"]), **statement}
     if symbol is None:
         return {**base, "symbol": None, "summary": snapshot.replay["summary"], "legs": [], "total_legs": 0,
                 "symbol_proof": None}  # fmt: skip
@@ -72,8 +75,7 @@ def heldout() -> dict[str, Any]:
     block = snapshot.heldout
     return {
         **trust(snapshot, "validation", block["sha256"]),
-        "evidence_class": EVIDENCE_CLASS,
-        "reuse_admission": REUSE_ADMISSION,
+        **(block.get("statement") or {"evidence_class": EVIDENCE_CLASS, "reuse_admission": REUSE_ADMISSION}),
         "first": block["first"],
         "last": block["last"],
         "row_count": len(block["rows"]),
@@ -86,8 +88,9 @@ def walk_forward(*, symbol: str | None) -> dict[str, Any]:
     if symbol is not None and not snapshot.rows.filter(symbol=symbol).exists():
         raise EodUnavailable("symbol_not_in_universe", f"{symbol} is not in the end-of-day universe.")
     rows = [row for row in snapshot.walk_forward["rows"] if symbol is None or row["symbol"] == symbol]
+    statement = snapshot.walk_forward.get("statement") or {"method": METHOD, "inputs_rehashed": True}
     return {**trust(snapshot, "walk_forward", snapshot.walk_forward["sha256"]), "components": snapshot.components,
-            "method": METHOD, "inputs_rehashed": True, "rows": rows}  # fmt: skip
+            **statement, "rows": rows}  # fmt: skip
 
 
 def _commitment(entry: LogEntry) -> dict[str, Any]:

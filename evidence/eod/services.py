@@ -13,7 +13,8 @@ from django.db import transaction
 
 from evidence.eod import heldout, walkforward
 from evidence.eod.engine import DEFAULT_PARAMS, LONG, canonical_sha256, engine_identity, engine_sha256, run
-from evidence.eod.replay import SymbolReplay, legs, replay, universe_summary
+from evidence.eod.heldout import EVIDENCE_CLASS, REUSE_ADMISSION
+from evidence.eod.replay import LABEL, SymbolReplay, legs, replay, universe_summary
 from evidence.eod.universe import Universe, universe_load
 from evidence.marketdata import calendar
 from evidence.marketdata import selectors as marketdata
@@ -218,16 +219,25 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
     tree = Tree([leaf_hash(canonical({"symbol": ticker, **replays[ticker]})) for ticker in tickers])
     proofs = {ticker: [base64.b64encode(h).decode() for h in tree.inclusion_proof(i, len(tickers))]
               for i, ticker in enumerate(tickers)}  # fmt: skip
+    # What each answer states besides its calculation: frozen here with the snapshot and served from it, so a later
+    # change of wording never alters what an earlier snapshot's entry committed.
+    statements = {
+        "replay": {"label": LABEL, "symbols": tickers},
+        "heldout": {"evidence_class": EVIDENCE_CLASS, "reuse_admission": REUSE_ADMISSION},
+        "walk_forward": {"method": walkforward.METHOD, "inputs_rehashed": True},
+    }
     replay_block = {"summary": summary, "sha256": canonical_sha256({"components": components, "summary": summary,
                                                                      "symbols": replays}),
-                    "symbols_root_sha256": tree.root(len(tickers)).hex()}  # fmt: skip
+                    "symbols_root_sha256": tree.root(len(tickers)).hex(),
+                    "statement": statements["replay"]}  # fmt: skip
     published = {
         "first": universe.heldout_first.isoformat(),
         "last": universe.heldout_last.isoformat(),
         "rows": heldout_rows,
     }
-    heldout_block = {**published, "sha256": canonical_sha256(published)}  # exactly what get_heldout_evidence publishes
-    walk_block = {"rows": walk_rows, "sha256": canonical_sha256({"components": components, "rows": walk_rows})}
+    heldout_block = {**published, "sha256": canonical_sha256(published), "statement": statements["heldout"]}
+    walk_block = {"rows": walk_rows, "sha256": canonical_sha256({"components": components, "rows": walk_rows}),
+                  "statement": statements["walk_forward"]}  # fmt: skip
     with transaction.atomic():
         append_lock()  # taken before the revision is read, so concurrent runs of a session serialise here
         _refuse_retroactive(session)  # again: a later session may have been published while this one computed
@@ -256,6 +266,11 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
                 "replay_symbols_root_sha256": replay_block["symbols_root_sha256"],
                 "heldout_sha256": heldout_block["sha256"],
                 "walk_forward_sha256": walk_block["sha256"],
+                # The rest of what those answers state, so a verifier holds every field of them to this entry: the
+                # data source of every answer, the universe replay's summary, and each answer's statement.
+                "source": components["data"]["source"],
+                "replay_summary_sha256": canonical_sha256(summary),
+                **{f"{name}_statement_sha256": canonical_sha256(fields) for name, fields in statements.items()},
             }
         )
         snapshot = EodSnapshot.objects.create(

@@ -16,8 +16,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import ProgrammingError, connection, transaction
 
+from evidence.eod.heldout import REUSE_ADMISSION
 from evidence.eod.services import EodError, eod_run, latest_closed_session
 from evidence.eod.tasks import eod_run_task
+from evidence.eod.walkforward import METHOD
 from evidence.marketdata import calendar, demo
 from evidence.marketdata import selectors as marketdata
 from evidence.models import AppendOnly, BarPartition, EodRow, EodSnapshot, LogEntry, Symbol
@@ -64,6 +66,22 @@ def test_the_log_entry_commits_the_replay_heldout_and_walk_forward_hashes(world)
         == snapshot.walk_forward["sha256"]
         == hashlib.sha256(rfc8785.dumps(walk)).hexdigest()
     )
+
+
+def test_the_log_entry_commits_the_source_the_universe_summary_and_each_answers_statement(world):
+    snapshot = eod_run(session=LAST)
+
+    body = json.loads(LogEntry.objects.get(index=snapshot.log_index).body)
+    statements = {
+        "replay": {"label": "retrospective_replay", "symbols": ["ALFA", "BRVO"]},
+        "heldout": {"evidence_class": "validation", "reuse_admission": REUSE_ADMISSION},
+        "walk_forward": {"method": METHOD, "inputs_rehashed": True},
+    }
+    assert body["source"] == "synthetic"
+    assert body["replay_summary_sha256"] == hashlib.sha256(rfc8785.dumps(snapshot.replay["summary"])).hexdigest()
+    for name, statement in statements.items():
+        assert body[f"{name}_statement_sha256"] == hashlib.sha256(rfc8785.dumps(statement)).hexdigest(), name
+        assert getattr(snapshot, name)["statement"] == statement, name
 
 
 def test_the_log_entry_commits_a_root_over_each_symbols_replay_and_each_row_keeps_its_proof(world):

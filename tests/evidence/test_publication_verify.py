@@ -296,23 +296,143 @@ def verify_eod(files: Path, answer: str) -> tuple[int, list[str]]:
                   files / "entries.json", "--eod", files / answer, cwd=files)  # fmt: skip
 
 
+NOT_LOGGED = "note  eod: not checked against the log: last_updated, disclaimer"
+
+
 @pytest.mark.parametrize(
-    ("answer", "checks"),
+    ("answer", "lines"),
     [
-        ("heldout.json", ["eod answer hash", "eod evidence"]),
-        ("walk_forward.json", ["eod answer hash", "eod evidence"]),
-        ("replay.json", ["eod evidence"]),  # the universe summary cannot show the hash of every symbol's legs
+        ("heldout.json", [
+            "ok    eod answer hash: first and last and rows hash to {calculation_sha256}",
+            "ok    eod evidence: first and last and rows are what entry 0 committed for the 2023-02-28 snapshot "
+            "(heldout_sha256)",
+            "ok    eod as_of and source: 2023-02-28 and synthetic are the session and source entry 0 committed",
+            "ok    eod statement: evidence_class and reuse_admission are what entry 0 committed "
+            "(heldout_statement_sha256)",
+            "ok    eod row count: row_count 2 is the number of rows",
+            NOT_LOGGED,
+        ]),
+        ("walk_forward.json", [
+            "ok    eod answer hash: components and rows hash to {calculation_sha256}",
+            "ok    eod evidence: components and rows are what entry 0 committed for the 2023-02-28 snapshot "
+            "(walk_forward_sha256)",
+            "ok    eod as_of and source: 2023-02-28 and synthetic are the session and source entry 0 committed",
+            "ok    eod statement: method and inputs_rehashed are what entry 0 committed "
+            "(walk_forward_statement_sha256)",
+            NOT_LOGGED,
+        ]),
+        ("replay.json", [  # the universe summary cannot show the hash of every symbol's legs: it has its own
+            "ok    eod evidence: the stated calculation_sha256 is the replay_sha256 entry 0 committed for the "
+            "2023-02-28 snapshot",
+            "ok    eod as_of and source: 2023-02-28 and synthetic are the session and source entry 0 committed",
+            "ok    eod statement: label and symbols are what entry 0 committed (replay_statement_sha256)",
+            "ok    eod replay summary: the universe summary is what entry 0 committed (replay_summary_sha256)",
+            NOT_LOGGED,
+        ]),
     ],
-)
-def test_end_of_day_evidence_verifies_against_its_snapshots_entry(published, answer, checks):
-    code, lines = verify_eod(published, answer)
+)  # fmt: skip
+def test_end_of_day_evidence_verifies_against_its_snapshots_entry_field_by_field(published, answer, lines):
+    stated = json.loads((published / answer).read_text())["calculation_sha256"]
+
+    code, printed = verify_eod(published, answer)
 
     assert code == 0
-    assert [line.split(":")[0] for line in lines] == [
-        "ok    checkpoint signature", "ok    entries", *[f"ok    {check}" for check in checks],
-    ]  # fmt: skip
-    data_type = json.loads((published / answer).read_text())["data_type"]
-    assert lines[-1] == f"ok    eod evidence: {data_type} of the 2023-02-28 snapshot is what entry 0 committed"
+    assert printed[0].startswith("ok    checkpoint signature: ")
+    assert printed[1:] == [
+        "ok    entries: all 1 entries hash to the checkpoint's root",
+        *[line.format(calculation_sha256=stated) for line in lines],
+    ]
+
+
+def edited(published: Path, answer: str, change) -> str:
+    data = json.loads((published / answer).read_text())
+    change(data)
+    (published / "edited.json").write_text(json.dumps(data))
+    return "edited.json"
+
+
+def test_a_universe_replay_whose_summary_was_edited_fails_though_its_stated_hash_is_the_logged_one(published):
+    def change(answer):
+        answer["summary"]["win_rate"] = 0.9
+        answer["summary"]["average_return"] = 0.25
+
+    code, lines = verify_eod(published, edited(published, "replay.json", change))
+
+    assert code == 1
+    assert lines[-2] == "ok    eod statement: label and symbols are what entry 0 committed (replay_statement_sha256)"
+    assert lines[-1] == (
+        "FAIL  eod: the universe summary is not the one entry 0 committed (replay_summary_sha256; the answer was "
+        "changed)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "change", "failure"),
+    [
+        ("replay_alfa.json", {"as_of": "2030-01-01"},
+         "eod: the answer's as_of 2030-01-01 is not the session 2023-02-28 entry 0 committed (the answer was changed)"),
+        ("replay_alfa.json", {"source": "vendor"},
+         "eod: the answer's source 'vendor' is not the source 'synthetic' entry 0 committed (the answer was changed)"),
+        ("replay_alfa.json", {"label": "validation"},
+         "eod: the answer's label and symbols are not what entry 0 committed (replay_statement_sha256; the answer "
+         "was changed)"),
+        ("replay.json", {"symbols": ["ALFA"]},
+         "eod: the answer's label and symbols are not what entry 0 committed (replay_statement_sha256; the answer "
+         "was changed)"),
+        ("replay.json", {"total_legs": 7},
+         "eod: an answer without a symbol holds no legs, total_legs or symbol_proof (the answer was changed)"),
+        ("heldout.json", {"evidence_class": "test"},
+         "eod: the answer's evidence_class and reuse_admission are not what entry 0 committed "
+         "(heldout_statement_sha256; the answer was changed)"),
+        ("heldout.json", {"source": "vendor"},
+         "eod: the answer's source 'vendor' is not the source 'synthetic' entry 0 committed (the answer was changed)"),
+        ("heldout.json", {"row_count": 99}, "eod: row_count 99 is not the number of rows (2; the answer was changed)"),
+        ("walk_forward.json", {"method": "Chosen on the scored year itself."},
+         "eod: the answer's method and inputs_rehashed are not what entry 0 committed "
+         "(walk_forward_statement_sha256; the answer was changed)"),
+    ],
+    ids=["replay_as_of", "replay_source", "replay_label", "replay_symbols", "universe_legs", "heldout_class",
+         "heldout_source", "heldout_row_count", "walk_forward_method"],
+)  # fmt: skip
+def test_an_answer_whose_trust_labels_were_changed_fails(published, answer, change, failure):
+    code, lines = verify_eod(published, edited(published, answer, lambda data: data.update(change)))
+
+    assert code == 1
+    assert [line for line in lines if line.startswith("FAIL")] == ["FAIL  " + failure]
+
+
+def older_entry(published: Path, client, *, without: frozenset[str] = frozenset()) -> None:
+    """Append the published entry again as entries were logged before answers' sources, statements and the universe
+    summary were committed (and `without` other fields), under another snapshot hash, and save the grown log."""
+    body = json.loads(LogEntry.objects.get(index=0).body)
+    later = {"logged_at", "source", "replay_summary_sha256", "replay_statement_sha256", "heldout_statement_sha256",
+             "walk_forward_statement_sha256", *without}  # fmt: skip
+    services.entry_append({**{k: v for k, v in body.items() if k not in later}, "snapshot_sha256": "ab" * 32})
+    (published / "checkpoint.txt").write_text(client.get("/log/checkpoint").content.decode())
+    (published / "entries.json").write_text(client.get("/log/entries", {"start": 0, "end": 2}).content.decode())
+
+
+@pytest.mark.parametrize(
+    ("answer", "unchecked"),
+    [
+        ("heldout.json", "source, evidence_class, reuse_admission"),
+        ("walk_forward.json", "source, method, inputs_rehashed"),
+        ("replay.json", "source, label, symbols, summary"),
+    ],
+)
+def test_an_answer_of_an_entry_logged_before_its_statement_says_what_it_did_not_check(
+    published, client, answer, unchecked
+):
+    older_entry(published, client)
+    data = json.loads((published / answer).read_text())
+    (published / "older.json").write_text(json.dumps({**data, "snapshot_sha256": "ab" * 32}))
+
+    code, lines = verify_eod(published, "older.json")
+
+    assert code == 0
+    assert "ok    eod as_of: 2023-02-28 is the session entry 1 committed" in lines
+    assert not [line for line in lines if line.startswith(("ok    eod statement", "ok    eod replay summary"))]
+    assert lines[-1] == f"note  eod: not checked against the log: {unchecked}, last_updated, disclaimer"
 
 
 def test_a_changed_heldout_row_fails_whether_or_not_its_hash_was_recomputed(published):
@@ -346,9 +466,13 @@ def test_one_symbols_replay_is_checked_as_a_leaf_of_its_entrys_root(published):
     assert code == 0
     assert lines[1:] == [
         "ok    entries: all 1 entries hash to the checkpoint's root",
-        "ok    eod evidence: historical_replay of the 2023-02-28 snapshot is what entry 0 committed",
+        "ok    eod evidence: the stated calculation_sha256 is the replay_sha256 entry 0 committed for the 2023-02-28 "
+        "snapshot",
+        "ok    eod as_of and source: 2023-02-28 and synthetic are the session and source entry 0 committed",
+        "ok    eod statement: label and symbols are what entry 0 committed (replay_statement_sha256)",
         f"ok    eod replay symbol: ALFA's summary and {legs} legs are leaf 0 of the 2-symbol replay root entry 0 "
         "committed",
+        NOT_LOGGED,
     ]
 
 
@@ -375,26 +499,26 @@ def test_a_changed_or_partial_replay_of_one_symbol_fails(published, change, fail
     code, lines = verify_eod(published, "changed.json")
 
     assert code == 1
-    assert lines[-2].startswith("ok    eod evidence: ")  # the stated hash is still the logged one
+    assert lines[-4].startswith("ok    eod evidence: ")  # the stated hash is still the logged one
     assert lines[-1] == "FAIL  " + failure.format(legs=legs)
 
 
 def test_a_replay_of_one_symbol_logged_before_per_symbol_roots_is_held_to_its_stated_hash(published, client):
     # An entry and an answer as they were before per-symbol roots: no root in the entry, no proof in the answer.
-    body = json.loads(LogEntry.objects.get(index=0).body)
-    older = {k: v for k, v in body.items() if k not in ("logged_at", "replay_symbols_root_sha256")}
-    services.entry_append({**older, "snapshot_sha256": "ab" * 32})
+    older_entry(published, client, without=frozenset({"replay_symbols_root_sha256"}))
     answer = json.loads((published / "replay_alfa.json").read_text())
     del answer["symbol_proof"]
     (published / "older.json").write_text(json.dumps({**answer, "snapshot_sha256": "ab" * 32}))
-    (published / "checkpoint.txt").write_text(client.get("/log/checkpoint").content.decode())
-    (published / "entries.json").write_text(client.get("/log/entries", {"start": 0, "end": 2}).content.decode())
 
     code, lines = verify_eod(published, "older.json")
 
     assert code == 0
-    assert lines[-2:] == [
-        "ok    eod evidence: historical_replay of the 2023-02-28 snapshot is what entry 1 committed",
+    assert lines[-4:] == [
+        "ok    eod evidence: the stated calculation_sha256 is the replay_sha256 entry 1 committed for the 2023-02-28 "
+        "snapshot",
+        "ok    eod as_of: 2023-02-28 is the session entry 1 committed",
         "note  eod: entry 1 commits no per-symbol replay root (logged before them): ALFA's legs are held to the log "
         "by the stated hash only",
+        "note  eod: not checked against the log: source, label, symbols, summary, legs, total_legs, last_updated, "
+        "disclaimer",
     ]
