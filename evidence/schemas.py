@@ -15,6 +15,7 @@ from evidence.vocabulary import (
     Horizon,
     RequestSide,
     Side,
+    Source,
     Ticker,
     TierName,
     TimeOfDay,
@@ -187,7 +188,7 @@ class MarketMemoryCoverage(BaseModel):
 class Lineage(BaseModel):
     artifact_version: str
     artifact_sha256: str
-    source: Literal["vendor", "synthetic"]
+    source: Source
     feature_set_version: str
     registry_version: str
     strategy_count: int
@@ -213,6 +214,7 @@ class Provenance(BaseModel):
     published_at: datetime | None
     artifact_version: str | None = None
     artifact_sha256: str | None = None
+    source: Source | None = None  # of the artifact's bars: "synthetic" is generated demo data, not market history
 
 
 class ResearchBoundary(BaseModel):
@@ -269,6 +271,7 @@ class ArtifactRef(BaseModel):
 
     artifact_version: str
     artifact_sha256: str
+    source: Source  # of the artifact's bars: "synthetic" is generated demo data, not market history
 
 
 class KeyStats(BaseModel):
@@ -586,7 +589,7 @@ class LineageOut(BaseModel):
     artifact_version: str
     artifact_sha256: str
     published_at: datetime | None
-    source: Literal["vendor", "synthetic"]
+    source: Source
     data_as_of: str
     benchmark: str
     historical_through: str

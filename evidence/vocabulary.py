@@ -27,7 +27,10 @@ ASSET_CLASS_NOUNS: dict[str, tuple[str, str]] = {
 XNYS_ASSET_CLASSES = ("equity", "etf", "index")
 FREQUENCIES = ("1m", "5m", "15m", "30m", "1h", "4h", "1d")
 FREQUENCY_MINUTES = {"1m": 1, "5m": 5, "15m": 15, "30m": 30, "1h": 60, "4h": 240, "1d": 1440}
-SOURCES = ("vendor", "synthetic")
+# Where stored bars (and an artifact built from them) come from: "synthetic" is generated demo data, never market
+# history, and a build over any synthetic bar is synthetic.
+Source = Literal["vendor", "synthetic"]
+SOURCES: tuple[Source, ...] = ("vendor", "synthetic")
 # What a stored ticker may look like (after upper-casing): vendor symbols such as BRK.B, ^GSPC or EUR/USD. A ticker
 # names its directory in the bar store, so no part between slashes may be empty, `.` or `..` (A/../../X escaped it).
 TICKER_RE = re.compile(r"^(?!.*(?:^|/)\.{1,2}(?:/|$))(?!.*//)(?!.*/$)[A-Z0-9^][A-Z0-9.\-^=/]{0,19}$")

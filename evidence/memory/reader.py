@@ -27,7 +27,7 @@ from evidence.memory.artifact import (
     SCHEMA_VERSION,
     SYMBOL_BASELINE,
 )
-from evidence.vocabulary import DEFAULT_ASSET_CLASS, HORIZONS, SIDES, TIER_NAMES
+from evidence.vocabulary import DEFAULT_ASSET_CLASS, HORIZONS, SIDES, TIER_NAMES, Source
 
 PCT = 1_000_000  # label units (1e-8) per percent
 TABLE_NAMES = {**TIER_NAMES, SYMBOL_BASELINE: "symbol_baseline", REGIME_TABLE: "regime_bucket"}
@@ -150,6 +150,7 @@ class MemoryReader:
         self.sha256 = sha256
         self.manifest: dict[str, Any] = manifest
         self.version: str = manifest["version"]
+        self.source: Source = manifest["source"]  # as the build recorded it (evidence.memory.build.build_plan)
         self.min_sessions: int = manifest["min_sessions"]
         self.asset_classes: dict[str, str] = manifest["plan"]["asset_classes"]
         self._uri = f"file:{root / 'serve.sqlite3'}?mode=ro&immutable=1"
@@ -351,7 +352,7 @@ class MemoryReader:
         return {
             "artifact_version": self.version,
             "artifact_sha256": self.sha256,
-            "source": m["source"],
+            "source": self.source,
             "data_as_of": m["data_as_of"],
             "corpus": m["corpus"],
             "inputs_sha256": m["inputs"]["plan_sha256"],

@@ -83,7 +83,7 @@ def regime_of(regime_id: int) -> Regime:
 
 
 def _provenance(reader: MemoryReader) -> ArtifactRef:
-    return ArtifactRef(artifact_version=reader.version, artifact_sha256=reader.sha256)
+    return ArtifactRef(artifact_version=reader.version, artifact_sha256=reader.sha256, source=reader.source)
 
 
 def _stats(evidence: Evidence) -> KeyStats:

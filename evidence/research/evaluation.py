@@ -353,6 +353,7 @@ def _evaluated(args: EvaluateArgs, situation: Situation) -> tuple[EvaluationOut,
             published_at=situation.published_at,
             artifact_version=reader.version,
             artifact_sha256=reader.sha256,
+            source=reader.source,
         ),
         research_boundary=ResearchBoundary(),
         usage=LookupUsage(

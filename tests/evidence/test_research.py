@@ -326,3 +326,33 @@ def test_a_retried_client_request_id_replays_and_a_reused_one_conflicts(fed_worl
         call_tool(user, "compare_historical_analogues", SetupArgs(symbol="ALFA", side="sell", client_request_id="a-1"))
     assert error.value.code == "idempotency_conflict"
     assert UsageEvent.objects.count() == 1
+
+
+# Every research answer that carries an artifact reference, with arguments that answer on the fed world.
+ARTIFACT_ANSWERS = {
+    "get_current_confluence_leaders": LeadersArgs(side="buy"),
+    "search_market_memory": SearchArgs(side="buy", horizon_minutes=15),
+    "compare_historical_analogues": SetupArgs(symbol="ALFA", side="buy"),
+    "explain_setup_failure": SetupArgs(symbol="ALFA", side="buy"),
+    "compare_against_benchmark": SetupArgs(symbol="ALFA", side="buy"),
+    "simulate_exit_policy": ExitPolicyArgs(symbol="ALFA", side="buy", stop_bps=25, target_bps=50),
+    "get_market_regime": RegimeArgs(),
+    "estimate_execution_conditions": ExecutionArgs(symbol="ALFA"),
+}
+
+
+def test_every_research_answer_names_the_source_of_its_artifacts_data(fed_world, user):
+    provenances = {name: call_tool(user, name, args).provenance for name, args in ARTIFACT_ANSWERS.items()}
+
+    version = memory_reader().version
+    expected = {"artifact_version": version, "artifact_sha256": fed_world.sha256, "source": "synthetic"}
+    assert {name: p.model_dump() for name, p in provenances.items()} == dict.fromkeys(ARTIFACT_ANSWERS, expected)
+
+
+def test_a_research_answer_names_the_source_its_artifact_records_not_a_fixed_one(fed_world, user, monkeypatch):
+    monkeypatch.setattr(memory_reader(), "source", "vendor", raising=False)  # as a build over vendor bars records it
+
+    result = call_tool(user, "compare_historical_analogues", SetupArgs(symbol="ALFA", side="buy"))
+    lineage = call_tool(user, "get_data_lineage", LineageArgs())
+
+    assert (result.provenance.source, lineage.source) == ("vendor", "vendor")
