@@ -7,6 +7,9 @@ conversion), so the text can never say more than the evidence does.
 from evidence.schemas import EvaluationOut, HistoricalEvidence, Presentation
 
 DISCLAIMER = "Historical observations are descriptive, not investment advice."
+# Said in every answer read from an artifact whose provenance.source is synthetic, whatever its state, so a reader
+# of the text alone never takes the demo's numbers for market history.
+SYNTHETIC = "Data source: synthetic. Every figure here comes from generated demo data, not market history."
 NO_MATCH = (
     "No exact historical setup is available for the requested timeframes. Leroy did not substitute a broader baseline."
 )
@@ -49,6 +52,11 @@ POOLED = (
 )
 
 
+def _closing(result: EvaluationOut) -> list[str]:
+    """What every text ends with: the synthetic-data notice when the artifact's source says so, the disclaimer."""
+    return [SYNTHETIC, DISCLAIMER] if result.provenance.source == "synthetic" else [DISCLAIMER]
+
+
 def render(result: EvaluationOut) -> Presentation:
     """The presentation object for `result` (whose own `presentation` is ignored)."""
     symbol = result.request.symbol
@@ -56,14 +64,14 @@ def render(result: EvaluationOut) -> Presentation:
     if frame is not None and frame.frame_status == "market_closed":
         text = (
             f"{symbol}: regular-session trading is closed. Leroy evaluates current setups only while the regular "
-            f"session is open; this is not a setup evaluation. {DISCLAIMER}"
+            f"session is open; this is not a setup evaluation. {' '.join(_closing(result))}"
         )
         return Presentation(format="plain_text", state="market_closed", text=text)
 
     parts = [f"## **{symbol}** · {SIDE_TITLES[result.request.side]}"]
     if result.status == "no_comparable_sample":
         # The seed's no-match scorecard: nothing broader is shown in place of the missing comparison.
-        parts += ["🟢 **Market Open**", NO_MATCH, DISCLAIMER]
+        parts += ["🟢 **Market Open**", NO_MATCH, *_closing(result)]
         return Presentation(format="markdown", state=result.status, text="\n\n".join(parts))
     if result.status == "unavailable":
         parts.append("⚪ **No verified frame**")
@@ -102,9 +110,11 @@ def render(result: EvaluationOut) -> Presentation:
                 parts.append(f"No validated comparison for: {horizons} (min). Nothing was substituted.")
         else:
             parts.append(NO_MATCH)
-    if result.provenance.artifact_sha256:
+    provenance = result.provenance
+    if provenance.artifact_sha256:
         parts.append(
-            f"Evidence: Market Memory {result.provenance.artifact_version} · sha256 {result.provenance.artifact_sha256}"
+            f"Evidence: Market Memory {provenance.artifact_version} · sha256 {provenance.artifact_sha256} · source "
+            f"{provenance.source}"
         )
-    parts.append(DISCLAIMER)
+    parts += _closing(result)
     return Presentation(format="markdown", state=result.status, text="\n\n".join(parts))

@@ -98,13 +98,14 @@ def evaluate_before_deciding(symbol: str, side: str = "both") -> list[Message]:
         f"Research {symbol} ({side}) with Leroy before deciding anything. Leroy is research-only: it places no "
         "orders and gives no advice.\n"
         f"1. Call evaluate_current_setup with symbol={symbol!r}, side={side!r}. Note the evidence tier, the "
-        "distinct sessions behind it, the artifact version and SHA-256.\n"
+        "distinct sessions behind it, the artifact version, SHA-256 and source (synthetic is generated demo data, "
+        "not market history).\n"
         "2. If a tier is weak or null, call explain_setup_failure and compare_against_benchmark for the same "
         "setup; a null comparison is a valid answer, never turn it into a forecast.\n"
         "3. Call estimate_execution_conditions to see whether the setup could be acted on at all.\n"
         "4. Record what you expect with record_research_hypothesis (symbol, side, horizon, a one-line note), and "
         "later review it with review_hypothesis_outcome.\n"
-        "Report the numbers with their sample sizes and the artifact hash; say plainly what is unknown."
+        "Report the numbers with their sample sizes, the artifact hash and its source; say plainly what is unknown."
     )
     return [UserMessage(content=TextContent(type="text", text=text))]
 

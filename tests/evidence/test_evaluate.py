@@ -257,3 +257,48 @@ def test_minutes_before_the_close_every_horizon_shows_no_history_and_costs_nothi
     assert {row.reason for row in result.historical_evidence} == {calendar.HORIZON_CROSSES_CLOSE}
     assert result.market_memory.matches == []
     assert (result.usage.lookup_cost, result.usage.used_lookups) == (0, 0)
+
+
+SYNTHETIC_NOTICE = "Data source: synthetic. Every figure here comes from generated demo data, not market history."
+DISCLAIMER = "Historical observations are descriptive, not investment advice."
+
+
+def test_an_evaluation_of_synthetic_data_says_so_in_its_provenance_and_at_the_end_of_its_text(fed_world, user):
+    result = evaluate(user, symbol="ALFA", side="buy")
+
+    reader = memory_reader()
+    assert result.status == "evaluated"
+    assert result.provenance.source == result.market_memory.lineage.source == "synthetic"
+    assert result.presentation.text.endswith(
+        f"\n\nEvidence: Market Memory {reader.version} · sha256 {fed_world.sha256} · source synthetic"
+        f"\n\n{SYNTHETIC_NOTICE}\n\n{DISCLAIMER}"
+    )
+
+
+def test_an_unavailable_evaluation_without_market_memory_still_names_its_synthetic_source(fed_world, user):
+    result = evaluate(user, symbol="NOPE", side="buy")
+
+    assert result.market_memory is None
+    assert result.provenance.source == "synthetic"
+    assert result.presentation.text.endswith(f"\n\n{SYNTHETIC_NOTICE}\n\n{DISCLAIMER}")
+
+
+def test_a_closed_market_answer_of_synthetic_data_says_so_in_its_plain_text(world, user):
+    with time_machine.travel(world.replay.replace(hour=22, minute=0), tick=False):
+        result = evaluate(user, symbol="ALFA", side="buy")
+
+    assert result.provenance.source == "synthetic"
+    assert result.presentation.text == (
+        "ALFA: regular-session trading is closed. Leroy evaluates current setups only while the regular session is "
+        f"open; this is not a setup evaluation. {SYNTHETIC_NOTICE} {DISCLAIMER}"
+    )
+
+
+def test_a_vendor_artifact_is_named_vendor_and_its_text_carries_no_synthetic_notice(fed_world, user, monkeypatch):
+    monkeypatch.setattr(memory_reader(), "source", "vendor", raising=False)  # as a build over vendor bars records it
+
+    result = evaluate(user, symbol="ALFA", side="buy")
+
+    assert result.provenance.source == result.market_memory.lineage.source == "vendor"
+    assert "synthetic" not in result.presentation.text
+    assert result.presentation.text.endswith(f" · sha256 {fed_world.sha256} · source vendor\n\n{DISCLAIMER}")

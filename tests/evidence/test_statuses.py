@@ -79,8 +79,9 @@ async def test_no_tier_with_the_minimum_is_no_comparable_sample_with_null_rows(w
     assert content["market_memory"]["baseline"] == []  # below the minimum too: not shown even as the reference
     assert content["presentation"]["text"] == (
         "## **ALFA** · Buy\n\n🟢 **Market Open**\n\nNo exact historical setup is available for the requested "
-        "timeframes. Leroy did not substitute a broader baseline.\n\nHistorical observations are descriptive, not "
-        "investment advice."
+        "timeframes. Leroy did not substitute a broader baseline.\n\nData source: synthetic. Every figure here comes "
+        "from generated demo data, not market history.\n\nHistorical observations are descriptive, not investment "
+        "advice."
     )
     matching = content["assumptions"]["matching"]
     assert "no tier of 2 or more had the minimum sample" in matching
