@@ -217,6 +217,7 @@ def match_figures(rule: AlertRule, evaluation: evidence.EvaluationOut) -> dict[s
         "regime": regime.model_dump(mode="json"),
         "artifact_version": evaluation.provenance.artifact_version,
         "artifact_sha256": evaluation.provenance.artifact_sha256,
+        "source": evaluation.provenance.source,
         "thresholds": {
             "min_active_signals": rule.min_active_signals,
             "min_match_tier": rule.min_match_tier,

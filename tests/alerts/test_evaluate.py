@@ -176,3 +176,12 @@ def test_concurrent_evaluators_create_exactly_one_delivery_per_rule_and_frame(fe
     assert sorted(r.headers["x-leroy-delivery"] for r in receiver.requests) == sorted(
         Delivery.objects.values_list("public_id", flat=True)
     )
+
+
+def test_a_delivery_names_the_source_of_its_artifacts_data(fed_world, owner, receiver):
+    alfa_rule(owner, receiver)
+
+    services.frames_evaluate()
+
+    data = json.loads(Delivery.objects.get().body)["data"]
+    assert (data["artifact_sha256"], data["source"]) == (fed_world.sha256, "synthetic")
