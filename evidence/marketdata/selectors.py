@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from evidence.marketdata import store
 from evidence.marketdata.store import BAR_COLUMNS, BAR_SCHEMA, frame_sha256
 from evidence.models import BarPartition, Symbol
-from evidence.vocabulary import FREQUENCIES, normalize_ticker
+from evidence.vocabulary import FREQUENCIES, Source, normalize_ticker
 
 
 def symbol_get(*, ticker: str) -> Symbol | None:
@@ -89,6 +89,17 @@ def bars_files(*, symbol: Symbol, frequency: str, end: datetime) -> list[tuple[s
     """(path, recorded SHA-256, source) of every stored file bars_read reads for bars through `end`."""
     partitions = BarPartition.objects.filter(symbol=symbol, frequency=frequency, first_ts__lte=end).order_by("year")
     return list(partitions.values_list("path", "sha256", "source"))
+
+
+def bars_source(*, symbol: Symbol, frequency: str | None = None) -> Source | None:
+    """Where a symbol's stored bars (of one frequency, or of all) come from, as their partitions record it:
+    "synthetic" when any is generated demo data (a Market Memory build over them is synthetic too), "vendor" when
+    all were imported, None when none is stored."""
+    partitions = BarPartition.objects.filter(symbol=symbol)
+    if frequency is not None:
+        partitions = partitions.filter(frequency=frequency)
+    sources = set(partitions.values_list("source", flat=True))
+    return "synthetic" if "synthetic" in sources else ("vendor" if sources else None)
 
 
 def bars_files_changed(files: list[tuple[str, str, str]]) -> list[str]:

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from evidence.marketdata import calendar
 from evidence.marketdata.importers import ImportRejected, bars_import
-from evidence.marketdata.selectors import bars_data_version, bars_read
+from evidence.marketdata.selectors import bars_data_version, bars_read, bars_source
 from evidence.models import BarPartition, Symbol
 from tests.evidence.factories import daily_bars, minute_bars, utc
 
@@ -530,3 +530,17 @@ def test_a_lone_time_column_of_epoch_seconds_is_the_timestamp(tmp_path: Path) ->
 
     stored = bars_read(symbol=Symbol.objects.get(), frequency="1m").get_column("ts").to_list()
     assert stored == [utc(2026, 6, 29, 13, 30), utc(2026, 6, 29, 13, 31)]
+
+
+def test_imported_bars_are_named_vendor_per_frequency_and_a_frequency_not_stored_has_no_source() -> None:
+    bars_import(ticker="AAPL", frequency="1m", frame=minute_bars(SESSIONS))
+    symbol = Symbol.objects.get()
+
+    assert (bars_source(symbol=symbol), bars_source(symbol=symbol, frequency="1m")) == ("vendor", "vendor")
+    assert bars_source(symbol=symbol, frequency="1d") is None
+
+
+def test_demo_bars_are_named_synthetic_in_every_frequency(world) -> None:
+    symbol = Symbol.objects.get(ticker="ALFA")
+
+    assert (bars_source(symbol=symbol), bars_source(symbol=symbol, frequency="1m")) == ("synthetic", "synthetic")
