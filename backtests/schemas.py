@@ -16,7 +16,7 @@ from backtests.models import TERMINAL, Optimization, OptimizationRun, Report, St
 from backtests.statistics import METRICS
 from billing.schemas import CreditUsage
 from evidence.models import Symbol
-from evidence.vocabulary import FREQUENCIES
+from evidence.vocabulary import FREQUENCIES, Source
 from leroy.schemas import Instant, InstantEnd, IsoDate, Name, ToolArgs
 
 if TYPE_CHECKING:
@@ -379,13 +379,15 @@ class SymbolOut(Out):
     exchange: str
     currency: str
     source_type: Literal["global"]
+    source: Source | None  # synthetic: generated demo data; vendor: imported; null: no bars stored
     is_global: bool
     frequencies: list[Frequency]
     data_availability: dict[Frequency, bool]
 
     @classmethod
     def from_symbol(cls, symbol: Symbol) -> Self:
-        """All stored market data is global reference data: no account uploads its own."""
+        """All stored market data is global reference data: no account uploads its own. `symbol` is annotated with
+        its bars' source (`with_bars_source`)."""
         return cls.model_validate(
             {
                 "id": str(symbol.pk),
@@ -395,6 +397,7 @@ class SymbolOut(Out):
                 "exchange": symbol.exchange,
                 "currency": symbol.currency,
                 "source_type": "global",
+                "source": symbol.bars_source,  # type: ignore[attr-defined]
                 "is_global": True,
                 "frequencies": list(symbol.frequencies),
                 "data_availability": {frequency: True for frequency in symbol.frequencies},
@@ -422,12 +425,13 @@ class MarketDataSampleOut(Out):
     symbol: str
     name: str
     frequency: SampleFrequency
+    source: Source | None  # synthetic: generated demo data; vendor: imported; null: no bars stored
     count: int
     points: list[Candle]
     csv_resource: CsvResource
 
     @classmethod
-    def from_bars(cls, symbol: Symbol, frequency: str, bars: "pl.DataFrame") -> Self:
+    def from_bars(cls, symbol: Symbol, frequency: str, bars: "pl.DataFrame", source: Source | None) -> Self:
         """The bars as points and as the same points in a CSV resource."""
         points = [
             Candle(timestamp=row["ts"], **{k: row[k] for k in ("open", "high", "low", "close", "volume")})
@@ -444,6 +448,7 @@ class MarketDataSampleOut(Out):
                 "symbol": symbol.ticker,
                 "name": symbol.name,
                 "frequency": frequency,
+                "source": source,
                 "count": len(points),
                 "points": points,
                 "csv_resource": CsvResource(uri=uri, mime_type="text/csv", text=text.getvalue()),

@@ -8,6 +8,7 @@ from django.db.models import Q, QuerySet
 
 from accounts.models import User
 from backtests.models import Optimization, OptimizationMode, OptimizationRun, Report, Status, Strategy, Trial
+from evidence.marketdata.selectors import with_bars_source
 from evidence.models import Symbol
 
 # Everyday names agents use for pairs whose tickers are codes.
@@ -125,7 +126,7 @@ def trial_tally(*, user: User, strategy: Strategy) -> tuple[int, float | None]:
 def symbols(*, is_global: bool | None = None, asset_class: str | None = None) -> QuerySet[Symbol]:
     if is_global is False:
         return Symbol.objects.none()  # every stored symbol is global; accounts cannot upload their own
-    found = Symbol.objects.all().order_by("ticker")
+    found = with_bars_source(Symbol.objects.all()).order_by("ticker")
     return found.filter(asset_class=asset_class) if asset_class else found
 
 
@@ -133,7 +134,9 @@ SYMBOL_ID = re.compile(r"[0-9]{1,18}")  # ASCII digits only (str.isdigit takes "
 
 
 def symbol_get(*, symbol_id: str) -> Symbol | None:
-    return Symbol.objects.filter(pk=int(symbol_id)).first() if SYMBOL_ID.fullmatch(symbol_id) else None
+    if not SYMBOL_ID.fullmatch(symbol_id):
+        return None
+    return with_bars_source(Symbol.objects.filter(pk=int(symbol_id))).first()
 
 
 def compact(text: str) -> str:
@@ -147,9 +150,11 @@ def symbols_search(*, text: str, limit: int = 50) -> list[Symbol]:
     key = SYMBOL_ALIASES.get(key, key)
     if not key:
         return []
-    candidates = Symbol.objects.filter(
-        Q(ticker__istartswith=key) | Q(name__icontains=raw) | Q(ticker__istartswith=raw[:1])
-    ).order_by("ticker")[:2000]
+    candidates = (
+        with_bars_source(Symbol.objects)
+        .filter(Q(ticker__istartswith=key) | Q(name__icontains=raw) | Q(ticker__istartswith=raw[:1]))
+        .order_by("ticker")[:2000]
+    )
     ranked = []
     for symbol in candidates:
         ticker = compact(symbol.ticker)

@@ -264,7 +264,7 @@ async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> 
     resource.
 
     start_date/end_date are inclusive ISO 8601 dates or date-times with an offset; a date-only end covers the day."""
-    from evidence.marketdata.selectors import bars_read
+    from evidence.marketdata.selectors import bars_read, bars_source
 
     def run() -> MarketDataSampleOut:
         symbol = _found(selectors.symbol_get(symbol_id=args.id), "symbol", args.id)
@@ -274,7 +274,8 @@ async def get_market_data_sample(call: ToolCall, args: MarketDataSampleArgs) -> 
         completed = services.completed_by(args.frequency, now())  # a bar stored before it ended is not served
         end = completed if args.end_date is None else min(args.end_date, completed)
         bars = bars_read(symbol=symbol, frequency=args.frequency, start=args.start_date, end=end)
-        return MarketDataSampleOut.from_bars(symbol, args.frequency, bars.tail(args.limit))
+        source = bars_source(symbol=symbol, frequency=args.frequency)
+        return MarketDataSampleOut.from_bars(symbol, args.frequency, bars.tail(args.limit), source)
 
     return await _run(run)
 

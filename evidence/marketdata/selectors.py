@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any
 
 import polars as pl
-from django.db.models import QuerySet
+from django.db.models import Case, CharField, Exists, OuterRef, QuerySet, Value, When
 
 from evidence.marketdata import store
 from evidence.marketdata.store import BAR_COLUMNS, BAR_SCHEMA, frame_sha256
@@ -100,6 +100,19 @@ def bars_source(*, symbol: Symbol, frequency: str | None = None) -> Source | Non
         partitions = partitions.filter(frequency=frequency)
     sources = set(partitions.values_list("source", flat=True))
     return "synthetic" if "synthetic" in sources else ("vendor" if sources else None)
+
+
+def with_bars_source(symbols: QuerySet[Symbol]) -> QuerySet[Symbol]:
+    """`symbols`, each annotated `bars_source` as `bars_source` says it of all its bars, in the same query."""
+    partitions = BarPartition.objects.filter(symbol=OuterRef("pk"))
+    return symbols.annotate(
+        bars_source=Case(
+            When(Exists(partitions.filter(source="synthetic")), then=Value("synthetic")),
+            When(Exists(partitions), then=Value("vendor")),
+            default=Value(None),
+            output_field=CharField(null=True),
+        )
+    )
 
 
 def bars_files_changed(files: list[tuple[str, str, str]]) -> list[str]:

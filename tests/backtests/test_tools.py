@@ -210,6 +210,25 @@ async def test_symbols_are_found_by_pair_forms_and_names(mcp_http, owner, api_ke
     assert sample["csv_resource"]["text"].splitlines()[0] == "timestamp,open,high,low,close,volume"
     assert len(sample["csv_resource"]["text"].splitlines()) == 4
     assert missing["error"]["code"] == "not_found"
+    assert (symbol["source"], sample["source"], listed["items"][0]["source"]) == ("vendor", "vendor", "vendor")
+
+
+async def test_symbols_and_samples_of_generated_bars_say_their_source_is_synthetic(mcp_http, owner, api_key):
+    from backtests.dryrun import walk
+    from evidence.marketdata.importers import bars_import
+    from evidence.models import Symbol
+    from tests.backtests.conftest import frame_of
+
+    await sync_to_async(bars_import)(
+        ticker="GENX", frequency="1d", frame=frame_of(walk("GENX", bars=30)), asset_class="crypto", source="synthetic"
+    )
+    generated = await Symbol.objects.aget(ticker="GENX")
+    async with client(mcp_http, api_key) as session:
+        symbol = await ok(session, "get_symbol", {"id": str(generated.pk)})
+        found = await ok(session, "search_symbols_by_name", {"symbolName": "GENX"})
+        sample = await ok(session, "get_market_data_sample", {"id": str(generated.pk), "frequency": "1d", "limit": 1})
+
+    assert (symbol["source"], found["items"][0]["source"], sample["source"]) == ("synthetic", "synthetic", "synthetic")
 
 
 async def test_outsider_sees_none_of_the_owners_strategies(mcp_http, owner, outsider):
