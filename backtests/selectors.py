@@ -151,7 +151,7 @@ def symbols_search(*, text: str, limit: int = 50) -> list[Symbol]:
     if not key:
         return []
     candidates = (
-        with_bars_source(Symbol.objects)
+        with_bars_source(Symbol.objects.all())
         .filter(Q(ticker__istartswith=key) | Q(name__icontains=raw) | Q(ticker__istartswith=raw[:1]))
         .order_by("ticker")[:2000]
     )

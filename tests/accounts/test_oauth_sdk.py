@@ -4,8 +4,6 @@ The server shares this test's database (transactional test on PostgreSQL), so th
 the "browser" in, and the consent page is driven headlessly over HTTP like a real browser would.
 """
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from urllib.parse import parse_qsl, urlsplit
@@ -13,7 +11,6 @@ from urllib.parse import parse_qsl, urlsplit
 import anyio
 import httpx2
 import pytest
-import uvicorn
 from django.test import Client
 from mcp import Client as McpClient
 from mcp.client.auth import OAuthClientProvider
@@ -24,6 +21,7 @@ from oauth2_provider.models import AccessToken, Application, RefreshToken
 from accounts.models import User
 from leroy.settings import oauth2_provider_settings
 from tests.accounts.conftest import hidden_inputs
+from tests.live import live_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,24 +53,14 @@ class ConsentWithheld(Exception):
 @pytest.fixture
 def live_origin(transactional_db: None, settings) -> Iterator[str]:
     """Leroy's ASGI app under uvicorn on a free loopback port, with the public origin pointing at it."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    origin = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    settings.LEROY_PUBLIC_ORIGIN = origin
-    settings.OAUTH2_PROVIDER = oauth2_provider_settings(origin)
     from leroy.asgi import LeroyASGI
 
-    server = uvicorn.Server(uvicorn.Config(LeroyASGI(), lifespan="on", log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    yield origin
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    # The public origin is set once the port is known: the app reads it at each request.
+    with live_server(LeroyASGI(), start_seconds=10) as port:
+        origin = f"http://127.0.0.1:{port}"
+        settings.LEROY_PUBLIC_ORIGIN = origin
+        settings.OAUTH2_PROVIDER = oauth2_provider_settings(origin)
+        yield origin
 
 
 class Agent:

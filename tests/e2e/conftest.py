@@ -7,19 +7,16 @@ are the server's. Every page a test opens must carry a Content-Security-Policy a
 
 import os
 import re
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import uvicorn
 from playwright.sync_api import ConsoleMessage, Error, Page, Response
 
 from accounts.models import User
 from leroy.settings import oauth2_provider_settings
+from tests.live import live_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -71,20 +68,8 @@ def _uvicorn(django_db_setup: None) -> Iterator[str]:
     """leroy.asgi:application under uvicorn on a free loopback port, for the whole session."""
     from leroy.asgi import application
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    origin = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(application, lifespan="on", log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    yield origin
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with live_server(application, start_seconds=15) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture

@@ -3,15 +3,12 @@
 import contextvars
 import http.client
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 
 from accounts.models import User
+from tests.live import live_server
 from tests.mcp.test_resources import completed_report
 
 HEADERS = {
@@ -26,20 +23,8 @@ def live_port(transactional_db: None) -> Iterator[int]:
     """Leroy's ASGI app under uvicorn on asyncio (where an earlier request's context could reach a later one's)."""
     from leroy.asgi import LeroyASGI
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(LeroyASGI(), lifespan="on", log_level="warning", loop="asyncio", http="h11")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    yield sock.getsockname()[1]
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with live_server(LeroyASGI(), loop="asyncio", http="h11") as port:
+        yield port
 
 
 def post(connection: http.client.HTTPConnection, message: dict, key: str | None = None) -> tuple[int, dict]:
