@@ -435,8 +435,14 @@ def _inplacevar(op: str, target: Any, value: Any) -> Any:
 # series' total length, or moving a line's cursor. Refused on every line series (data, indicator, strategy).
 LOOKAHEAD_ATTRIBUTES = frozenset(
     {"array", "getzeroval", "getzero", "plotrange", "buflen", "advance_peek", "advance", "forward", "backwards",
-     "safebackwards", "rewind", "home", "set_idx", "extend", "reset", "qbuffer", "minbuffer", "preload", "load"}
+     "safebackwards", "rewind", "home", "set_idx", "extend", "reset", "qbuffer", "minbuffer", "preload", "load",
+     # The engine's own steps: called by a strategy, they compute (or read) where the bars seen so far do not
+     # reach (a delayed line's `once` or `next` before its warm-up reads the series' end).
+     "once", "oncestart", "preonce", "next", "nextstart", "prenext"}
 )  # fmt: skip
+# A line's warm-up (its minimum period) keeps it from computing before it has the bars it reads: a delay of k bars
+# computed sooner reads the end of the series. A strategy may only lengthen it.
+MINPERIOD_SETTERS = frozenset({"setminperiod", "addminperiod", "incminperiod", "updateminperiod"})
 # Names a strategy may not rebind on itself or its lines: the engine's objects and a line's cursor and storage.
 ENGINE_NAMES = frozenset(
     {"broker", "datas", "data", "ddatas", "dnames", "position", "positions", "sizer", "env", "cerebro", "lines", "l",
@@ -501,6 +507,8 @@ class Guards:
         if isinstance(obj, self.series):
             if name == "get":
                 return _reached(_past_only(obj, value))
+            if name in MINPERIOD_SETTERS:
+                return _reached(_lengthening(obj, name, value))
             if name == "datas" and isinstance(value, list):
                 return tuple(value)  # the feed list is the engine's: readable, not reorderable
         return _reached(value)
@@ -585,6 +593,18 @@ class _Writer:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.target[key] = value
+
+
+def _lengthening(line: Any, name: str, setter: Callable[..., Any]) -> Callable[..., Any]:
+    def lengthen(minperiod: int) -> Any:
+        current = line._minperiod
+        lowest = {"setminperiod": current, "addminperiod": 1, "incminperiod": 0, "updateminperiod": 1}[name]
+        if type(minperiod) is not int or minperiod < lowest:
+            what = f"`.{name}({_short(minperiod)})` (a warm-up of {current} bar(s) made shorter)"
+            raise lookahead(what, agent_line())
+        return setter(minperiod)
+
+    return lengthen
 
 
 def _past_only(line: Any, get: Callable[..., Any]) -> Callable[..., Any]:

@@ -65,6 +65,19 @@ FUTURE_READERS = [
     ("moving an indicator's cursor", peeking("self.sma.lines[0].forward() or self.sma[0]"), "lookahead_refused", 6),
     ("reading in __init__ (before the first bar)", peeking("self.last", init="self.last = self.data.close[0]"),
      "lookahead_refused", 3),
+    ("a delay's warm-up set shorter", peeking(
+        "self.late[0]", init="self.late = self.data.close(-78)\n        self.late.setminperiod(1)"
+    ), "lookahead_refused", 4),
+    ("a delay's warm-up added a negative", peeking(
+        "self.late[0]", init="self.late = self.data.close(-78)\n        self.late.addminperiod(-77)"
+    ), "lookahead_refused", 4),
+    ("a delay's warm-up decremented", peeking(
+        "self.late[0]", init="self.late = self.data.close(-78)\n        self.late.incminperiod(-77)"
+    ), "lookahead_refused", 4),
+    ("a delay's own once", peeking(
+        "self.late.once(len(self) - 1, len(self)) or self.late[0]", init="self.late = self.data.close(-3)"
+    ), "lookahead_refused", 6),
+    ("an indicator's own next", peeking("self.sma.next() or self.sma[0]"), "lookahead_refused", 6),
     ("a lambda the engine calls", peeking(
         "self.apply[0]",
         init="self.apply = bt.ind.ApplyN(self.data.close, period=1, func=lambda bars: self.data.close[1])",
@@ -84,7 +97,9 @@ def test_every_future_read_is_refused_and_names_its_line(name, source, code, lin
 
 # Slices and cursor moves are refused by the curated surface only (plain Python slices fail on lines anyway).
 RUNTIME_READERS = [row for row in FUTURE_READERS if row[2] != "validation_error" and row[0] not in (
-    "buffer slicing", "moving an indicator's cursor")]  # fmt: skip
+    "buffer slicing", "moving an indicator's cursor", "a delay's warm-up set shorter",
+    "a delay's warm-up added a negative", "a delay's warm-up decremented", "a delay's own once",
+    "an indicator's own next")]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "source", "code", "line"), RUNTIME_READERS, ids=[row[0] for row in RUNTIME_READERS])
