@@ -268,9 +268,11 @@ class GuardedBroker(bt.brokers.BackBroker):
             return
         if order is not None:
             self.decided[order.ref] = len(self.decisions)
-        clock = owner.lines.datetime
-        bar = _raw_array(clock)[clock.idx] if clock.idx >= 0 else None
-        self.decisions.append({"bar": bar, **decision})
+        # The latest bar of its datas, as the strategy's clock reads it in next(): a timer fires before that clock
+        # moves to the bar the datas are on (read from the clock, a timer's order was a bar early, and missing from
+        # a run cut at that earlier bar).
+        moments = [_raw_array(data.lines.datetime)[data.lines.datetime.idx] for data in owner.datas if len(data)]
+        self.decisions.append({"bar": max(moments) if moments else None, **decision})
 
     def _order(self, side: str, owner: Any, data: Any, size: Any, args: dict[str, Any]) -> Any:
         if args["exectype"] not in SIMULATED_ORDER_TYPES or args["histnotify"] or args["_checksubmit"] is not True:
@@ -291,10 +293,26 @@ class GuardedBroker(bt.brokers.BackBroker):
             # its close is an earlier bar's, seen before what the strategy saw since. It fills at its next open.
             order.addinfo(coc=False)
             self.not_on_close.add(order.ref)
-        self._decide(owner, {"side": side, "data": data._name, "size": size, "exectype": order.exectype,
-                             "price": args["price"], "plimit": args["plimit"], "trailamount": args["trailamount"],
-                             "trailpercent": args["trailpercent"]}, order)  # fmt: skip
+        decision = {"side": side, "data": data._name, "size": size, "exectype": order.exectype, "price": args["price"],
+                    "plimit": args["plimit"], "trailamount": args["trailamount"],
+                    "trailpercent": args["trailpercent"]}  # fmt: skip
+        self._decide(owner, decision | self._terms(args), order)
         return order
+
+    def _terms(self, args: dict[str, Any]) -> dict[str, Any]:
+        """An order's other terms where they are not the default, so the probe compares them too: an order that
+        lives or expires (`valid`), or is linked to others, by what the strategy saw ahead is a different decision."""
+        terms: dict[str, Any] = {}
+        if args["valid"] is not None:
+            terms["valid"] = args["valid"] if type(args["valid"]) in (int, float) else str(args["valid"])
+        for link in ("oco", "parent"):
+            if args[link] is not None:  # by the decision that placed it
+                terms[link] = self.decided.get(getattr(args[link], "ref", None))
+        if args["transmit"] is not True:
+            terms["transmit"] = bool(args["transmit"])
+        if args["tradeid"]:
+            terms["tradeid"] = args["tradeid"]
+        return terms
 
     def buy(self, owner: Any, data: Any, size: Any, price: Any = None, plimit: Any = None, exectype: Any = None,
             valid: Any = None, tradeid: int = 0, oco: Any = None, trailamount: Any = None, trailpercent: Any = None,
@@ -610,15 +628,18 @@ def _cerebro(
     return cerebro
 
 
-def _execute(build: Callable[[bool], bt.Cerebro], built: list[bt.Cerebro] | None = None) -> tuple[bt.Cerebro, Any]:
+def _execute(
+    build: Callable[[bool], bt.Cerebro], built: list[bt.Cerebro] | None = None, *, runonce: bool = True
+) -> tuple[bt.Cerebro, Any]:
     """Run what `build(runonce)` makes (each one made is appended to `built`), and fail the run on a refusal even
     when the strategy caught it. Indicators are computed over every bar before the first (runonce: about half a
     run's time); when strategy code would run in that pass (an indicator of its own, a function handed to a
     built-in one), it is stopped before its first line and the run is made again bar by bar, where every
-    indicator advances with the strategy. Where strategy frames are not counted, every run is bar by bar."""
+    indicator advances with the strategy. Where strategy frames are not counted, or `runonce` is False, the run is
+    bar by bar."""
     built = [] if built is None else built
     _lookahead_guards()
-    if policy.frames_counted():
+    if runonce and policy.frames_counted():
         built.append(build(True))
         try:
             return built[-1], _run_refusing(built[-1])
@@ -703,13 +724,20 @@ def cut_decisions(
     every other cut, ran in other jobs."""
     built: list[bt.Cerebro] = []
     crash = None
-    try:
-        _execute(lambda runonce: _cerebro(strategy, datas, simulation, parameters, runonce=runonce), built)
-    except (Refused, PolicyViolation, EngineError):
-        raise
-    except Exception as error:
-        if not built[-1].broker.stopping:
-            crash = f"{type(error).__name__}: {error}"
+    # Backtrader's runonce fails on bars fewer than an indicator's warm-up (it writes the warm-up's first value past
+    # the series' end), which a cut may leave: such a run is made again bar by bar, where it runs to its end.
+    for runonce in (True, False):
+        try:
+            _execute(lambda once: _cerebro(strategy, datas, simulation, parameters, runonce=once), built,
+                     runonce=runonce)  # fmt: skip
+        except (Refused, PolicyViolation, EngineError):
+            raise
+        except Exception as error:
+            if not built[-1].broker.stopping:
+                crash = f"{type(error).__name__}: {error}"
+                continue
+        crash = None
+        break
     return as_recorded(built[-1].broker.decisions), crash
 
 

@@ -299,6 +299,68 @@ def test_a_run_cannot_hand_its_decisions_to_the_probes_cut_runs():
     assert check["first_difference"]["cut"] == check["cuts"][0]
 
 
+# Places the same order on every bar; only how long it lives depends on the next close (found from outside, through
+# a peek since closed: lookahead_check passed, verdict robust).
+VALID_FORESIGHT = """
+class Valid(bt.Strategy):
+    def next(self):
+        bars = self.data._bars["close"]
+        i = len(self)
+        rise = i < len(bars) and bars[i] > self.data.close[0]
+        self.buy(size=1, exectype=bt.Order.Limit, price=self.data.close[0] * 0.5, valid=None if rise else 1.0)
+"""
+
+
+def test_the_probe_compares_an_orders_other_terms_such_as_how_long_it_lives():
+    outcome = run(VALID_FORESIGHT, layers=RUNTIME_ONLY, datas=[walk("ONE", bars=200)], probe=3)
+
+    check = outcome.result["lookahead_check"]
+    assert (outcome.ok, check["status"]) == (True, "failed")
+    difference = check["first_difference"]
+    assert ("valid" in difference["full_run"]) != ("valid" in difference["cut_run"])
+
+
+def test_a_cut_shorter_than_an_indicators_warm_up_runs_bar_by_bar_and_an_honest_strategy_passes():
+    # Deciding once, it is cut at evenly spaced bars too, two of them inside the 150-bar warm-up: Backtrader's
+    # runonce failed there (IndexError), which was reported as a failed probe (found from outside).
+    source = (
+        "class Late(bt.Strategy):\n"
+        "    def __init__(self):\n"
+        "        self.sma = bt.ind.SMA(self.data.close, period=150)\n\n"
+        "    def next(self):\n"
+        "        if not self.position and len(self) >= 230 and self.sma[0] > 0:\n"
+        "            self.buy(size=10)\n"
+    )
+
+    outcome = run(source, datas=[walk("ONE", bars=252)], probe=3)
+
+    check = outcome.result["lookahead_check"]
+    assert (outcome.ok, check["status"], len(check["cuts"])) == (True, "passed", 3)
+
+
+def test_an_order_placed_by_a_timer_is_decided_on_the_bar_the_datas_are_on_and_an_honest_one_passes():
+    source = (
+        "class Timed(bt.Strategy):\n"
+        "    def __init__(self):\n"
+        "        self.add_timer(when=bt.num2date(738000.0).time(), cheat=True)\n"
+        "        self.calls = 0\n\n"
+        "    def notify_timer(self, timer, when, *args, **kwargs):\n"
+        "        self.calls = self.calls + 1\n"
+        "        if self.calls % 20 == 0:\n"
+        "            self.buy(size=1)\n"
+    )
+    datas = [walk("ONE", bars=200)]
+
+    recorded_ = recorded(source, datas)
+    outcome = run(source, datas=datas, probe=3)
+
+    assert [d["bar"] for d in recorded_["decisions"]][:2] == [
+        datas[0]["ts_us"][19] / 86_400_000_000 + 719163.0,
+        datas[0]["ts_us"][39] / 86_400_000_000 + 719163.0,
+    ]
+    assert outcome.result["lookahead_check"]["status"] == "passed"
+
+
 def test_a_strategy_that_takes_no_decision_is_not_said_to_pass_the_probe():
     outcome = run("class Idle(bt.Strategy):\n    def next(self):\n        pass\n", datas=[walk("ONE", bars=200)],
                   probe=3)  # fmt: skip
