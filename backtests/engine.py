@@ -33,6 +33,7 @@ from backtests.policy import (
     validate_source,
 )
 from backtests.probing import EPOCH_ORDINAL, iso
+from backtests.statistics import won
 
 MAX_EQUITY_POINTS = 2000
 
@@ -505,6 +506,7 @@ class Ledger(bt.Analyzer):
         self.equity: list[tuple[float, float]] = []
         self.orders = {"submitted": 0, "completed": 0, "canceled": 0, "margin": 0, "rejected": 0, "expired": 0}
         self.trades: list[dict[str, Any]] = []
+        self.winners = 0  # closed trades that won (TradeAnalyzer's `won` counts a break-even one)
         self.sizes: dict[int, float] = {}
         clock = self.strategy.lines
         GUARDS.protected.update({id(clock), *(id(clock[i]) for i in range(clock.fullsize()))})
@@ -543,6 +545,7 @@ class Ledger(bt.Analyzer):
             return
         size = self.sizes.pop(trade.ref, 0.0)
         entry = trade.price
+        self.winners += won(trade.pnlcomm, size * entry)
         self.trades.append(
             {
                 "symbol": trade.data._name,
@@ -695,6 +698,7 @@ def run(
         # bar by bar, at the data's own frequency (Backtrader's DrawDown arithmetic on the broker value)
         "max_drawdown": {"percentage": ledger.max_drawdown, "money": ledger.max_moneydown},
         "decisions": cerebro.broker.decisions,
+        "winning_trades": ledger.winners,
     }
     if summary:
         return outcome | {"trade_count": len(ledger.trades)}

@@ -21,6 +21,16 @@ METRICS = (
 )  # fmt: skip
 
 
+# A trade's net P&L within this part of what it moved (its quantity at its entry price) is the rounding of a price
+# that did not change (in at 110.22999999999999, out at 110.23): break-even, not a winner.
+PNL_ROUNDING = 1e-9
+
+
+def won(total: float, notional: float) -> bool:
+    """Whether a closed trade with this net P&L is a winner."""
+    return total > PNL_ROUNDING * abs(notional)
+
+
 def _finite(value: Any) -> float | None:
     if value is None:
         return None
@@ -86,9 +96,11 @@ def return_metrics(
     }
 
 
-def trade_metrics(analysis: dict[str, Any]) -> dict[str, float | None]:
+def trade_metrics(analysis: dict[str, Any], *, winners: int | None = None) -> dict[str, float | None]:
+    """`winners`: the closed trades that won (`won`), as the run counted them (a result recorded before it
+    counted them: TradeAnalyzer's `won`, which counts a break-even trade as won)."""
     closed = _dig(analysis, "total", "closed") or 0
-    won = _dig(analysis, "won", "total") or 0
+    won = winners if winners is not None else (_dig(analysis, "won", "total") or 0)
     average = _finite(_dig(analysis, "pnl", "net", "average")) if closed else None
     return {
         "realized_pnl": _finite(_dig(analysis, "pnl", "net", "total")) if closed else 0.0,
@@ -105,7 +117,7 @@ def compute(result: dict[str, Any]) -> dict[str, float | None]:
     """All 14 metrics for one engine result, in the contract's order."""
     net_profit = result["final_value"] - result["initial_cash"]
     returns = return_metrics(result["daily_returns"], drawdown=result["max_drawdown"], net_profit=net_profit)
-    values = returns | trade_metrics(result["trade_analyzer"])
+    values = returns | trade_metrics(result["trade_analyzer"], winners=result.get("winning_trades"))
     return {name: values[name] for name in METRICS}
 
 
@@ -116,7 +128,7 @@ def per_symbol(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for symbol, bars in result["bars"].items():
         trades = groups.get(symbol, [])
-        wins = sum(1 for t in trades if t["total"] > 0)
+        wins = sum(1 for t in trades if won(t["total"], t["quantity"] * t["entry_price"]))
         rows.append(
             {
                 "symbol": symbol,

@@ -141,6 +141,26 @@ def test_a_drawdown_that_is_the_rounding_of_an_account_value_counts_as_none():
     )
 
 
+def test_a_break_even_trade_is_not_a_winner_in_the_statistics_nor_in_the_per_symbol_table():
+    # Bought and sold on the same bar: every round trip nets 0 (TradeAnalyzer counts each as won: 100 % against
+    # the per-symbol table's 0 %, found from outside).
+    source = (
+        "class Flat(bt.Strategy):\n"
+        "    def next(self):\n"
+        "        if len(self) % 10 == 0:\n"
+        "            self.buy(size=10)\n"
+        "            self.sell(size=10)\n"
+    )
+    datas = [walk("FLAT", bars=100)]
+    simulation = {"initial_cash": 10_000, "commission": 0, "leverage": 1, "buy_on_close": False}
+    outcome = sandbox.run_job(source=source, datas=datas, simulation=simulation, parameters={})
+
+    computed = statistics.compute(outcome.result)
+    (row,) = statistics.per_symbol(outcome.result)
+    assert outcome.result["winning_trades"] == 0
+    assert computed["percentage_of_winning_trades"] == row["percentage_of_winning_trades"] == 0.0
+
+
 def test_intraday_drawdown_is_the_bar_level_one_computed_independently():
     datas = [minute_bars("MIN")]
     simulation = {"initial_cash": 10_000.0, "commission": 0.0, "leverage": 1.0, "buy_on_close": False}
