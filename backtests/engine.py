@@ -33,7 +33,7 @@ from backtests.policy import (
     validate_source,
 )
 from backtests.probing import EPOCH_ORDINAL, iso
-from backtests.statistics import won
+from backtests.statistics import trade_sign
 
 MAX_EQUITY_POINTS = 2000
 
@@ -506,7 +506,8 @@ class Ledger(bt.Analyzer):
         self.equity: list[tuple[float, float]] = []
         self.orders = {"submitted": 0, "completed": 0, "canceled": 0, "margin": 0, "rejected": 0, "expired": 0}
         self.trades: list[dict[str, Any]] = []
-        self.winners = 0  # closed trades that won (TradeAnalyzer's `won` counts a break-even one)
+        # Closed trades that won and lost, and their net P&L (TradeAnalyzer's `won` holds the break-even ones too).
+        self.tally = {"won": 0, "won_pnl": 0.0, "lost": 0, "lost_pnl": 0.0}
         self.sizes: dict[int, float] = {}
         clock = self.strategy.lines
         GUARDS.protected.update({id(clock), *(id(clock[i]) for i in range(clock.fullsize()))})
@@ -545,7 +546,11 @@ class Ledger(bt.Analyzer):
             return
         size = self.sizes.pop(trade.ref, 0.0)
         entry = trade.price
-        self.winners += won(trade.pnlcomm, size * entry)
+        sign = trade_sign(trade.pnlcomm, size * entry)
+        if sign:
+            side = "won" if sign > 0 else "lost"
+            self.tally[side] += 1
+            self.tally[f"{side}_pnl"] += trade.pnlcomm
         self.trades.append(
             {
                 "symbol": trade.data._name,
@@ -652,6 +657,16 @@ def _execute(
     return built[-1], _run_refusing(built[-1])
 
 
+def _aligned(datas: list[dict[str, Any]]) -> bool:
+    """Whether every data has the same bar times. runonce computes an operation between two datas (`self.data0.close
+    - self.data1.close`, `bt.If(..., self.data1.close, ...)`) over their arrays position by position, not by time:
+    with a data listed later, or with bars another lacks, it paired one's bar with the other's later one, which the
+    strategy then read as the current value (found from outside). Such runs are bar by bar, where an operation reads
+    each operand's current bar."""
+    first = datas[0]["ts_us"]
+    return all(data["ts_us"] == first for data in datas[1:])
+
+
 def _run_refusing(cerebro: bt.Cerebro) -> Any:
     """Run `cerebro`; a refusal the strategy caught still fails the run."""
     policy.REFUSALS.clear()
@@ -685,7 +700,7 @@ def run(
         cerebro.addanalyzer(Ledger, _name="ledger")
         return cerebro
 
-    cerebro, result = _execute(build)
+    cerebro, result = _execute(build, runonce=_aligned(datas))
     analyzers = result.analyzers
     ledger = analyzers.ledger
     outcome = {
@@ -698,7 +713,7 @@ def run(
         # bar by bar, at the data's own frequency (Backtrader's DrawDown arithmetic on the broker value)
         "max_drawdown": {"percentage": ledger.max_drawdown, "money": ledger.max_moneydown},
         "decisions": cerebro.broker.decisions,
-        "winning_trades": ledger.winners,
+        "trade_tally": ledger.tally,
     }
     if summary:
         return outcome | {"trade_count": len(ledger.trades)}
@@ -730,7 +745,7 @@ def cut_decisions(
     crash = None
     # Backtrader's runonce fails on bars fewer than an indicator's warm-up (it writes the warm-up's first value past
     # the series' end), which a cut may leave: such a run is made again bar by bar, where it runs to its end.
-    for runonce in (True, False):
+    for runonce in (True, False) if _aligned(datas) else (False,):
         try:
             _execute(lambda once: _cerebro(strategy, datas, simulation, parameters, runonce=once), built,
                      runonce=runonce)  # fmt: skip

@@ -16,7 +16,8 @@ def probe_cuts(datas: list[dict[str, Any]], decisions: list[dict[str, Any]], k: 
 
     A strategy that peeks n bars ahead decides differently only where the cut hides those n bars, that is when
     it decides within n bars of the cut: so the cuts fall on bars where the full run decided (spread evenly
-    over its decisions), topped up with evenly spaced bars when it decided on fewer than k."""
+    over its decisions, the last of them its last decision, so every decision is compared), topped up with evenly
+    spaced bars when it decided on fewer than k."""
     first, last = max(d["ts_us"][0] for d in datas), min(d["ts_us"][-1] for d in datas)
     timeline = sorted({ts for d in datas for ts in d["ts_us"] if first <= ts <= last})
     if len(timeline) < PROBE_MIN_BARS:
@@ -25,7 +26,7 @@ def probe_cuts(datas: list[dict[str, Any]], decisions: list[dict[str, Any]], k: 
         return "the full run took no order decisions, so there are none a cut could change"
     near = (_nearest(timeline, d["bar"]) for d in decisions if d["bar"] is not None)
     decided = sorted({ts for ts in near if ts is not None})
-    cuts = [decided[len(decided) * i // (k + 1)] for i in range(1, k + 1)] if len(decided) >= k else decided
+    cuts = [decided[len(decided) * i // k - 1] for i in range(1, k + 1)] if len(decided) >= k else decided
     spaced = (timeline[len(timeline) * i // (k + 1)] for i in range(1, k + 1))
     return sorted(set(cuts) | set(list(dict.fromkeys(t for t in spaced if t not in cuts))[: k - len(set(cuts))]))
 

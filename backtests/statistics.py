@@ -22,13 +22,14 @@ METRICS = (
 
 
 # A trade's net P&L within this part of what it moved (its quantity at its entry price) is the rounding of a price
-# that did not change (in at 110.22999999999999, out at 110.23): break-even, not a winner.
+# that did not change (in at 110.22999999999999, out at 110.23): break-even, neither a winner nor a loser.
 PNL_ROUNDING = 1e-9
 
 
-def won(total: float, notional: float) -> bool:
-    """Whether a closed trade with this net P&L is a winner."""
-    return total > PNL_ROUNDING * abs(notional)
+def trade_sign(total: float, notional: float) -> int:
+    """1 for a closed trade with this net P&L that won, -1 for one that lost, 0 for a break-even one."""
+    margin = PNL_ROUNDING * abs(notional)
+    return 1 if total > margin else -1 if total < -margin else 0
 
 
 def _finite(value: Any) -> float | None:
@@ -96,16 +97,20 @@ def return_metrics(
     }
 
 
-def trade_metrics(analysis: dict[str, Any], *, winners: int | None = None) -> dict[str, float | None]:
-    """`winners`: the closed trades that won (`won`), as the run counted them (a result recorded before it
-    counted them: TradeAnalyzer's `won`, which counts a break-even trade as won)."""
+def trade_metrics(analysis: dict[str, Any], *, tally: dict[str, Any] | None = None) -> dict[str, float | None]:
+    """`tally`: the closed trades that won and lost (`trade_sign`) and their net P&L, as the run counted them; a
+    result recorded before it counted them has TradeAnalyzer's, whose `won` holds the break-even trades too."""
     closed = _dig(analysis, "total", "closed") or 0
-    won = winners if winners is not None else (_dig(analysis, "won", "total") or 0)
+    if tally is None:
+        tally = {side: _dig(analysis, side, "total") or 0 for side in ("won", "lost")} | {
+            f"{side}_pnl": _dig(analysis, side, "pnl", "total") for side in ("won", "lost")
+        }
+    won, lost = tally["won"], tally["lost"]
     average = _finite(_dig(analysis, "pnl", "net", "average")) if closed else None
     return {
         "realized_pnl": _finite(_dig(analysis, "pnl", "net", "total")) if closed else 0.0,
-        "profit_factor": _ratio(_dig(analysis, "won", "pnl", "total"), _dig(analysis, "lost", "pnl", "total")),
-        "payoff_ratio": _ratio(_dig(analysis, "won", "pnl", "average"), _dig(analysis, "lost", "pnl", "average")),
+        "profit_factor": _ratio(tally["won_pnl"] or 0.0, tally["lost_pnl"]) if lost else None,
+        "payoff_ratio": _ratio(tally["won_pnl"] / won, tally["lost_pnl"] / lost) if won and lost else None,
         "expectancy": average,
         "average_trade": average,
         "percentage_of_winning_trades": won / closed * 100 if closed else None,
@@ -117,7 +122,7 @@ def compute(result: dict[str, Any]) -> dict[str, float | None]:
     """All 14 metrics for one engine result, in the contract's order."""
     net_profit = result["final_value"] - result["initial_cash"]
     returns = return_metrics(result["daily_returns"], drawdown=result["max_drawdown"], net_profit=net_profit)
-    values = returns | trade_metrics(result["trade_analyzer"], winners=result.get("winning_trades"))
+    values = returns | trade_metrics(result["trade_analyzer"], tally=result.get("trade_tally"))
     return {name: values[name] for name in METRICS}
 
 
@@ -128,7 +133,7 @@ def per_symbol(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for symbol, bars in result["bars"].items():
         trades = groups.get(symbol, [])
-        wins = sum(1 for t in trades if won(t["total"], t["quantity"] * t["entry_price"]))
+        wins = sum(1 for t in trades if trade_sign(t["total"], t["quantity"] * t["entry_price"]) > 0)
         rows.append(
             {
                 "symbol": symbol,

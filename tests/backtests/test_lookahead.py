@@ -6,6 +6,7 @@ import pytest
 
 from backtests import sandbox
 from backtests.dryrun import walk
+from backtests.probing import iso
 from backtests.sandbox import ALL_LAYERS, Limits
 from tests.backtests.conftest import SMA_CROSS
 from tests.backtests.test_engine import PAIR_CODE
@@ -159,12 +160,11 @@ def test_the_probe_passes_honest_strategies_on_one_and_several_symbols():
         assert outcome.ok is True, outcome.error
         check = outcome.result["lookahead_check"]
         assert (check["status"], check["k"], len(check["cuts"])) == ("passed", 3, 3)
-    # the cuts fall on bars where the full run decided: a buy or a close is placed on the bar before a fill
-    decided = {day(walk("ONE", bars=200), walk("ONE", bars=200)["ts_us"].index(ts) - 1) for ts in (
-        int(datetime.fromisoformat(t[key]).timestamp() * 1e6) for t in one.result["trades"]
-        for key in ("entry_time", "exit_time"))}  # fmt: skip
+    # the cuts fall on bars where the full run decided, the last on its last decision
+    decided = [iso(d["bar"]) for d in recorded(SMA_CROSS, [walk("ONE", bars=200)])["decisions"]]
     cuts = one.result["lookahead_check"]["cuts"]
-    assert cuts == sorted(set(cuts)) and set(cuts) <= decided
+    assert cuts == sorted(set(cuts)) and set(cuts) <= set(decided)
+    assert cuts[-1] == decided[-1]
 
 
 PRIVATE_FUTURE = """
@@ -359,6 +359,30 @@ def test_an_order_placed_by_a_timer_is_decided_on_the_bar_the_datas_are_on_and_a
         datas[0]["ts_us"][39] / 86_400_000_000 + 719163.0,
     ]
     assert outcome.result["lookahead_check"]["status"] == "passed"
+
+
+@pytest.mark.parametrize(
+    "init", ["self.both = self.data0.close - self.data1.close", "self.both = bt.If(self.data0.close > 0, "
+             "self.data0.close - self.data1.close, 0.0)"],
+)  # fmt: skip
+def test_an_operation_between_datas_listed_on_different_dates_reads_each_ones_current_bar(init):
+    # runonce paired the datas' bars by position: with the second data listed a month later, the difference held
+    # its close 22 bars ahead (found from outside). Bought whenever what it holds is not the current close.
+    source = (
+        "class Pair(bt.Strategy):\n"
+        "    def __init__(self):\n"
+        f"        {init}\n\n"
+        "    def next(self):\n"
+        "        if len(self.data1) and abs(self.data0.close[0] - self.both[0] - self.data1.close[0]) > 1e-6:\n"
+        "            self.buy(data=self.data1, size=1)\n"
+    )
+    late = datetime(2024, 2, 1, tzinfo=UTC)
+    datas = [walk("A", bars=120), walk("B", bars=120, start=late)]
+
+    outcome = run(source, datas=datas)
+
+    assert outcome.ok is True, outcome.error
+    assert outcome.result["orders"]["submitted"] == 0
 
 
 def test_a_strategy_that_takes_no_decision_is_not_said_to_pass_the_probe():

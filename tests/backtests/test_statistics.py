@@ -157,8 +157,27 @@ def test_a_break_even_trade_is_not_a_winner_in_the_statistics_nor_in_the_per_sym
 
     computed = statistics.compute(outcome.result)
     (row,) = statistics.per_symbol(outcome.result)
-    assert outcome.result["winning_trades"] == 0
+    assert outcome.result["trade_tally"] == {"won": 0, "won_pnl": 0.0, "lost": 0, "lost_pnl": 0.0}
     assert computed["percentage_of_winning_trades"] == row["percentage_of_winning_trades"] == 0.0
+    assert (computed["profit_factor"], computed["payoff_ratio"]) == (None, None)
+
+
+def test_the_payoff_ratio_and_profit_factor_leave_break_even_trades_out():
+    tally = {"won": 3, "won_pnl": 196.0, "lost": 1, "lost_pnl": -40.0}
+    analysis = {
+        "total": {"closed": 5},
+        "won": {"total": 4, "pnl": {"total": 196.0, "average": 49.0}},  # a break-even trade among them
+        "lost": {"total": 1, "pnl": {"total": -40.0, "average": -40.0}},
+        "pnl": {"net": {"total": 156.0}},
+    }
+
+    values = statistics.trade_metrics(analysis, tally=tally)
+
+    assert (values["payoff_ratio"], values["profit_factor"], values["percentage_of_winning_trades"]) == (
+        196.0 / 3 / 40.0,
+        196.0 / 40.0,
+        60.0,
+    )
 
 
 def test_intraday_drawdown_is_the_bar_level_one_computed_independently():
