@@ -3,6 +3,9 @@ against the full run's. Each run of the agent's code is a sandbox job of its own
 hand another what it saw; the judging is done here, by the worker, on what each job reported."""
 
 import bisect
+import hashlib
+import hmac
+import json
 from datetime import date
 from typing import Any
 
@@ -11,13 +14,17 @@ PROBE_CUTS = 3
 PROBE_MIN_BARS = 40  # below this many common bars the probe is not run
 
 
-def probe_cuts(datas: list[dict[str, Any]], decisions: list[dict[str, Any]], k: int = PROBE_CUTS) -> list[int] | str:
-    """k deterministic cut timestamps (µs) inside the bars every data has, or the reason there are none.
+def probe_cuts(
+    datas: list[dict[str, Any]], decisions: list[dict[str, Any]], k: int = PROBE_CUTS, *, key: bytes
+) -> list[int] | str:
+    """k cut timestamps (µs) inside the bars every data has, or the reason there are none.
 
     A strategy that peeks n bars ahead decides differently only where the cut hides those n bars, that is when
-    it decides within n bars of the cut: so the cuts fall on bars where the full run decided (spread evenly
-    over its decisions, the last of them its last decision, so every decision is compared), topped up with evenly
-    spaced bars when it decided on fewer than k."""
+    it decides within n bars of the cut: so the cuts fall on bars where the full run decided: its last decision
+    (so every decision is compared) and k - 1 others drawn by a hash of its decisions keyed with `key`, a secret
+    of the server's. The worker draws the same cuts for the same run; the strategy cannot know them, where cuts at
+    fixed shares of its decisions let it decide honestly on those bars and peek on every other (found from
+    outside). Topped up with evenly spaced bars when it decided on fewer than k."""
     first, last = max(d["ts_us"][0] for d in datas), min(d["ts_us"][-1] for d in datas)
     timeline = sorted({ts for d in datas for ts in d["ts_us"] if first <= ts <= last})
     if len(timeline) < PROBE_MIN_BARS:
@@ -26,7 +33,11 @@ def probe_cuts(datas: list[dict[str, Any]], decisions: list[dict[str, Any]], k: 
         return "the full run took no order decisions, so there are none a cut could change"
     near = (_nearest(timeline, d["bar"]) for d in decisions if d["bar"] is not None)
     decided = sorted({ts for ts in near if ts is not None})
-    cuts = [decided[len(decided) * i // k - 1] for i in range(1, k + 1)] if len(decided) >= k else decided
+    cuts = decided
+    if len(decided) >= k:
+        seed = hmac.new(key, json.dumps(decisions, sort_keys=True).encode(), hashlib.sha256).digest()
+        drawn = sorted(decided[:-1], key=lambda ts: hmac.new(seed, str(ts).encode(), hashlib.sha256).digest())
+        cuts = [*sorted(drawn[: k - 1]), decided[-1]]
     spaced = (timeline[len(timeline) * i // (k + 1)] for i in range(1, k + 1))
     return sorted(set(cuts) | set(list(dict.fromkeys(t for t in spaced if t not in cuts))[: k - len(set(cuts))]))
 

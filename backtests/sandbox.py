@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.utils.crypto import salted_hmac
 
 import backtests
 from backtests import probing, series
@@ -450,7 +451,7 @@ def _probe(
     the bars up to its cut, judged here in cut order (the first difference fails the probe). A cut job that
     fails (a refusal, a limit) is the answer instead, as it would have failed the full run."""
     if cuts is None:
-        chosen = probing.probe_cuts(datas, recorded, k)
+        chosen = probing.probe_cuts(datas, recorded, k, key=probe_key())
         if isinstance(chosen, str):
             return {"status": "not_run", "k": k, "cuts": [], "reason": chosen}, None
         cuts = chosen
@@ -465,6 +466,12 @@ def _probe(
         if difference is not None:
             return {"status": "failed", "k": k, "cuts": checked, "first_difference": difference}, last
     return {"status": "passed", "k": k, "cuts": checked}, last
+
+
+def probe_key() -> bytes:
+    """The secret the probe's cuts are drawn with (derived from SECRET_KEY): the same cuts for the same run on every
+    worker, none a strategy can know."""
+    return salted_hmac("leroy.backtests.probe_cuts", "cuts").digest()
 
 
 def _run_one(job: dict[str, Any], layers: frozenset[str], limits: Limits, on_start: Any, deadline: float) -> Outcome:

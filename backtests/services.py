@@ -1050,7 +1050,7 @@ def _optimization_probe(optimization_id: Any) -> None:
         _optimization_close(optimization_id, _probe_check(optimization, best, None), best=best)
         return
     if job["expected"] is not None:
-        cuts = probing.probe_cuts(job["datas"], job["expected"], PROBE_CUTS)
+        cuts = probing.probe_cuts(job["datas"], job["expected"], PROBE_CUTS, key=sandbox.probe_key())
         if isinstance(cuts, str):
             _optimization_close(optimization_id, _not_run(cuts) | _probed(best), best=best)
         else:

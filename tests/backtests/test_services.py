@@ -7,7 +7,7 @@ import pytest
 import time_machine
 from django.conf import settings
 
-from backtests import probing, selectors, series, services, tasks
+from backtests import probing, sandbox, selectors, series, services, tasks
 from backtests.models import DryRunPass, Optimization, OptimizationRun, ProbeCut, Report, Status, Strategy
 from backtests.schemas import MarketDataSampleArgs
 from backtests.services import BacktestError
@@ -604,7 +604,6 @@ def test_bars_on_a_store_that_cannot_stamp_its_files_are_read_every_time(coin, m
 def test_a_report_carries_the_probes_failure_and_its_hash_covers_it(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from backtests import sandbox
     from tests.backtests.test_lookahead import PRIVATE_FUTURE, RUNTIME_ONLY
 
     run_job = sandbox.run_job
@@ -758,7 +757,6 @@ class Foresight(bt.Strategy):
 def test_the_best_points_probe_compares_its_cut_runs_with_that_points_recorded_decisions(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from backtests import sandbox
     from tests.backtests.test_lookahead import RUNTIME_ONLY
 
     run_job, jobs = sandbox.run_job, []
@@ -773,7 +771,7 @@ def test_the_best_points_probe_compares_its_cut_runs_with_that_points_recorded_d
     probes = [job for job in jobs if job.get("probe")]
     assert len(jobs) == 6 + 3 and len(probes) == 3  # 6 points, then one job per cut, the cuts only
     assert [job["expected"] for job in probes] == [best.decisions["decisions"]] * 3
-    cuts = probing.probe_cuts(probes[0]["datas"], best.decisions["decisions"])
+    cuts = probing.probe_cuts(probes[0]["datas"], best.decisions["decisions"], key=sandbox.probe_key())
     assert [job["cuts"] for job in probes] == [[cuts[2]], [cuts[1]], [cuts[0]]]  # the longest first
     assert list(ProbeCut.objects.filter(optimization=result).values_list("until_us", "status")) == [
         (cuts[0], Status.COMPLETED), (cuts[1], Status.COMPLETED), (cuts[2], Status.COMPLETED)
@@ -787,7 +785,6 @@ def test_the_best_points_probe_compares_its_cut_runs_with_that_points_recorded_d
 def test_the_probe_reruns_the_best_point_when_its_record_is_not_of_the_same_bars_or_code(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch, changed
 ):
-    from backtests import sandbox
 
     result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks)
     best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
@@ -838,7 +835,6 @@ def test_a_run_without_the_target_statistic_is_never_the_best_even_where_every_o
 def test_a_failed_probe_run_closes_the_optimization_with_the_probe_not_run_and_the_grids_pbo(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from backtests import sandbox
 
     run_job = sandbox.run_job
     failed = sandbox.Outcome(False, ["process"], error={"code": "killed", "message": "stopped", "line": None})
@@ -863,7 +859,6 @@ def test_a_failed_probe_run_closes_the_optimization_with_the_probe_not_run_and_t
 def test_a_probe_run_as_one_task_per_cut_gives_the_check_one_job_over_every_cut_gives(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch, code
 ):
-    from backtests import sandbox
     from tests.backtests.test_lookahead import RUNTIME_ONLY
 
     run_job = sandbox.run_job
@@ -1003,7 +998,6 @@ def test_the_reaper_closes_an_optimization_whose_cuts_are_done_but_whose_closer_
 def test_a_cancel_stops_the_probes_queued_cuts_and_charges_the_points_only(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from backtests import sandbox
 
     result, cuts = probe_cuts_queued(owner, coin, django_capture_on_commit_callbacks)
     cancelled = services.optimization_cancel(user=owner, optimization_id=str(result.pk))
@@ -1028,7 +1022,6 @@ def test_a_cancel_stops_the_probes_queued_cuts_and_charges_the_points_only(
 def test_an_optimization_whose_probe_raises_stays_open_uncharged_for_the_reaper(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from backtests import sandbox
 
     run_job = sandbox.run_job
 
