@@ -56,6 +56,11 @@ def cut(data: dict[str, Any], until_us: int) -> dict[str, Any]:
     return {key: (value[:keep] if isinstance(value, list) else value) for key, value in data.items()}
 
 
+def not_run(reason: str, k: int = PROBE_CUTS) -> dict[str, Any]:
+    """A probe's check when it could not run, saying why."""
+    return {"status": "not_run", "k": k, "cuts": [], "reason": reason}
+
+
 def judged(
     decisions: list[dict[str, Any]], until_us: int, got: list[dict[str, Any]], crash: str | None
 ) -> dict[str, Any] | None:

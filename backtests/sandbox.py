@@ -453,7 +453,7 @@ def _probe(
     if cuts is None:
         chosen = probing.probe_cuts(datas, recorded, k, key=probe_key())
         if isinstance(chosen, str):
-            return {"status": "not_run", "k": k, "cuts": [], "reason": chosen}, None
+            return probing.not_run(chosen, k), None
         cuts = chosen
     checked: list[str] = []
     last = None

@@ -1052,7 +1052,7 @@ def _optimization_probe(optimization_id: Any) -> None:
     if job["expected"] is not None:
         cuts = probing.probe_cuts(job["datas"], job["expected"], PROBE_CUTS, key=sandbox.probe_key())
         if isinstance(cuts, str):
-            _optimization_close(optimization_id, _not_run(cuts) | _probed(best), best=best)
+            _optimization_close(optimization_id, probing.not_run(cuts) | _probed(best), best=best)
         else:
             _probe_cuts_start(optimization, cuts, job)
         return
@@ -1199,12 +1199,8 @@ def _probe_job(optimization: Optimization, best: OptimizationRun | None) -> dict
     }
 
 
-def _not_run(reason: str) -> dict[str, Any]:
-    return {"status": "not_run", "k": PROBE_CUTS, "cuts": [], "reason": reason}
-
-
 def _run_failed(error: dict[str, Any] | None) -> dict[str, Any]:
-    return _not_run(f"the probe run failed: {(error or WORKER_LOST)['message']}")
+    return probing.not_run(f"the probe run failed: {(error or WORKER_LOST)['message']}")
 
 
 def _probed(best: OptimizationRun) -> dict[str, Any]:
@@ -1217,7 +1213,7 @@ def _probe_check(
 ) -> dict[str, Any]:
     """The probe's `lookahead_check` from its job's outcome (None: there was no best run to probe)."""
     if best is None or outcome is None:
-        return _not_run(f"no run has a {optimization.target_metric}")
+        return probing.not_run(f"no run has a {optimization.target_metric}")
     ok = outcome.ok and outcome.result is not None
     check = outcome.result["lookahead_check"] if ok and outcome.result else _run_failed(outcome.error)
     return check | _probed(best)
@@ -1509,7 +1505,7 @@ def stale_jobs_reap(*, older_than: timedelta | None = None) -> int:
     # A walk-forward test run is not a grid point: its worker closing the optimization is reaped below.
     for run_id in stale.filter(out_of_sample=False).values_list("pk", flat=True):
         if _point_finish(run_id, error=WORKER_LOST):
-            check = _not_run("the point's worker stopped; no probe was run")
+            check = probing.not_run("the point's worker stopped; no probe was run")
             _optimization_close(OptimizationRun.objects.get(pk=run_id).optimization_id, check)
         reaped += 1
     # A probe's cut whose worker stopped fails (the last cut to finish closes its optimization, the probe not run).
@@ -1532,6 +1528,6 @@ def stale_jobs_reap(*, older_than: timedelta | None = None) -> int:
                     status=Status.FAILED, error=WORKER_LOST, finished_at=now()
                 )
                 reason = "the worker running the look-ahead probe stopped before it finished"
-                _optimization_close(optimization.pk, _not_run(reason))
+                _optimization_close(optimization.pk, probing.not_run(reason))
             reaped += 1
     return reaped
