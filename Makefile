@@ -5,11 +5,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@if ! $(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then \
 		rm -rf $(VENV); python=$$(bin/find-python) && echo "creating $(VENV) with $$python" && "$$python" -m venv $(VENV); \
 	fi
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
