@@ -285,10 +285,14 @@ def oauth_client_register(*, metadata: object) -> RegisteredClient:
         "client_id": application.client_id,
         "client_id_issued_at": int(application.created.timestamp()),
         "redirect_uris": redirect_uris,
-        "grant_types": sorted(set(grant_types), key=["authorization_code", "refresh_token"].index),
+        # What the client can use, which RFC 7591 §3.2.1 lets a server put in place of what was asked: every
+        # client gets refresh tokens, and any scope its user grants on the consent page (MCP clients register with
+        # the first challenge's mcp:read and step up to mcp:write on the same registration). Echoing a narrower
+        # request would state a limit the token endpoint does not keep.
+        "grant_types": sorted(REGISTRABLE_GRANT_TYPES, key=["authorization_code", "refresh_token"].index),
         "response_types": ["code"],
         "token_endpoint_auth_method": "none",
-        "scope": " ".join(s for s in (SCOPE_READ, SCOPE_WRITE) if s in scope.split()),
+        "scope": f"{SCOPE_READ} {SCOPE_WRITE}",
     }
     if name:
         response["client_name"] = name

@@ -6,7 +6,7 @@ from django.test import Client
 from oauth2_provider.models import AccessToken, Application
 
 from leroy.clock import now
-from tests.accounts.conftest import REDIRECT_URI
+from tests.accounts.conftest import REDIRECT_URI, consent, exchange, query_of, refresh
 
 pytestmark = pytest.mark.django_db
 
@@ -40,13 +40,27 @@ def test_sdk_shaped_registration_creates_a_public_client(client: Client):
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
         "token_endpoint_auth_method": "none",
-        "scope": "mcp:read",
+        "scope": "mcp:read mcp:write",
     }
     assert application.client_type == "public"
     assert application.client_secret == ""
     assert application.skip_authorization is False
     assert application.registration_source == "dcr"
     assert AccessToken.objects.count() == 0  # no RFC 7592 registration token
+
+
+def test_a_narrow_registration_is_answered_with_what_its_tokens_will_carry(
+    client: Client, browser: Client, flow, register
+):
+    narrow = register(grant_types=["authorization_code"], scope="mcp:read")
+    started = flow(client_id=narrow["client_id"], scope="mcp:read mcp:write")
+    code = query_of(consent(browser, started, grant_write="on")["Location"])["code"]
+
+    tokens = exchange(client, started, code).json()
+
+    assert (narrow["grant_types"], narrow["scope"]) == (["authorization_code", "refresh_token"], "mcp:read mcp:write")
+    assert tokens["scope"] == "mcp:read mcp:write"
+    assert refresh(client, narrow["client_id"], tokens["refresh_token"]).status_code == 200
 
 
 @pytest.mark.parametrize("method", ["client_secret_post", "client_secret_basic", "private_key_jwt"])
