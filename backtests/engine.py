@@ -131,10 +131,6 @@ def _guard_always(method: Callable[..., Any], what: str) -> Callable[..., Any]:
 AGENT_FILES = frozenset({policy.STRATEGY_FILENAME, policy.__file__})
 
 
-def _raw_array(buffer: Any) -> Any:
-    return buffer.__dict__["_leroy_array"]
-
-
 def _array_property(kind: str) -> property:
     def get(self: Any) -> Any:
         if sys._getframe(1).f_code.co_filename in AGENT_FILES:
@@ -272,8 +268,7 @@ class GuardedBroker(bt.brokers.BackBroker):
         # The latest bar of its datas, as the strategy's clock reads it in next(): a timer fires before that clock
         # moves to the bar the datas are on (read from the clock, a timer's order was a bar early, and missing from
         # a run cut at that earlier bar).
-        moments = [_raw_array(data.lines.datetime)[data.lines.datetime.idx] for data in owner.datas if len(data)]
-        self.decisions.append({"bar": max(moments) if moments else None, **decision})
+        self.decisions.append({"bar": _clock(owner) if any(len(data) for data in owner.datas) else None, **decision})
 
     def _order(self, side: str, owner: Any, data: Any, size: Any, args: dict[str, Any]) -> Any:
         if args["exectype"] not in SIMULATED_ORDER_TYPES or args["histnotify"] or args["_checksubmit"] is not True:
