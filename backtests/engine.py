@@ -111,7 +111,9 @@ def _guard_ago(method: Callable[..., Any], position: int) -> Callable[..., Any]:
     @functools.wraps(method)
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
         ago = kwargs["ago"] if "ago" in kwargs else args[position] if len(args) > position else default
-        if type(ago) is int and _outside(self, ago) and (line := agent_line()) is not None:
+        # A bool or an int subclass indexes as the int it is (`datetime(True)` reads the next bar); strategy code
+        # cannot redefine an int's arithmetic (dunder names are refused), so int(ago) is the offset read.
+        if isinstance(ago, int) and _outside(self, int(ago)) and (line := agent_line()) is not None:
             raise lookahead(f"`.{method.__name__}(ago={ago})`", line)
         return method(self, *args, **kwargs)
 

@@ -59,6 +59,16 @@ FUTURE_READERS = [
     ("iteration by sorted", peeking("sorted(self.sma)[-1]"), "lookahead_refused", 6),
     ("unpacking", peeking("list(self.data.close)[len(self)]"), "lookahead_refused", 6),
     ("future timestamp", peeking("self.data.close[0] + self.data.datetime.date(1).day"), "lookahead_refused", 6),
+    # A bool or an int subclass is the int it stands for (found from outside: `datetime(True)` read the next bar's
+    # close as a date number, and an int subclass of -len(self) the series' last bar, so a strategy could tell the
+    # last bar of any data it was given and decide there as its full run did: the probe passed every time).
+    ("a bool as the offset", peeking("bt.date2num(self.data.close.datetime(True))"), "lookahead_refused", 6),
+    ("an int subclass as the offset", "class Ago(int):\n    pass\n\n\n" + peeking(
+        "bt.date2num(self.data.close.datetime(Ago(1)))"), "lookahead_refused", 10),
+    ("an int subclass wrapping to the last bar", "class Ago(int):\n    pass\n\n\n" + peeking(
+        "bt.date2num(self.data.close.datetime(Ago(-len(self))))"), "lookahead_refused", 10),
+    ("an indicator's next value by tm_lt", peeking("self.sma.lines[0].tm_lt(0, True) + self.data.close[0]"),
+     "lookahead_refused", 6),
     ("forward-shifted line", peeking("self.sma[0]", init="self.sma = self.data.close(1)"),
      "lookahead_refused", 3),
     ("Ichimoku's chikou span", peeking("self.ichi.chikou_span[0]", init="self.ichi = bt.ind.Ichimoku()"),
