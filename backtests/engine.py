@@ -275,6 +275,12 @@ class GuardedBroker(bt.brokers.BackBroker):
     def _order(self, side: str, owner: Any, data: Any, size: Any, args: dict[str, Any]) -> Any:
         if args["exectype"] not in SIMULATED_ORDER_TYPES or args["histnotify"] or args["_checksubmit"] is not True:
             raise Refused("order_refused", ORDER_TYPES_HELP, agent_line())
+        if not (type(args["tradeid"]) is int and args["tradeid"] == 0):
+            # Backtrader keeps a trade per tradeid but one position per data: a long and a short under two ids net
+            # to nothing, and closing only the winning leg each time reported won trades alone (all of them won,
+            # the account flat, no open position shown). One trade per data keeps trades and positions the same.
+            message = "`tradeid` must be 0: a run keeps one trade per data, the data's position"
+            raise Refused("order_refused", message, agent_line())
         if not any(data is feed for feed in owner.datas):
             # An object of the strategy's own dressed as a feed (lines named open...close) would set the prices.
             raise Refused("order_refused", "an order's `data` must be one of the run's data feeds", agent_line())
@@ -308,8 +314,6 @@ class GuardedBroker(bt.brokers.BackBroker):
                 terms[link] = self.decided.get(getattr(args[link], "ref", None))
         if args["transmit"] is not True:
             terms["transmit"] = bool(args["transmit"])
-        if args["tradeid"]:
-            terms["tradeid"] = args["tradeid"]
         return terms
 
     def buy(self, owner: Any, data: Any, size: Any, price: Any = None, plimit: Any = None, exectype: Any = None,
