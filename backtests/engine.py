@@ -227,6 +227,7 @@ def prepare() -> None:
     _lookahead_guards()
 
 
+STOP_TYPES = frozenset({bt.Order.Stop, bt.Order.StopLimit, bt.Order.StopTrail, bt.Order.StopTrailLimit})
 STALE_CHECKED = frozenset(
     {bt.Order.Limit, bt.Order.Stop, bt.Order.StopLimit, bt.Order.StopTrail, bt.Order.StopTrailLimit}
 )
@@ -401,6 +402,35 @@ class GuardedBroker(bt.brokers.BackBroker):
         if order.ref in self.not_on_close:  # whatever the strategy wrote into the order's info since
             order.info["coc"] = False
         super()._try_exec_market(order, popen, phigh, plow)
+
+    def _process_order_history(self) -> None:
+        # Called by the stock next() just before it tries the pending orders, in the queue's order.
+        super()._process_order_history()
+        self._stops_first()
+
+    def _stops_first(self) -> None:
+        """Orders that cancel one another (a bracket's children, an OCO group) are tried stop first. A bar whose
+        range reaches a stop and a limit of one group does not say which price came first, and the queue's order
+        (the order of submission) decided it: a strategy could submit its take-profit first and have every such
+        bar end at the target. The adverse leg is assumed, whichever was submitted first; unrelated orders keep
+        their places."""
+        pending = list(self.pending)
+        groups: dict[tuple[str, int], list[int]] = {}
+        for slot, order in enumerate(pending):
+            if order is not None:
+                key = (
+                    ("parent", order.parent.ref)
+                    if order.parent is not None
+                    else ("oco", self._ocos.get(order.ref, order.ref))
+                )
+                groups.setdefault(key, []).append(slot)
+        for slots in groups.values():
+            if len(slots) > 1:
+                members = sorted((pending[slot] for slot in slots), key=lambda o: o.exectype not in STOP_TYPES)
+                for slot, order in zip(slots, members, strict=True):
+                    pending[slot] = order
+        self.pending.clear()
+        self.pending.extend(pending)
 
     def _try_exec(self, order: Any) -> None:
         # A limit or stop order is matched only against a bar of its data after the one it was placed on, as
