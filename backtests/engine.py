@@ -9,6 +9,7 @@ import functools
 import inspect
 import json
 import math
+import os
 import sys
 import types
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from backtests.policy import (
     strategy_classes,
     validate_source,
 )
-from backtests.probing import EPOCH_ORDINAL, iso
+from backtests.probing import EPOCH_ORDINAL, STEP_END, STEP_NEXT, STEP_ROW, aligned, iso
 from backtests.statistics import trade_sign
 
 MAX_EQUITY_POINTS = 2000
@@ -518,6 +519,67 @@ class ArrayData(bt.feed.DataBase):
         return True
 
 
+class Stream:
+    """The streamed run's end of its channel to the worker. A step (the next bar of every data: the datas have the
+    same bar times) is asked for on `ask` and read from `bars` only when a feed needs a bar this process has not
+    received, which Backtrader does after the strategy's step on the bar before: until then the next bar is
+    nowhere in this process, whatever the strategy reaches."""
+
+    def __init__(self, bars: int, ask: int, count: int) -> None:
+        self.bars, self.ask, self.count = bars, ask, count
+        self.step = -1
+        self.rows: list[tuple[Any, ...]] = []
+        self.ended = False
+
+    def row(self, slot: int, index: int) -> tuple[Any, ...] | None:
+        if index > self.step and not self.ended:
+            os.write(self.ask, STEP_NEXT)
+            size = STEP_ROW.size * self.count
+            frame = os.read(self.bars, 1 + size)  # the worker writes a step at once: usually one read takes it
+            if frame == STEP_END:
+                self.ended = True
+            else:
+                if len(frame) < 1 + size:
+                    frame += self._read(1 + size - len(frame))
+                self.rows = [STEP_ROW.unpack_from(frame, 1 + i * STEP_ROW.size) for i in range(self.count)]
+                self.step += 1
+        if self.ended and index > self.step:
+            return None
+        if index != self.step:
+            raise EngineError("sandbox_error", "a streamed data asked for a bar out of step")
+        return self.rows[slot]
+
+    def _read(self, size: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < size:
+            chunk = os.read(self.bars, size - len(chunks))
+            if not chunk:
+                raise EngineError("sandbox_error", "the streamed run's bars ended mid-step")
+            chunks.extend(chunk)
+        return bytes(chunks)
+
+
+class StreamData(bt.feed.DataBase):
+    """A feed whose bars come from a `Stream`, one step at a time (the probe's streamed run, never preloaded)."""
+
+    def setstream(self, stream: Stream, slot: int) -> None:
+        self._stream, self._slot, self._loaded = stream, slot, 0
+
+    def _load(self) -> bool:
+        if (line := agent_line()) is not None:  # the engine loads the next bar, never the strategy
+            raise lookahead("loading the next bar", line)
+        row = self._stream.row(self._slot, self._loaded)
+        if row is None:
+            return False
+        self._loaded += 1
+        ts_us, open_, high, low, close, volume = row
+        lines = self.lines
+        lines.datetime[0] = ts_us / 86_400_000_000.0 + EPOCH_ORDINAL
+        lines.open[0], lines.high[0], lines.low[0], lines.close[0] = open_, high, low, close
+        lines.volume[0], lines.openinterest[0] = volume, 0.0
+        return True
+
+
 class Ledger(bt.Analyzer):
     """Everything a run reports per bar, in one analyzer (each analyzer costs Backtrader three dispatches a bar):
     the daily returns (Backtrader's TimeReturn on Days), the maximum drawdown (its DrawDown), step for step
@@ -651,13 +713,21 @@ def _cerebro(
     parameters: dict[str, Any],
     *,
     runonce: bool,
+    stream: Stream | None = None,
 ) -> bt.Cerebro:
+    """A run's engine; with a `stream`, its feeds read their bars from it, bar by bar and never preloaded."""
     GUARDS.protected.clear()  # ids of an earlier run's objects may be reused by this run's
-    cerebro = bt.Cerebro(stdstats=False, preload=True, runonce=runonce, optreturn=False)
+    streamed = stream is not None
+    cerebro = bt.Cerebro(stdstats=False, preload=not streamed, runonce=runonce and not streamed, optreturn=False)
     cerebro.broker = GuardedBroker()
-    for data in datas:
-        feed = ArrayData(name=data["name"])
-        feed.setbars(data)
+    for slot, data in enumerate(datas):
+        feed: bt.feed.DataBase
+        if stream is not None:
+            feed = StreamData(name=data["name"])
+            feed.setstream(stream, slot)
+        else:
+            feed = ArrayData(name=data["name"])
+            feed.setbars(data)
         protect(feed)
         cerebro.adddata(feed, name=data["name"])
     cerebro.addstrategy(_decided(strategy), **parameters)
@@ -686,16 +756,6 @@ def _execute(
             pass
     built.append(build(False))
     return built[-1], _run_refusing(built[-1])
-
-
-def _aligned(datas: list[dict[str, Any]]) -> bool:
-    """Whether every data has the same bar times. runonce computes an operation between two datas (`self.data0.close
-    - self.data1.close`, `bt.If(..., self.data1.close, ...)`) over their arrays position by position, not by time:
-    with a data listed later, or with bars another lacks, it paired one's bar with the other's later one, which the
-    strategy then read as the current value (found from outside). Such runs are bar by bar, where an operation reads
-    each operand's current bar."""
-    first = datas[0]["ts_us"]
-    return all(data["ts_us"] == first for data in datas[1:])
 
 
 def _run_refusing(cerebro: bt.Cerebro) -> Any:
@@ -731,7 +791,7 @@ def run(
         cerebro.addanalyzer(Ledger, _name="ledger")
         return cerebro
 
-    cerebro, result = _execute(build, runonce=_aligned(datas))
+    cerebro, result = _execute(build, runonce=aligned(datas))
     analyzers = result.analyzers
     ledger = analyzers.ledger
     outcome = {
@@ -776,7 +836,7 @@ def cut_decisions(
     crash = None
     # Backtrader's runonce fails on bars fewer than an indicator's warm-up (it writes the warm-up's first value past
     # the series' end), which a cut may leave: such a run is made again bar by bar, where it runs to its end.
-    for runonce in (True, False) if _aligned(datas) else (False,):
+    for runonce in (True, False) if aligned(datas) else (False,):
         try:
             _execute(lambda once: _cerebro(strategy, datas, simulation, parameters, runonce=once), built,
                      runonce=runonce)  # fmt: skip
@@ -789,6 +849,30 @@ def cut_decisions(
         crash = None
         break
     return as_recorded(built[-1].broker.decisions), crash
+
+
+def streamed_decisions(
+    strategy: type,
+    *,
+    datas: list[dict[str, Any]],
+    simulation: dict[str, Any],
+    parameters: dict[str, Any],
+    stream: Stream,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The probe's streamed run: the strategy on `datas` (their names only) whose bars arrive from `stream` one
+    step at a time, and the order decisions it took, with what ended it early when it did not reach its end. Every
+    decision is taken before the bars after it exist in this process; the worker compares them all with the full
+    run's (`probing.judged`)."""
+    built: list[bt.Cerebro] = []
+    try:
+        _execute(lambda _: _cerebro(strategy, datas, simulation, parameters, runonce=False, stream=stream), built,
+                 runonce=False)  # fmt: skip
+    except (Refused, PolicyViolation, EngineError):
+        raise
+    except Exception as error:
+        if not built or not built[-1].broker.stopping:
+            return as_recorded(built[-1].broker.decisions if built else []), f"{type(error).__name__}: {error}"
+    return as_recorded(built[-1].broker.decisions), None
 
 
 def as_recorded(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:

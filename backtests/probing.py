@@ -6,12 +6,27 @@ import bisect
 import hashlib
 import hmac
 import json
+import struct
 from datetime import date
 from typing import Any
 
 EPOCH_ORDINAL = 719163.0  # bt.date2num(1970-01-01): the day number Backtrader's date numbers count from
 PROBE_CUTS = 3
 PROBE_MIN_BARS = 40  # below this many common bars the probe is not run
+# The streamed run's channel: the job asks for a step with STEP_NEXT on its stdout; the worker answers on its stdin
+# with STEP_NEXT and one STEP_ROW per data (ts_us, open, high, low, close, volume), or STEP_END.
+STEP_ROW = struct.Struct("=q5d")
+STEP_NEXT, STEP_END = b"\x01", b"\x00"
+
+
+def aligned(datas: list[dict[str, Any]]) -> bool:
+    """Whether every data has the same bar times. runonce computes an operation between two datas (`self.data0.close
+    - self.data1.close`, `bt.If(..., self.data1.close, ...)`) over their arrays position by position, not by time:
+    with a data listed later, or with bars another lacks, it paired one's bar with the other's later one, which the
+    strategy then read as the current value (found from outside). Such runs are bar by bar, where an operation reads
+    each operand's current bar. Only such datas are streamed to the probe (a step is one bar of each)."""
+    first = datas[0]["ts_us"]
+    return all(data["ts_us"] == first for data in datas[1:])
 
 
 def probe_cuts(
@@ -62,15 +77,17 @@ def not_run(reason: str, k: int = PROBE_CUTS) -> dict[str, Any]:
 
 
 def judged(
-    decisions: list[dict[str, Any]], until_us: int, got: list[dict[str, Any]], crash: str | None
+    decisions: list[dict[str, Any]], until_us: int, got: list[dict[str, Any]], crash: str | None, *, streamed: bool
 ) -> dict[str, Any] | None:
-    """The first difference between the full run's decisions up to `until_us` and a cut run's (both as the sandbox
-    records them), or None when they are the same: a strategy that reads only past bars decides the same."""
+    """The first difference between the full run's decisions up to `until_us` and a cut or streamed run's (both as
+    the sandbox records them), or None when they are the same: a strategy that reads only past bars decides the
+    same. A streamed run's difference names no cut (`cut` null): it ran over every bar."""
     until = until_us / 86_400_000_000.0 + EPOCH_ORDINAL
-    at = iso(until)
+    at = None if streamed else iso(until)
     if crash is not None:
+        run = "the streamed run" if streamed else f"the run on data cut at {at}"
         return {"cut": at, "bar": None, "full_run": None, "cut_run": None,
-                "reason": f"the run on data cut at {at} failed before its end: {crash}"}  # fmt: skip
+                "reason": f"{run} failed before its end: {crash}"}  # fmt: skip
     expected = [d for d in decisions if d["bar"] is not None and d["bar"] <= until]
     got = [d for d in got if d["bar"] is not None]
     for index in range(max(len(expected), len(got))):

@@ -251,13 +251,20 @@ def _prefill(pipe: int, payload: bytes) -> int:
 
 
 def _fork_job(
-    template: Template, env: dict[str, str], cwd: str, cpu_seconds: int, deadline: float, payload: bytes
+    template: Template,
+    env: dict[str, str],
+    cwd: str,
+    cpu_seconds: int,
+    deadline: float,
+    payload: bytes,
+    keep_stdin: bool = False,
 ) -> Job:
     """Ask the template for one job; returns once the job's process exists (its pid known), with as much of its
-    input written as its stdin pipe could hold (`Job.fed` bytes; all of it, stdin closed, when it fitted)."""
+    input written as its stdin pipe could hold (`Job.fed` bytes; all of it, stdin closed, when it fitted, unless
+    `keep_stdin`: a streamed run's bars follow it)."""
     stdin_r, stdin_w = os.pipe()
     written = _prefill(stdin_w, payload)
-    fed = written == len(payload)
+    fed = written == len(payload) and not keep_stdin
     if fed:
         os.close(stdin_w)
     stdout_r, stdout_w = os.pipe()
@@ -299,16 +306,16 @@ PREFILL_BYTES = 1024 * 1024  # the default pipe-max-size for an unprivileged pro
 
 
 def start(
-    layers: frozenset[str], cpu_seconds: int, scratch: str, deadline: float, payload: bytes
+    layers: frozenset[str], cpu_seconds: int, scratch: str, deadline: float, payload: bytes, keep_stdin: bool = False
 ) -> tuple[Running, bool]:
     """A fresh job forked from this process's warm template (started on first use, or again when it is gone), its
     `payload` (`pack_job`'s) written ahead into its stdin as far as the pipe holds it."""
     wrapped = "bubblewrap" in layers and bubblewrap_usable()
     env = {**CHILD_ENV, "TMPDIR": scratch, "HOME": scratch}
     try:
-        job = _fork_job(_template(wrapped), env, scratch, cpu_seconds, deadline, payload)
+        job = _fork_job(_template(wrapped), env, scratch, cpu_seconds, deadline, payload, keep_stdin)
     except SandboxUnavailable:  # a template that retired or died meanwhile: one more try with a new one
-        job = _fork_job(_template(wrapped, fresh=True), env, scratch, cpu_seconds, deadline, payload)
+        job = _fork_job(_template(wrapped, fresh=True), env, scratch, cpu_seconds, deadline, payload, keep_stdin)
     return Running(job, scratch), wrapped
 
 
@@ -403,15 +410,17 @@ def run_job(
     cuts: list[int] | None = None,
 ) -> Outcome:
     """Run one backtest of `source` in a fresh sandbox child and return what it produced; `probe` > 0 adds the
-    truncation probe with that many cuts (`result["lookahead_check"]`), `decisions` the run's order decisions
-    (`result["decisions"]`), `summary` a result without the run's records (`engine.run`'s). With `expected` (the
-    decisions a full run of this same job recorded) and `probe`, only the probe's cut runs are run and `result` is
-    just its `lookahead_check`; `cuts` (some of the probe's cut timestamps) runs only those cuts.
+    look-ahead probe (`result["lookahead_check"]`: a streamed rerun, or `probe` cut runs for datas with different
+    bar times), `decisions` the run's order decisions (`result["decisions"]`), `summary` a result without the run's
+    records (`engine.run`'s). With `expected` (the decisions a full run of this same job recorded) and `probe`, only
+    the probe's runs are run and `result` is just its `lookahead_check`; `cuts` (some of the probe's cut
+    timestamps) runs only those cuts.
 
     Every run of the agent's code is a job of its own, forked from a template that ran none: the full run and
-    each cut run share no memory, so no run can leave another what it saw (a run that stores its decisions in
-    any object it can reach, and a later run that replays them, would pass the probe). The cut runs get only the
-    bars up to their cut, and the worker judges their decisions. Every job of one call shares its wall clock."""
+    each probe run share no memory, so no run can leave another what it saw (a run that stores its decisions in
+    any object it can reach, and a later run that replays them, would pass the probe). A probe run gets no bar
+    before its strategy has decided on the one before (streamed) or only the bars up to its cut, and the worker
+    judges its decisions. Every job of one call shares its wall clock."""
     limits = limits or Limits()
     started = time.monotonic()
     deadline = started + limits.wall_seconds
@@ -419,8 +428,8 @@ def run_job(
             "layers": sorted(layers), "limits": {"cpu_seconds": limits.cpu_seconds,
                                                  "memory_bytes": limits.memory_bytes, "uid": limits.uid}}  # fmt: skip
 
-    def job(**given: Any) -> Outcome:
-        return _run_one(base | given, layers, limits, on_start, deadline)
+    def job(stream: list[dict[str, Any]] | None = None, **given: Any) -> Outcome:
+        return _run_one(base | given, layers, limits, on_start, deadline, stream)
 
     if not probe:
         return job(datas=datas, decisions=decisions, summary=summary)
@@ -447,9 +456,12 @@ def run_job(
 def _probe(
     job: Any, datas: list[dict[str, Any]], recorded: list[dict[str, Any]], k: int, cuts: list[int] | None
 ) -> tuple[dict[str, Any] | Outcome, Outcome | None]:
-    """The truncation probe of a full run that took the `recorded` decisions: each cut run a job of its own, on
-    the bars up to its cut, judged here in cut order (the first difference fails the probe). A cut job that
+    """The look-ahead probe of a full run that took the `recorded` decisions. Datas with the same bar times are
+    streamed to one run (`_streamed`): every decision is compared. Otherwise each cut run is a job of its own, on
+    the bars up to its cut, judged here in cut order (the first difference fails the probe). A probe job that
     fails (a refusal, a limit) is the answer instead, as it would have failed the full run."""
+    if cuts is None and streamable(datas):
+        return _streamed(job, datas, recorded)
     if cuts is None:
         chosen = probing.probe_cuts(datas, recorded, k, key=probe_key())
         if isinstance(chosen, str):
@@ -462,10 +474,32 @@ def _probe(
         if not last.ok or last.result is None:
             return last, last
         checked.append(probing.iso(until / 86_400_000_000.0 + probing.EPOCH_ORDINAL))
-        difference = probing.judged(recorded, until, last.result["decisions"], last.result["crash"])
+        difference = probing.judged(recorded, until, last.result["decisions"], last.result["crash"], streamed=False)
         if difference is not None:
-            return {"status": "failed", "k": k, "cuts": checked, "first_difference": difference}, last
-    return {"status": "passed", "k": k, "cuts": checked}, last
+            return {"status": "failed", "method": "cuts", "k": k, "cuts": checked, "first_difference": difference}, last
+    return {"status": "passed", "method": "cuts", "k": k, "cuts": checked}, last
+
+
+def _streamed(
+    job: Any, datas: list[dict[str, Any]], recorded: list[dict[str, Any]]
+) -> tuple[dict[str, Any] | Outcome, Outcome | None]:
+    """The probe as one streamed run (`Streamer`): the job gets the datas' names, then their bars a step at a time,
+    each only once the strategy's step on the one before has returned, so no decision can rest on a later bar. Its
+    decisions, every one, are judged against the full run's."""
+    if not any(d["bar"] is not None for d in recorded):
+        return probing.not_run("the full run took no order decisions, so there are none a rerun could change", 0), None
+    names = [{"name": data["name"], "ts_us": [], "open": [], "high": [], "low": [], "close": [], "volume": []}
+             for data in datas]  # fmt: skip
+    last = job(stream=datas, datas=names, streamed_run=True)
+    if not last.ok or last.result is None:
+        return last, last
+    until = datas[0]["ts_us"][-1]
+    checked = sum(1 for d in recorded if d["bar"] is not None)
+    shown = {"method": "streamed", "k": 0, "cuts": [], "decisions_checked": checked}
+    difference = probing.judged(recorded, until, last.result["decisions"], last.result["crash"], streamed=True)
+    if difference is not None:
+        return {"status": "failed", **shown, "first_difference": difference}, last
+    return {"status": "passed", **shown}, last
 
 
 def probe_key() -> bytes:
@@ -474,15 +508,62 @@ def probe_key() -> bytes:
     return salted_hmac("leroy.backtests.probe_cuts", "cuts").digest()
 
 
-def _run_one(job: dict[str, Any], layers: frozenset[str], limits: Limits, on_start: Any, deadline: float) -> Outcome:
-    """One job in a fresh sandbox child, killed at `deadline` (monotonic)."""
+def _run_one(
+    job: dict[str, Any],
+    layers: frozenset[str],
+    limits: Limits,
+    on_start: Any,
+    deadline: float,
+    stream: list[dict[str, Any]] | None = None,
+) -> Outcome:
+    """One job in a fresh sandbox child, killed at `deadline` (monotonic); with `stream` (the datas, whose bars
+    the job does not carry), the bars are written to it one step at a time as it asks (`Streamer`)."""
     payload = pack_job(job)
     began = time.monotonic()
     scratch = _scratch(limits.uid)
     try:
-        return _supervise(payload, layers, limits, scratch, on_start, began, deadline)
+        return _supervise(payload, layers, limits, scratch, on_start, began, deadline, stream)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+class Streamer:
+    """The worker's end of a streamed run: for each step the job asks for (one `STEP_NEXT` byte on its stdout),
+    the next bar of every data written to its stdin, then `STEP_END` once there is none. The job never holds a bar
+    before its engine asks for it, which it does after the strategy's step on the bar before."""
+
+    def __init__(self, datas: list[dict[str, Any]], stdin: int) -> None:
+        self.stdin = stdin
+        self.columns = [[data[key] for key in STEP_COLUMNS] for data in datas]
+        self.count = len(datas[0]["ts_us"])
+        self.sent = 0
+
+    def answer(self, asked: int) -> None:
+        for _ in range(asked):
+            frame = probing.STEP_END
+            if self.sent < self.count:
+                i = self.sent
+                rows = (probing.STEP_ROW.pack(*(column[i] for column in data)) for data in self.columns)
+                frame = probing.STEP_NEXT + b"".join(rows)
+                self.sent += 1
+            try:
+                os.write(self.stdin, frame)  # one step is far below a pipe's capacity: never blocks for long
+            except OSError:  # the job is gone: its outcome says why
+                return
+
+
+STEP_COLUMNS = ("ts_us", "open", "high", "low", "close", "volume")
+
+
+def streamable(datas: list[dict[str, Any]]) -> bool:
+    """Whether the probe can stream these datas: the same bar times for every data (a step is one bar of each) and
+    every column a number, as a step carries them."""
+    if not datas or not probing.aligned(datas):
+        return False
+    prices = STEP_COLUMNS[1:]
+    return all(type(ts) is int and -(2**63) <= ts < 2**63 for ts in datas[0]["ts_us"]) and all(
+        type(value) in (int, float) for data in datas for key in prices for value in data[key]
+    )
 
 
 # Bar columns sent as raw machine arrays after the job's JSON (encoding and parsing 2,516 bars' lists as JSON took
@@ -528,10 +609,17 @@ PLAIN_ASCII_JSON = re.compile(rb"[\x20-\x5b\x5d-\x7e]*")
 
 
 def _supervise(
-    payload: bytes, layers: frozenset[str], limits: Limits, scratch: str, on_start: Any, began: float, deadline: float
+    payload: bytes,
+    layers: frozenset[str],
+    limits: Limits,
+    scratch: str,
+    on_start: Any,
+    began: float,
+    deadline: float,
+    stream: list[dict[str, Any]] | None = None,
 ) -> Outcome:
     try:
-        running, wrapped = start(layers, limits.cpu_seconds, scratch, deadline, payload)
+        running, wrapped = start(layers, limits.cpu_seconds, scratch, deadline, payload, keep_stdin=stream is not None)
     except SandboxUnavailable as unavailable:
         return Outcome(False, ["process"], error=_error("sandbox_error", str(unavailable)))
     if on_start is not None:
@@ -543,13 +631,20 @@ def _supervise(
         assert process.stdin is not None
         try:
             process.stdin.write(payload[process.fed :])
-            process.stdin.close()
+            if stream is None:
+                process.stdin.close()
+            else:
+                process.stdin.flush()
         except (BrokenPipeError, OSError):
             pass
 
     writer = threading.Thread(target=feed, daemon=True)
-    if process.stdin is not None:  # not all written ahead into the pipe
+    if process.stdin is not None and process.fed < len(payload):  # not all written ahead into the pipe
         writer.start()
+    streamer = None
+    if stream is not None:
+        assert process.stdin is not None
+        streamer = Streamer(stream, process.stdin.fileno())
     stdout, stderr = bytearray(), bytearray()
     selector = selectors.DefaultSelector()
     assert process.stdout is not None and process.stderr is not None
@@ -568,6 +663,13 @@ def _supervise(
                 open_streams -= 1
                 continue
             key.data.extend(chunk)
+            if streamer is not None and key.data is stdout and stdout[:1] == probing.STEP_NEXT:
+                # Until its run ends the streamed job writes nothing else on stdout (its outcome is a JSON object).
+                asked = len(stdout) - len(stdout.lstrip(probing.STEP_NEXT))
+                del stdout[:asked]
+                if writer.is_alive():
+                    writer.join()
+                streamer.answer(asked)
             if len(stdout) + len(stderr) > limits.output_bytes:
                 running.kill("output_limit")
                 open_streams = 0
@@ -585,8 +687,11 @@ def _supervise(
     returncode = process.wait(timeout=max(1.0, deadline - time.monotonic()) if running.killed_by is None else 10)
     if writer.is_alive():
         writer.join(timeout=1)
-    for stream in (process.stdout, process.stderr):
-        stream.close()
+    process.stdout.close()
+    process.stderr.close()
+    if streamer is not None and process.stdin is not None:
+        with contextlib.suppress(OSError):  # a job killed with a step unread
+            process.stdin.close()
     seconds = time.monotonic() - began
     layers_seen = sorted(process_layers)
     if running.killed_by is None and returncode == 0:

@@ -199,6 +199,12 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
             decisions, crash = engine.cut_decisions(strategy, **run)
             outcome.update(ok=True, result={"decisions": decisions, "crash": crash})
             return _finished(outcome, prints)
+        if job.get("streamed_run"):  # the probe's streamed run: its bars come on stdin, a step when it asks on stdout
+            strategy = engine.load_strategy(job["source"], prints=PrintBuffer(0), layers=in_process)
+            stream = engine.Stream(0, 1, len(job["datas"]))
+            decisions, crash = engine.streamed_decisions(strategy, **run, stream=stream)
+            outcome.update(ok=True, result={"decisions": decisions, "crash": crash})
+            return _finished(outcome, prints)
         strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
         result = engine.run(strategy, **run, summary=bool(job.get("summary")))
         decisions = result.pop("decisions")
@@ -249,22 +255,32 @@ def packed_returns(outcome: dict[str, Any]) -> bytes | None:
     return ordinals.tobytes() + values.tobytes()
 
 
-def read_job(raw: bytes) -> dict[str, Any]:
-    """The job as `sandbox.pack_job` wrote it: its JSON, with the packed bar columns put back as lists."""
-    (length,) = struct.unpack_from("=I", raw)
-    job = json.loads(raw[4 : 4 + length])
-    offset = 4 + length
+def _read_exactly(fd: int, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = os.read(fd, min(size - len(chunks), 1 << 20))
+        if not chunk:
+            raise ValueError("the job's input ended early")
+        chunks.extend(chunk)
+    return bytes(chunks)
+
+
+def read_job(fd: int) -> dict[str, Any]:
+    """The job as `sandbox.pack_job` wrote it on `fd`: its JSON, with the packed bar columns put back as lists. Read
+    to the job's own end, not to the end of the stream: a streamed run's bars follow on the same pipe."""
+    (length,) = struct.unpack("=I", _read_exactly(fd, 4))
+    job = json.loads(_read_exactly(fd, length))
     for index, key, code, count in job.pop("packed"):
         column = array.array(code)
-        column.frombytes(raw[offset : offset + count * column.itemsize])
-        offset += count * column.itemsize
+        column.frombytes(_read_exactly(fd, count * column.itemsize))
         job["datas"][index][key] = column.tolist()
     return job
 
 
 def main(parent: int) -> None:
-    job = read_job(sys.stdin.buffer.read())
-    sys.stdin.close()
+    job = read_job(0)
+    if not job.get("streamed_run"):
+        sys.stdin.close()
     active = harden(set(job["layers"]), job["limits"], parent, job.get("hide", []))
     in_force = active + sorted(set(IN_PROCESS_LAYERS) & set(job["layers"]))
     os.write(2, LAYERS_MARK + json.dumps(in_force).encode() + b"\n")

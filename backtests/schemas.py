@@ -517,17 +517,22 @@ Decision = dict[str, str | int | float | None]
 
 
 class LookaheadDifference(Out):
-    cut: datetime = Field(description="The cut whose run decided differently")
+    cut: datetime | None = Field(description="The cut whose run decided differently (null when streamed)")
     bar: datetime | None = Field(description="The first bar where the decisions differ")
     full_run: Decision | None = Field(description="What the run on all the data decided there (null: nothing)")
-    cut_run: Decision | None = Field(description="What the run on the data cut there decided (null: nothing)")
-    reason: str | None = Field(description="Why the cut run failed, when it did")
+    cut_run: Decision | None = Field(description="What the rerun decided there (null: nothing)")
+    reason: str | None = Field(description="Why the rerun failed, when it did")
 
 
 class LookaheadCheck(Out):
-    """The truncation probe: the strategy rerun on its data cut at k points, its order decisions compared."""
+    """The look-ahead probe: the strategy rerun without the bars after each decision (streamed one at a time, or
+    cut at k points), its order decisions compared with the full run's."""
 
     status: Literal["passed", "failed", "not_run"]
+    method: Literal["streamed", "cuts"] | None = Field(
+        default=None, description="streamed: every decision compared; cuts: datas with different bar times"
+    )
+    decisions_checked: int | None = Field(default=None, description="Streamed: the decisions compared")
     k: int = Field(description="How many cuts")
     cuts: list[datetime] = Field(description="The cuts checked, in order")
     reason: str | None = Field(default=None, description="Why the probe did not run")

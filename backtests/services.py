@@ -1040,16 +1040,16 @@ def _best_run(optimization: Optimization, fold: int | None = None) -> Optimizati
 
 def _optimization_probe(optimization_id: Any) -> None:
     """The last point is done: probe the best run by the target metric for look-ahead, then close and settle.
-    When that point kept its decisions the probe is its cut runs alone, one task each (`_probe_cuts_start`), so
-    that free workers run them side by side. Otherwise one job reruns the point and its cuts, the grid's PBO computed
-    while it runs (`_job_beside_pbo`)."""
+    When that point kept its decisions the probe is its streamed run alone, or, for datas with different bar times,
+    its cut runs alone, one task each (`_probe_cuts_start`), so that free workers run them side by side. Otherwise
+    one job reruns the point and its probe, the grid's PBO computed while it runs (`_job_beside_pbo`)."""
     optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
     best = _best_run(optimization)
     job = _probe_job(optimization, best)
     if job is None or best is None:
         _optimization_close(optimization_id, _probe_check(optimization, best, None), best=best)
         return
-    if job["expected"] is not None:
+    if job["expected"] is not None and not sandbox.streamable(job["datas"]):
         cuts = probing.probe_cuts(job["datas"], job["expected"], PROBE_CUTS, key=sandbox.probe_key())
         if isinstance(cuts, str):
             _optimization_close(optimization_id, probing.not_run(cuts) | _probed(best), best=best)
@@ -1166,7 +1166,7 @@ def _probe_of_cuts(cuts: list[ProbeCut], best: OptimizationRun) -> dict[str, Any
         if cut.outcome["status"] != "passed":
             return {**cut.outcome, "cuts": checked + cut.outcome["cuts"]} | _probed(best)
         checked += cut.outcome["cuts"]
-    return {"status": "passed", "k": PROBE_CUTS, "cuts": checked} | _probed(best)
+    return {"status": "passed", "method": "cuts", "k": PROBE_CUTS, "cuts": checked} | _probed(best)
 
 
 def _probe_job(optimization: Optimization, best: OptimizationRun | None) -> dict[str, Any] | None:

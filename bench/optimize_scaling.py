@@ -26,8 +26,9 @@ gap between one point's end and the next one's start, the dispatch before the fi
 last (probe and close). The chunk tasks go in submission order to whichever of 8 workers is free first; each runs its
 own points no task has started, then, once every task has started, takes the rest one at a time from the end of
 the grid, as the workers do;
-then the probe's cuts, each a task of its own: the last point's worker runs one, the others go to the
-least-loaded workers; the makespan plus the first dispatch and the close is the simulated time (`simulated`).
+then the probe: one streamed run (the bench's one symbol), in the measured serial tail; for datas with different bar
+times its cuts, each a task of its own: the last point's worker runs one, the others go to the least-loaded workers;
+the makespan plus the first dispatch and the close is the simulated time (`simulated`).
 Prints three lines (the third: the first 2-worker run's mean point, first dispatch and tail, measured).
 
     .venv/bin/python bench/optimize_scaling.py [--bars 2516] [--points 20] [--points-per-task N]

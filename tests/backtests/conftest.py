@@ -1,4 +1,5 @@
 import os
+from datetime import UTC, datetime
 
 import polars as pl
 import pytest
@@ -57,11 +58,11 @@ def _sandbox_and_store(settings, tmp_path):
     settings.LEROY_SANDBOX_MEMORY_MB = 768
 
 
-def import_walk(ticker: str, *, bars: int = 120, seed: int = 7) -> Symbol:
+def import_walk(ticker: str, *, bars: int = 120, seed: int = 7, start: datetime | None = None) -> Symbol:
     bars_import(
         ticker=ticker,
         frequency="1d",
-        frame=frame_of(walk(ticker, bars=bars, seed=seed)),
+        frame=frame_of(walk(ticker, bars=bars, seed=seed, **({"start": start} if start else {}))),
         asset_class="crypto",
         name=f"{ticker[:3]}/{ticker[3:]}",
     )
@@ -76,6 +77,12 @@ def coin(db) -> Symbol:
 @pytest.fixture
 def other_coin(db) -> Symbol:
     return import_walk("XAUUSD", seed=11)
+
+
+@pytest.fixture
+def coin_apart(db) -> Symbol:
+    """A symbol whose bars are a day later than `coin`'s: with it, a probe runs cuts, not one streamed run."""
+    return import_walk("LTCUSD", seed=13, start=datetime(2024, 1, 3, tzinfo=UTC))
 
 
 def optimization_args(strategy_id, data_id, **overrides):

@@ -61,9 +61,10 @@ def test_a_dry_run_the_broker_does_not_take_fails_at_once(owner, broker_down, dj
 
 
 def test_probe_cuts_the_broker_does_not_take_fail_and_the_optimization_still_closes(
-    owner, coin, django_capture_on_commit_callbacks, dead_redis_url
+    owner, coin, coin_apart, django_capture_on_commit_callbacks, dead_redis_url
 ):
-    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
+    apart = [str(coin.pk), str(coin_apart.pk)]  # datas with different bar times: a probe of cut runs
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False, data_ids=apart)
     runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list("pk", flat=True))
     with django_capture_on_commit_callbacks(execute=True):
         services.optimization_points_execute(run_ids=runs[:-1], claim="first")

@@ -24,7 +24,15 @@ def report_of(user, check):
     ("check", "shown"),
     [
         (None, "pending"),
-        ({"status": "passed", "k": 3, "cuts": [CUT]}, "passed</span>: the order decisions before each of 3 cuts"),
+        (
+            {"status": "passed", "method": "streamed", "k": 0, "cuts": [], "decisions_checked": 12},
+            "passed</span>: rerun with each bar given only after its step on the one before, all 12 order decisions "
+            "equal the full run's",
+        ),
+        (
+            {"status": "passed", "method": "cuts", "k": 3, "cuts": [CUT]},
+            "passed</span>: the order decisions before each of 3 cuts",
+        ),
         ({"status": "failed", "k": 3, "cuts": [CUT]}, "failed</span>: the strategy decided differently"),
         ({"status": "not_run", "k": 3, "cuts": [], "reason": "only 30 bars"}, "not run</span>: only 30 bars"),
     ],

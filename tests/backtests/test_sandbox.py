@@ -687,7 +687,7 @@ def hourly(name: str, bars: int) -> dict:
 def golden_jobs_digest() -> str:
     """SHA-256 over four jobs' whole outcomes as JSON (result, error, prints; not the layers or the time): the
     probe and decisions, two symbols, escaped prints and an order that stays open, hourly bars, and the probe's
-    cut runs alone."""
+    runs alone."""
     sim = {"initial_cash": 10_000, "commission": 0.001, "leverage": 1, "buy_on_close": False}
     gold = [walk("GOLD", bars=300)]
     full = sandbox.run_job(source=SMA_CROSS, datas=gold, simulation=sim, parameters={}, probe=3, decisions=True)
@@ -710,11 +710,13 @@ def golden_jobs_digest() -> str:
 def test_equal_jobs_give_the_same_result_bytes_as_before():
     # Pinned from the code before the faster transfer and guards (1f5fed6): equal inputs, equal result JSON. Pinned
     # again when the probe's cuts became the last decision and two drawn with the server's key (the tests' fixed
-    # SECRET_KEY): only the cuts' times changed (the outcomes without them hashed the same before and after).
+    # SECRET_KEY): only the cuts' times changed (the outcomes without them hashed the same before and after). Pinned
+    # again when the probe of datas with the same bar times became one streamed run: only the lookahead_check
+    # changed (the outcomes without it hashed 3f59ea44… before and after).
     assert golden_jobs_digest() == GOLDEN
 
 
-GOLDEN = "12e1205f1a038bd6f5b766e0aeccf61e85eb1d15586adab411f8092b88e505e9"
+GOLDEN = "e940a1772e635b6aeafdcd6db8bb63504770cae5f820ba213b742111eb5cd51f"
 
 
 def test_a_summary_is_the_whole_result_without_its_records_and_with_the_trades_count():
@@ -784,8 +786,14 @@ def test_packed_bars_reach_the_child_as_the_same_lists():
     odd = {**walk("ODD", bars=5), "volume": [1, 2, 3, 4, 5], "extra": ["kept"]}  # ints stay ints, via JSON
     job = {"source": "x", "datas": [data, odd], "parameters": {"a": 1}}
 
-    received = read_job(sandbox.pack_job(job))
+    reading, writing = os.pipe()
+    os.write(writing, sandbox.pack_job(job) + b"after")
+    os.close(writing)
 
+    received = read_job(reading)
+
+    assert os.read(reading, 100) == b"after"  # read to the job's end, not the stream's: a streamed run's bars follow
+    os.close(reading)
     assert received == job
     assert list(received["datas"][0]) == list(data)  # the columns keep their places
     assert [type(v) for v in received["datas"][1]["volume"]] == [int] * 5

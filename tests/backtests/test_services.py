@@ -1,7 +1,7 @@
 import hashlib
 import threading
 from collections import OrderedDict
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 import time_machine
@@ -131,7 +131,7 @@ def test_backtest_completes_settles_credits_and_is_deterministic(owner, coin, dj
     assert (first.verdict["deflated_sharpe"]["trials"], second.verdict["deflated_sharpe"]["trials"]) == (1, 2)
     assert second.report_hash != first.report_hash
     assert first.credits_charged == 15  # 10 for the backtest, 5 for its look-ahead probe
-    assert (first.lookahead_check["status"], len(first.lookahead_check["cuts"])) == ("passed", 3)
+    assert (first.lookahead_check["status"], first.lookahead_check["method"]) == ("passed", "streamed")
     usage = credit_usage(user=owner)
     assert (usage["credits_consumed"], usage["credits_remaining"]) == (30, 970)
 
@@ -613,8 +613,8 @@ def test_a_report_carries_the_probes_failure_and_its_hash_covers_it(
     honest = submit(owner, saved(owner), coin, django_capture_on_commit_callbacks)
 
     check = cheat.lookahead_check
-    assert (cheat.status, check["status"], check["first_difference"]["cut"]) == (
-        Status.COMPLETED, "failed", check["cuts"][0]
+    assert (cheat.status, check["status"], check["method"], check["first_difference"]["cut"]) == (
+        Status.COMPLETED, "failed", "streamed", None
     )  # fmt: skip
     assert cheat.statistics["percentage_of_winning_trades"] == 100.0  # a perfect-foresight record, flagged
     assert cheat.credits_charged == 15
@@ -628,16 +628,16 @@ def test_a_report_carries_the_probes_failure_and_its_hash_covers_it(
     assert (cheat.verdict["status"], cheat.verdict["reasons"][0]["code"]) == ("overfit", "lookahead")
 
 
-def test_a_probe_the_data_are_too_short_for_is_not_run_and_not_charged(owner, django_capture_on_commit_callbacks):
+def test_a_probe_with_no_decision_to_check_is_not_run_and_not_charged(owner, django_capture_on_commit_callbacks):
     from tests.backtests.conftest import import_walk
 
-    short = import_walk("SHTUSD", bars=30)
+    short = import_walk("SHTUSD", bars=30)  # too short for the SMA cross to decide
 
     report = submit(owner, saved(owner), short, django_capture_on_commit_callbacks)
 
     assert report.lookahead_check == {
-        "status": "not_run", "k": 3, "cuts": [],
-        "reason": "the data have 30 common bars; the probe needs at least 40",
+        "status": "not_run", "k": 0, "cuts": [],
+        "reason": "the full run took no order decisions, so there are none a rerun could change",
     }  # fmt: skip
     assert (report.credits_reserved, report.credits_charged) == (15, 10)
 
@@ -754,7 +754,7 @@ class Foresight(bt.Strategy):
 """
 
 
-def test_the_best_points_probe_compares_its_cut_runs_with_that_points_recorded_decisions(
+def test_the_best_points_probe_streams_its_bars_and_compares_every_decision_with_that_points_record(
     owner, coin, django_capture_on_commit_callbacks, monkeypatch
 ):
     from tests.backtests.test_lookahead import RUNTIME_ONLY
@@ -765,6 +765,30 @@ def test_the_best_points_probe_compares_its_cut_runs_with_that_points_recorded_d
         sandbox, "run_job", lambda **kwargs: jobs.append(kwargs) or run_job(**kwargs | {"layers": RUNTIME_ONLY})
     )
     result = optimization(owner, saved(owner, PEEKING_GRID), coin, django_capture_on_commit_callbacks)
+
+    best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
+    probes = [job for job in jobs if job.get("probe")]
+    assert len(jobs) == 6 + 1 and len(probes) == 1  # 6 points, then one job: the streamed run only
+    assert (probes[0]["expected"], probes[0].get("cuts")) == (best.decisions["decisions"], None)
+    assert ProbeCut.objects.filter(optimization=result).exists() is False
+    assert (result.status, result.lookahead_check["status"], result.lookahead_check["method"]) == (
+        Status.COMPLETED, "failed", "streamed"
+    )  # fmt: skip
+    assert (result.verdict["status"], result.verdict["reasons"][0]["code"]) == ("overfit", "lookahead")
+
+
+def test_the_best_points_probe_compares_its_cut_runs_with_that_points_recorded_decisions(
+    owner, coin, coin_apart, django_capture_on_commit_callbacks, monkeypatch
+):
+    from tests.backtests.test_lookahead import RUNTIME_ONLY
+
+    run_job, jobs = sandbox.run_job, []
+    # The engine's private bars are out of reach of the in-process layers; without them the probe is what sees it.
+    monkeypatch.setattr(
+        sandbox, "run_job", lambda **kwargs: jobs.append(kwargs) or run_job(**kwargs | {"layers": RUNTIME_ONLY})
+    )
+    result = optimization(owner, saved(owner, PEEKING_GRID), coin, django_capture_on_commit_callbacks,
+                          data_ids=[str(coin.pk), str(coin_apart.pk)])  # fmt: skip
 
     best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
     assert best.decisions["code_sha256"] == services.code_sha256(PEEKING_GRID)
@@ -868,7 +892,7 @@ def test_a_probe_run_as_one_task_per_cut_gives_the_check_one_job_over_every_cut_
     best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
     one_job = run_job(**services._probe_job(result, best), layers=RUNTIME_ONLY).result["lookahead_check"]
     assert result.lookahead_check == one_job | {"iteration": best.iteration, "parameters": best.parameters}
-    assert (one_job["status"], len(one_job["cuts"])) == (("passed", 3) if code is SMA_CROSS else ("failed", 1))
+    assert (one_job["status"], one_job["method"]) == ("passed" if code is SMA_CROSS else "failed", "streamed")
 
 
 def test_a_probes_cuts_are_read_in_cut_order_the_first_that_failed_or_differed_decides(
@@ -892,15 +916,19 @@ def test_a_probes_cuts_are_read_in_cut_order_the_first_that_failed_or_differed_d
     assert check(done, (Status.COMPLETED, failed, None), lost) == {
         "status": "failed", "k": 3, "cuts": ["A", "B"], "first_difference": differed
     } | probed  # fmt: skip
-    assert check(done, done, done) == {"status": "passed", "k": 3, "cuts": ["A", "A", "A"]} | probed
+    assert check(done, done, done) == {"status": "passed", "method": "cuts", "k": 3, "cuts": ["A", "A", "A"]} | probed
     assert check(done, lost, (Status.COMPLETED, failed, None)) == {
         "status": "not_run", "k": 3, "cuts": [], "reason": "the probe run failed: stopped"
     } | probed  # fmt: skip
 
 
 def probe_cuts_queued(owner, coin, capture):
-    """An optimization whose points are all done: its last point ran the probe's last cut, the others queued."""
-    result = optimization(owner, saved(owner), coin, capture, execute=False)
+    """An optimization whose points are all done: its last point ran the probe's last cut, the others queued (its
+    datas have different bar times, so its probe is cut runs)."""
+    from tests.backtests.conftest import import_walk
+
+    apart = import_walk("LTCUSD", seed=13, start=datetime(2024, 1, 3, tzinfo=UTC))
+    result = optimization(owner, saved(owner), coin, capture, execute=False, data_ids=[str(coin.pk), str(apart.pk)])
     with capture(execute=False):
         services.optimization_points_execute(
             run_ids=list(OptimizationRun.objects.filter(optimization=result).values_list("pk", flat=True)), claim="t"
@@ -987,7 +1015,7 @@ def test_the_reaper_closes_an_optimization_whose_cuts_are_done_but_whose_closer_
     result.refresh_from_db()
     best = OptimizationRun.objects.get(optimization=result, iteration=result.lookahead_check["iteration"])
     assert (result.status, result.lookahead_check) == (Status.COMPLETED, {
-        "status": "passed", "k": 3, "cuts": [cut["cuts"][0] for cut in ProbeCut.objects.filter(
+        "status": "passed", "method": "cuts", "k": 3, "cuts": [cut["cuts"][0] for cut in ProbeCut.objects.filter(
             optimization=result).values_list("outcome", flat=True)],
         "iteration": best.iteration, "parameters": best.parameters,
     })  # fmt: skip
