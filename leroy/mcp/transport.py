@@ -354,6 +354,12 @@ class McpTransport:
             await _respond(send, 405, headers={"Allow": "POST, OPTIONS"})
             return
         scope = _media_types_lowercased(scope)
+        if not (_header(scope, b"content-type") or "").startswith("application/json"):
+            # The SDK's own check answers a bare text/plain 400 "Invalid Content-Type header": a client learns
+            # what is wrong from a JSON-RPC error, as it does for its Accept header (406).
+            error = {"code": -32600, "message": "Unsupported Media Type: Content-Type must be application/json"}
+            await _respond(send, 415, {"jsonrpc": "2.0", "id": None, "error": error})
+            return
 
         try:
             body = await _read_body(receive, settings.LEROY_MCP_MAX_BODY_BYTES)

@@ -233,3 +233,27 @@ async def test_media_types_are_read_whatever_their_case(mcp_http):
 
     assert response.status_code == 200
     assert "probe_echo" in {tool["name"] for tool in sse_or_json(response)["result"]["tools"]}
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded", "json"])
+@pytest.mark.parametrize("era", ["2025-11-25", MODERN])
+async def test_a_body_that_is_not_declared_json_is_a_json_rpc_415_and_charges_nothing(
+    mcp_http, api_key, content_type, era
+):
+    # The SDK answered a text/plain 400 "Invalid Content-Type header", no JSON-RPC error (found from outside).
+    from billing.models import Transfer, UsageEvent
+
+    headers = LEGACY if era != MODERN else modern_headers("tools/call", "probe_metered")
+    headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    async with mcp_http(api_key) as http:
+        response = await http.post("/api/mcp", content=json.dumps(METERED), headers=headers)
+
+    assert (response.status_code, response.headers["content-type"]) == (415, "application/json")
+    assert response.json() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "Unsupported Media Type: Content-Type must be application/json"},
+    }
+    assert (await UsageEvent.objects.aexists(), await Transfer.objects.aexists()) == (False, False)
