@@ -24,12 +24,12 @@ from billing.services import BillingError
 from evidence.models import AnswerReceipt, Frame
 from evidence.publication.signing import Signer, format_private_key, parse_private_key
 from evidence.schemas import EvaluateArgs
+from leroy.clock import anchored
 from leroy.management.commands.demo import (
     DEMO_EMAIL,
     Command,
     demo_optimizations,
     issue_demo_credentials,
-    served_clock,
 )
 from leroy.mcp.registry import call_for
 from tests.migrated import copy_migrated
@@ -153,12 +153,12 @@ def test_a_later_demo_run_reuses_its_answer_and_an_allowance_used_up_does_not_st
     # had used the demo account's lookups up stopped `make demo` with the quota refusal.
     issue_demo_credentials()
     user = User.objects.get(email=DEMO_EMAIL)
-    clock = f"replay:{fed_world.replay.isoformat()}"
+    clock = anchored(f"replay:{fed_world.replay.isoformat()}", datetime.now(UTC))
     saved = tmp_path / "demo" / "answer.json"
 
     def publish() -> str:
         out = StringIO()
-        with served_clock(clock):
+        with override_settings(LEROY_CLOCK=clock):
             Command(stdout=out).publish_demo_answer(origin="http://127.0.0.1:8000")
         return out.getvalue()
 
@@ -194,7 +194,7 @@ def test_the_demo_key_is_created_on_the_clock_the_served_processes_start_on():
     # The key was created on the real clock and used by servers on the replay clock: "last used" before "created".
     replay = datetime(2026, 5, 19, 14, 30, tzinfo=UTC)
 
-    with served_clock(f"replay:{replay.isoformat()}"):
+    with override_settings(LEROY_CLOCK=anchored(f"replay:{replay.isoformat()}", datetime.now(UTC))):
         issue_demo_credentials()
 
     created = ApiKey.objects.get(user__email=DEMO_EMAIL, revoked_at__isnull=True).created_at

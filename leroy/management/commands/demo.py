@@ -5,9 +5,7 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import date
+from datetime import UTC, date, datetime
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -41,7 +39,7 @@ from evidence.publication import selectors as publication_selectors
 from evidence.publication import services as publication
 from evidence.publication import signing
 from evidence.schemas import EvaluateArgs, EvaluationOut
-from leroy.clock import now, parse_replay_origin
+from leroy.clock import anchored, now
 from leroy.errors import DomainError
 from leroy.management.commands.serve import serve
 from leroy.mcp.registry import call_for
@@ -85,21 +83,6 @@ def demo_optimizations(strategy_id: str, data_id: str, first: date, last: date) 
     }  # fmt: skip
     periods = {"train_period": {"months": 24}, "test_period": {"months": 12}}
     return optimization, optimization | {"name": "demo walk-forward", **periods}
-
-
-@contextmanager
-def served_clock(clock: str | None) -> Iterator[None]:
-    """This process's writes (the demo key, answer, log entries, strategy) on the clock the served processes start
-    now: the replay instant from here on, not this process's own replay clock, which started with it minutes ago
-    (its key would be created after the served processes first use it), nor the real one."""
-    replay = parse_replay_origin(clock or "")
-    if replay is None:
-        yield
-        return
-    with override_settings(LEROY_CLOCK=clock):
-        age = now() - replay
-    with override_settings(LEROY_CLOCK=f"replay:{(replay - age).isoformat()}"):
-        yield
 
 
 def served_origin(port: int) -> str:
@@ -146,13 +129,17 @@ class Command(BaseCommand):
         env.setdefault("LEROY_WEBHOOK_ALLOW_HOSTS", "127.0.0.1:9000")
         if not options["no_data"]:
             env["LEROY_CLOCK"] = self.prepare_evidence()
+        if env.get("LEROY_CLOCK"):
+            # Anchored now: this process, the feed tick and every served process read one replayed time.
+            env["LEROY_CLOCK"] = anchored(env["LEROY_CLOCK"], datetime.now(UTC))
+        if not options["no_data"]:
             # One feed tick before serving, on the replay clock, so the first evaluation already has a frame.
             subprocess.run([sys.executable, "manage.py", "feed_frames"], env=env, check=True, cwd=settings.BASE_DIR)
         from backtests.sandbox import startup_notice
 
         self.stdout.write(startup_notice())
         clock = env.get("LEROY_CLOCK")
-        with served_clock(clock):
+        with override_settings(LEROY_CLOCK=clock or settings.LEROY_CLOCK):
             password, key = issue_demo_credentials()
         config = {
             "mcpServers": {
@@ -174,7 +161,7 @@ class Command(BaseCommand):
         self.stdout.write("MCP client config:\n" + json.dumps(config, indent=2))
         self.stdout.write(f"LEROY_DEMO_API_KEY={key}\n")
         if clock is not None:
-            with served_clock(clock):
+            with override_settings(LEROY_CLOCK=clock):
                 self.publish_demo_answer(origin=origin)
                 self.save_demo_strategy()
         if options["no_serve"]:
