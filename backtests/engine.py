@@ -152,6 +152,7 @@ def _lookahead_guards() -> None:
     if getattr(buffer, "_leroy_guarded", False):
         return
     buffer._leroy_guarded = True  # type: ignore[attr-defined]
+    bt.functions.CmpEx.next = _cmpex_next  # type: ignore[method-assign]
 
     def getitem(self: Any, ago: int) -> Any:
         at = self.idx + ago
@@ -223,6 +224,14 @@ def _lookahead_guards() -> None:
     bt.linebuffer._LineForward.__init__ = forward  # type: ignore[method-assign]
 
 
+def _cmpex_next(self: Any) -> None:
+    """Backtrader's CmpEx (bt.CmpEx, DemarkPivotPoint's pivot) computes bar by bar the comparison's sign (-1, 0, 1)
+    where its runonce pass picks r1, r2 or r3: a run bar by bar (a probe's rerun, datas on different calendars)
+    held a pivot of -0.25 where runonce held 99.5 (found from outside). Its `once` done one bar at a time."""
+    a, b = self.a[0], self.b[0]
+    self[0] = self.r1[0] if a < b else self.r3[0] if a > b else self.r2[0]
+
+
 def prepare() -> None:
     """What every run needs installed, done once in the sandbox template before it forks jobs."""
     _lookahead_guards()
@@ -241,6 +250,9 @@ def _clock(strategy: Any) -> float:
 
 
 ORDER_NUMBERS = ("price", "plimit", "trailamount", "trailpercent")
+# The named arguments of the broker's buy and sell; any other is kept in the order's info.
+ORDER_ARGUMENTS = frozenset({*ORDER_NUMBERS, "exectype", "valid", "tradeid", "oco", "parent", "transmit",
+                             "histnotify", "_checksubmit"})  # fmt: skip
 
 
 def _finite_number(value: Any) -> bool:
@@ -316,6 +328,9 @@ class GuardedBroker(bt.brokers.BackBroker):
                 terms[link] = self.decided.get(getattr(args[link], "ref", None))
         if args["transmit"] is not True:
             terms["transmit"] = bool(args["transmit"])
+        info = {key: value for key, value in args.items() if key not in ORDER_ARGUMENTS}
+        if info:  # kept in order.info, where some change the fill (`coc=False` under buy_on_close)
+            terms["info"] = {key: info[key] for key in sorted(info)}
         return terms
 
     def buy(self, owner: Any, data: Any, size: Any, price: Any = None, plimit: Any = None, exectype: Any = None,
@@ -494,20 +509,28 @@ def _own_names_only(strategy: type) -> None:
 
 
 class ArrayData(bt.feed.DataBase):
-    """A feed over plain lists, kept in underscore attributes: strategies cannot reach the future bars."""
+    """A feed over plain lists (`setbars`), or over a `Stream` (`setstream`: the probe's streamed run, never
+    preloaded), kept in underscore attributes: strategies cannot reach the future bars. One class for both, so a
+    strategy cannot tell the runs apart by the feed it is given."""
 
     def setbars(self, bars: dict[str, list[Any]]) -> None:
+        self._stream: Stream | None = None
         self._bars = {
             "dt": [us / 86_400_000_000.0 + EPOCH_ORDINAL for us in bars["ts_us"]],
             **{key: bars[key] for key in ("open", "high", "low", "close", "volume")},
         }
         self._count, self._index = len(bars["ts_us"]), -1
 
+    def setstream(self, stream: "Stream", slot: int) -> None:
+        self._stream, self._slot, self._index = stream, slot, -1
+
     def start(self) -> None:
         super().start()
         self._index = -1
 
     def _load(self) -> bool:
+        if self._stream is not None:
+            return self._load_streamed(self._stream)
         self._index += 1
         i = self._index
         if i >= self._count:
@@ -516,6 +539,20 @@ class ArrayData(bt.feed.DataBase):
         lines.datetime[0] = bars["dt"][i]
         lines.open[0], lines.high[0], lines.low[0] = bars["open"][i], bars["high"][i], bars["low"][i]
         lines.close[0], lines.volume[0], lines.openinterest[0] = bars["close"][i], bars["volume"][i], 0.0
+        return True
+
+    def _load_streamed(self, stream: "Stream") -> bool:
+        if (line := agent_line()) is not None:  # the engine loads the next bar, never the strategy
+            raise lookahead("loading the next bar", line)
+        row = stream.row(self._slot, self._index + 1)
+        if row is None:
+            return False
+        self._index += 1
+        ts_us, open_, high, low, close, volume = row
+        lines = self.lines
+        lines.datetime[0] = ts_us / 86_400_000_000.0 + EPOCH_ORDINAL
+        lines.open[0], lines.high[0], lines.low[0], lines.close[0] = open_, high, low, close
+        lines.volume[0], lines.openinterest[0] = volume, 0.0
         return True
 
 
@@ -557,27 +594,6 @@ class Stream:
                 raise EngineError("sandbox_error", "the streamed run's bars ended mid-step")
             chunks.extend(chunk)
         return bytes(chunks)
-
-
-class StreamData(bt.feed.DataBase):
-    """A feed whose bars come from a `Stream`, one step at a time (the probe's streamed run, never preloaded)."""
-
-    def setstream(self, stream: Stream, slot: int) -> None:
-        self._stream, self._slot, self._loaded = stream, slot, 0
-
-    def _load(self) -> bool:
-        if (line := agent_line()) is not None:  # the engine loads the next bar, never the strategy
-            raise lookahead("loading the next bar", line)
-        row = self._stream.row(self._slot, self._loaded)
-        if row is None:
-            return False
-        self._loaded += 1
-        ts_us, open_, high, low, close, volume = row
-        lines = self.lines
-        lines.datetime[0] = ts_us / 86_400_000_000.0 + EPOCH_ORDINAL
-        lines.open[0], lines.high[0], lines.low[0], lines.close[0] = open_, high, low, close
-        lines.volume[0], lines.openinterest[0] = volume, 0.0
-        return True
 
 
 class Ledger(bt.Analyzer):
@@ -721,12 +737,10 @@ def _cerebro(
     cerebro = bt.Cerebro(stdstats=False, preload=not streamed, runonce=runonce and not streamed, optreturn=False)
     cerebro.broker = GuardedBroker()
     for slot, data in enumerate(datas):
-        feed: bt.feed.DataBase
+        feed = ArrayData(name=data["name"])
         if stream is not None:
-            feed = StreamData(name=data["name"])
             feed.setstream(stream, slot)
         else:
-            feed = ArrayData(name=data["name"])
             feed.setbars(data)
         protect(feed)
         cerebro.adddata(feed, name=data["name"])

@@ -471,6 +471,8 @@ def _probe(
     last = None
     for until in cuts:
         last = job(datas=[probing.cut(data, until) for data in datas], cut_run=True)
+        if not last.ok and last.error and last.error["code"] in OVER_LIMITS:
+            return _over_limit(last.error, k), last
         if not last.ok or last.result is None:
             return last, last
         checked.append(probing.iso(until / 86_400_000_000.0 + probing.EPOCH_ORDINAL))
@@ -478,6 +480,15 @@ def _probe(
         if difference is not None:
             return {"status": "failed", "method": "cuts", "k": k, "cuts": checked, "first_difference": difference}, last
     return {"status": "passed", "method": "cuts", "k": k, "cuts": checked}, last
+
+
+# A probe's rerun that ran out of time or memory leaves the full run as it was: the probe is not run, saying why
+# (the rerun, bar by bar, costs a few full runs; a strategy whose full run fits its limits failed as a whole).
+OVER_LIMITS = frozenset({"timeout", "cpu_limit", "memory_limit"})
+
+
+def _over_limit(error: dict[str, Any], k: int) -> dict[str, Any]:
+    return probing.not_run(f"the probe's rerun did not finish within the run's limits: {error['message']}", k)
 
 
 def _streamed(
@@ -491,6 +502,8 @@ def _streamed(
     names = [{"name": data["name"], "ts_us": [], "open": [], "high": [], "low": [], "close": [], "volume": []}
              for data in datas]  # fmt: skip
     last = job(stream=datas, datas=names, streamed_run=True)
+    if not last.ok and last.error and last.error["code"] in OVER_LIMITS:
+        return _over_limit(last.error, 0), last
     if not last.ok or last.result is None:
         return last, last
     until = datas[0]["ts_us"][-1]
@@ -538,18 +551,22 @@ class Streamer:
         self.count = len(datas[0]["ts_us"])
         self.sent = 0
 
-    def answer(self, asked: int) -> None:
-        for _ in range(asked):
-            frame = probing.STEP_END
-            if self.sent < self.count:
-                i = self.sent
-                rows = (probing.STEP_ROW.pack(*(column[i] for column in data)) for data in self.columns)
-                frame = probing.STEP_NEXT + b"".join(rows)
-                self.sent += 1
-            try:
-                os.write(self.stdin, frame)  # one step is far below a pipe's capacity: never blocks for long
-            except OSError:  # the job is gone: its outcome says why
-                return
+    def answer(self) -> bool:
+        """Write the next step (or the end); False when the job's stdin cannot take it now (non-blocking: a job
+        that left earlier steps unread) or is gone."""
+        frame = probing.STEP_END
+        if self.sent < self.count:
+            i = self.sent
+            rows = (probing.STEP_ROW.pack(*(column[i] for column in data)) for data in self.columns)
+            frame = probing.STEP_NEXT + b"".join(rows)
+        try:
+            written = os.write(self.stdin, frame)
+        except OSError:  # full (BlockingIOError) or closed: either way this job gets no more
+            return False
+        if written != len(frame):
+            return False
+        self.sent = min(self.sent + 1, self.count)
+        return True
 
 
 STEP_COLUMNS = ("ts_us", "open", "high", "low", "close", "volume")
@@ -644,6 +661,10 @@ def _supervise(
     streamer = None
     if stream is not None:
         assert process.stdin is not None
+        if writer.is_alive():
+            writer.join(max(0.0, deadline - time.monotonic()))
+        # Never blocked by the job: a step it does not read is a step it was not owed (see the loop below).
+        os.set_blocking(process.stdin.fileno(), False)
         streamer = Streamer(stream, process.stdin.fileno())
     stdout, stderr = bytearray(), bytearray()
     selector = selectors.DefaultSelector()
@@ -665,11 +686,14 @@ def _supervise(
             key.data.extend(chunk)
             if streamer is not None and key.data is stdout and stdout[:1] == probing.STEP_NEXT:
                 # Until its run ends the streamed job writes nothing else on stdout (its outcome is a JSON object).
+                # Its engine asks for a step and waits for it: a second request in one read, or a step it left
+                # unread until the pipe is full, is a job asking ahead of its strategy, and it is stopped.
                 asked = len(stdout) - len(stdout.lstrip(probing.STEP_NEXT))
                 del stdout[:asked]
-                if writer.is_alive():
-                    writer.join()
-                streamer.answer(asked)
+                if asked > 1 or not streamer.answer():
+                    running.kill("protocol")
+                    open_streams = 0
+                    break
             if len(stdout) + len(stderr) > limits.output_bytes:
                 running.kill("output_limit")
                 open_streams = 0
@@ -765,6 +789,8 @@ def _failure(running: Running, returncode: int, stderr: bytes, limits: Limits) -
         return _error("timeout", f"the strategy exceeded its wall-clock limit ({wall} s) and was killed")
     if running.killed_by == "output_limit":
         return _error("output_limit", "the strategy produced more output than allowed and was killed")
+    if running.killed_by == "protocol":
+        return _error("sandbox_error", "the probe's streamed run asked for bars ahead of its strategy and was stopped")
     if running.killed_by is not None:
         return _error("killed", f"the run was stopped ({running.killed_by})")
     sig = _signal_of(returncode)

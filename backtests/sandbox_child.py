@@ -194,17 +194,18 @@ def execute(job: dict[str, Any], active: list[str]) -> dict[str, Any]:
     outcome: dict[str, Any] = {"layers": active + sorted(in_process)}
     try:
         run = {"datas": job["datas"], "simulation": job["simulation"], "parameters": job["parameters"]}
+        # A probe's run reads `printed` as the full run does (a strategy may keep state there), and returns no prints.
         if job.get("cut_run"):  # one cut run of the probe, on the bars up to its cut: its decisions, for the worker
-            strategy = engine.load_strategy(job["source"], prints=PrintBuffer(0), layers=in_process)
+            strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
             decisions, crash = engine.cut_decisions(strategy, **run)
             outcome.update(ok=True, result={"decisions": decisions, "crash": crash})
-            return _finished(outcome, prints)
+            return _finished(outcome, PrintBuffer(0))
         if job.get("streamed_run"):  # the probe's streamed run: its bars come on stdin, a step when it asks on stdout
-            strategy = engine.load_strategy(job["source"], prints=PrintBuffer(0), layers=in_process)
+            strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
             stream = engine.Stream(0, 1, len(job["datas"]))
             decisions, crash = engine.streamed_decisions(strategy, **run, stream=stream)
             outcome.update(ok=True, result={"decisions": decisions, "crash": crash})
-            return _finished(outcome, prints)
+            return _finished(outcome, PrintBuffer(0))
         strategy = engine.load_strategy(job["source"], prints=prints, layers=in_process)
         result = engine.run(strategy, **run, summary=bool(job.get("summary")))
         decisions = result.pop("decisions")

@@ -1,5 +1,6 @@
 """Strategies that try to read bars after the current one: every path is refused, none completes a report."""
 
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -219,7 +220,7 @@ def test_the_probe_fails_a_strategy_that_peeks_where_no_guard_sees_it():
     # the streamed run holds no bars ahead of its step: the feed it reads has none to give
     assert difference["reason"] == (
         "the streamed run failed before its end: AttributeError: 'Lines_LineSeries_DataSeries_OHLC_OHLCDateTime_"
-        "AbstractDataBase_DataBase_StreamData' object has no attribute '_bars'"
+        "AbstractDataBase_DataBase_ArrayData' object has no attribute '_bars'"
     )
 
 
@@ -495,6 +496,116 @@ def test_the_probes_cuts_are_drawn_with_the_servers_key_among_the_decisions_and_
     assert ours == probing.probe_cuts(datas, decisions, key=b"server")  # the same run, the same cuts
     assert len(ours) == 3 and set(ours) <= set(decided) and ours[-1] == decided[-1]
     assert ours != theirs
+
+
+# Honest strategies the streamed run must decide alike (found from outside: each failed the probe): Backtrader's
+# CmpEx (DemarkPivotPoint's pivot) was wrong bar by bar; `printed` was empty in a probe's run; the feed's class
+# named the run.
+HONEST_EVERYWHERE = [
+    "class Pivot(bt.Strategy):\n"
+    "    def __init__(self):\n"
+    "        self.piv = bt.ind.DemarkPivotPoint(self.data)\n\n"
+    "    def next(self):\n"
+    "        if self.data.close[0] > self.piv.lines.p[0] and not self.position:\n"
+    "            self.buy(size=1)\n"
+    "        elif self.data.close[0] < self.piv.lines.p[0] and self.position:\n"
+    "            self.close()\n",
+    "class Ticks(bt.Strategy):\n"
+    "    def next(self):\n"
+    "        print('tick')\n"
+    "        if printed.count('tick') % 2:\n"
+    "            self.buy(size=1)\n"
+    "        else:\n"
+    "            self.sell(size=1)\n",
+    "class Named(bt.Strategy):\n"
+    "    def next(self):\n"
+    "        if 'Stream' in str(self.data) or 'Array' not in str(self.data):\n"
+    "            self.sell(size=1)\n"
+    "        else:\n"
+    "            self.buy(size=1)\n",
+]
+
+
+@pytest.mark.parametrize("source", HONEST_EVERYWHERE, ids=["DemarkPivotPoint", "printed", "feed class"])
+def test_honest_strategies_decide_alike_in_the_streamed_run(source):
+    outcome = run(source, datas=[walk("ONE", bars=120)], probe=3)
+
+    assert outcome.ok is True, outcome.error
+    assert outcome.result["lookahead_check"]["status"] == "passed", outcome.result["lookahead_check"]
+
+
+def test_an_orders_extra_terms_kept_in_its_info_are_part_of_its_decision():
+    # `coc=False` goes into order.info and changes the fill under buy_on_close: chosen by a peek, it is another
+    # decision (found from outside: it was not compared).
+    source = "class Info(bt.Strategy):\n    def next(self):\n        self.buy(size=1, coc=False, note='x')\n"
+
+    decisions = recorded(source, [walk("ONE", bars=5)])["decisions"]
+
+    assert {tuple(d["info"].items()) for d in decisions} == {(("coc", False), ("note", "x"))}
+
+
+# In plain Python (no in-process layer: what code that escaped them could do), the streamed run tells itself apart
+# by the feed's private bars and, there, floods the worker with requests for steps and sleeps: the worker blocked
+# writing steps into a pipe nobody read, past every deadline (found from outside).
+ASKS_AHEAD = """
+import os
+import time
+
+
+class Ahead(bt.Strategy):
+    def next(self):
+        if not hasattr(self.data, "_bars") and len(self) == 3:
+            os.write(1, b"\\x01" * 200000)
+            time.sleep(10 ** 6)
+        if len(self) % 10 == 0:
+            self.buy(size=1)
+"""
+
+
+def test_a_streamed_run_asking_for_steps_ahead_of_its_strategy_is_stopped_at_once():
+    started = time.monotonic()
+
+    outcome = run(ASKS_AHEAD, layers=RUNTIME_ONLY, datas=[walk("ONE", bars=60)], probe=3)
+
+    assert time.monotonic() - started < 10
+    assert (outcome.ok, outcome.result) == (False, None)
+    assert outcome.error == {
+        "code": "sandbox_error",
+        "message": "the probe's streamed run asked for bars ahead of its strategy and was stopped",
+        "line": None,
+    }
+
+
+SLOW_PROBE = """
+class Slow(bt.Strategy):
+    def next(self):
+        while not hasattr(self.data, "_bars"):
+            pass
+        if len(self) % 10 == 0:
+            self.buy(size=1)
+"""
+
+
+def test_a_probe_rerun_over_the_runs_limits_is_not_run_and_the_full_run_is_kept():
+    # The rerun, bar by bar, costs a few full runs: an honest strategy whose full run fitted its limits failed as a
+    # whole when the probe did not (found from outside). Burning CPU in the rerun only stands for that here.
+    limits = Limits(cpu_seconds=2, wall_seconds=30, memory_bytes=768 * 1024 * 1024, output_bytes=1024 * 1024,
+                    uid=61000)  # fmt: skip
+    job = {"source": SLOW_PROBE, "datas": [walk("ONE", bars=60)], "simulation": SIM, "parameters": {},
+           "layers": RUNTIME_ONLY, "limits": limits}  # fmt: skip
+
+    outcome = sandbox.run_job(**job, probe=3)
+
+    assert outcome.ok is True, outcome.error
+    check = outcome.result.pop("lookahead_check")
+    assert outcome.result == sandbox.run_job(**job).result  # the full run, as it is without a probe
+    assert check == {
+        "status": "not_run",
+        "k": 0,
+        "cuts": [],
+        "reason": "the probe's rerun did not finish within the run's limits: the strategy exceeded its CPU-time "
+        "limit (2 s) and was killed",
+    }
 
 
 def test_a_strategy_that_takes_no_decision_is_not_said_to_pass_the_probe():
