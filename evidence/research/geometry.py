@@ -1,5 +1,7 @@
 """Setup geometry: context-only arithmetic on the caller's own price levels, never an execution."""
 
+import math
+
 from evidence.schemas import RequestSide, SetupGeometry
 from leroy.errors import DomainError
 
@@ -42,6 +44,12 @@ def setup_geometry(
                 )
         if risk is not None and reward is not None:
             ratio = round(reward / risk, 4)
+    # Finite but huge levels can still give an infinite figure (1.7e308 over a risk of 0.000001), which no JSON
+    # answer, and no receipt hash of it, can carry: refused as the levels' fault, before anything is charged.
+    if any(figure is not None and not math.isfinite(figure) for figure in (risk, reward, ratio)):
+        raise InvalidSetup(
+            "the price levels give a risk, reward or reward-to-risk too large to state as a finite number"
+        )
     return SetupGeometry(
         entry_price=entry,
         stop_price=stop,

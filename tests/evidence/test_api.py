@@ -156,3 +156,22 @@ def test_invalid_arguments_are_a_422_with_one_problem_per_field_and_charge_nothi
     assert error["code"] == "invalid_arguments"
     assert sorted(p["field"] for p in error["problems"]) == ["extra", "side"]
     assert UsageEvent.objects.exists() is False
+
+
+def test_levels_whose_reward_to_risk_overflows_are_refused_as_an_invalid_setup_and_charge_nothing(fed_world, browser):
+    # Finite levels, an infinite ratio: it once reached the receipt's canonical JSON and failed there, an HTML 500.
+    from evidence.models import AnswerReceipt
+
+    levels = {"entry_price": 1, "stop_price": 0.999999, "target_price": 1.7e308}
+    response = post(browser, "/evaluate_current_setup", {"symbol": "ALFA", "side": "buy", **levels},
+                    X_CSRFToken=TOKEN)  # fmt: skip
+
+    assert (response.status_code, response["Content-Type"]) == (400, "application/json; charset=utf-8")
+    assert response.json() == {
+        "error": {
+            "code": "invalid_setup",
+            "message": "the price levels give a risk, reward or reward-to-risk too large to state as a finite number",
+        }
+    }
+    assert UsageEvent.objects.exists() is False
+    assert AnswerReceipt.objects.exists() is False

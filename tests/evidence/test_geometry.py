@@ -59,3 +59,13 @@ def test_levels_closer_than_the_kept_decimals_are_refused_saying_so():
     assert refused.value.message == (
         "a buy stop must lie below the entry price by at least 0.000001 (prices are compared to 6 decimals)"
     )
+
+
+def test_levels_whose_reward_to_risk_is_not_finite_are_refused_saying_so():
+    with pytest.raises(InvalidSetup) as refused:
+        setup_geometry(side="buy", entry=1.0, stop=0.999999, target=1.7e308)
+
+    assert refused.value.code == "invalid_setup"
+    assert refused.value.message == (
+        "the price levels give a risk, reward or reward-to-risk too large to state as a finite number"
+    )
