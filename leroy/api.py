@@ -30,6 +30,7 @@ from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Router
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
+from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.security import SessionAuth
 from ninja.utils import check_csrf
@@ -39,7 +40,7 @@ from leroy import metrics
 from leroy.errors import DomainError, database_unavailable
 from leroy.mcp.registry import ToolSpec, direct_call, load_tools
 from leroy.ratelimit import rate_limit_retry_after
-from leroy.schemas import arguments_refused, json_loads
+from leroy.schemas import TOO_DEEP, NestedTooDeep, arguments_refused, json_loads
 
 BEARER_REFUSED = "API keys and OAuth tokens are accepted only at /api/mcp; sign in to use the REST API."
 
@@ -116,6 +117,15 @@ class PydanticJSON(BaseRenderer):
         return pydantic_core.to_json(data)
 
 
+class SharedJSON(Parser):
+    """ninja reads a body with the parser both edges share (leroy.schemas.json_loads), so a body nested deeper
+    than MAX_JSON_DEPTH is refused here, before any validator walks it (it once reached ToolArgs' recursive
+    checks and overflowed the stack: an HTML 500). ninja turns any failure here into a 400, see _http_error."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        return json_loads(request.body)
+
+
 def _docs_methods(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """ninja's docs page and OpenAPI document answer every method alike: they take GET and HEAD, and refuse any
     other as a generated route does (a JSON 405 with `Allow`), not with the CSRF page, since they change nothing."""
@@ -155,6 +165,7 @@ api = LeroyAPI(
     description="Research-only evidence and backtesting: the REST mirror of Leroy's MCP tools.",
     auth=AccountSession(),
     urls_namespace="api-v1",
+    parser=SharedJSON(),
 )
 
 
@@ -171,12 +182,16 @@ def _strict_args(request: HttpRequest, spec: ToolSpec) -> BaseModel:
         raise arguments_refused(dict.fromkeys(request.GET, NOT_IN_QUERY))
     try:
         body = json_loads(request.body or b"{}")
-    except ValueError:
-        raise _not_json() from None
+    except ValueError as error:
+        raise _body_refused(error) from None
     return spec.args.from_arguments(body)
 
 
-def _not_json() -> DomainError:
+def _body_refused(error: BaseException | None) -> DomainError:
+    """A body the shared parser refused: nested too deeply (the limit MCP applies), or not JSON at all."""
+    if isinstance(error, NestedTooDeep):
+        problem = {"field": "body", "problem": f"The body is {TOO_DEEP}"}
+        return DomainError("invalid_arguments", f"Invalid arguments: the body is {TOO_DEEP}", problems=[problem])
     problem = {"field": "body", "problem": "The body is not JSON"}
     return DomainError("invalid_arguments", "Invalid arguments: the body is not JSON", problems=[problem])
 
@@ -188,8 +203,8 @@ HTTP_ERROR_CODES = {401: "not_signed_in", 403: "csrf_failed"}
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
-    if error.status_code == 400:  # ninja could not parse the body (not JSON, not UTF-8)
-        return _refused(request, _not_json())
+    if error.status_code == 400:  # ninja could not parse the body (not JSON, not UTF-8, nested too deeply)
+        return _refused(request, _body_refused(error.__cause__))
     return _refused(request, DomainError(HTTP_ERROR_CODES.get(error.status_code, "refused"), str(error)))
 
 

@@ -60,10 +60,43 @@ def _not_json(literal: str) -> Any:
     raise ValueError(f"{literal} is not JSON")
 
 
+# Deeper JSON than any call needs is refused before anything walks it: json.loads itself raises RecursionError at
+# about 1,000 levels, and the recursive checks after it (pydantic's, _storable) overflow the stack near there too.
+MAX_JSON_DEPTH = 64
+TOO_DEEP = f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+class NestedTooDeep(ValueError):
+    """A body nested deeper than MAX_JSON_DEPTH: JSON, but refused as what it is, not as "not JSON"."""
+
+    def __init__(self) -> None:
+        super().__init__(TOO_DEEP)
+
+
+def json_depth(value: Any) -> int:
+    """How deeply `value` nests (a scalar 0, `[]` or `{}` 1), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
 def json_loads(raw: bytes | str) -> Any:
     """`json.loads`, each object read as a JSONObject: what both edges parse a request body with. NaN, Infinity and
-    -Infinity, which Python's parser takes, are refused as what they are: not JSON (RFC 8259 §6)."""
-    return json.loads(raw, object_pairs_hook=_json_object, parse_constant=_not_json)
+    -Infinity, which Python's parser takes, are refused as what they are: not JSON (RFC 8259 §6); a body nested
+    deeper than MAX_JSON_DEPTH raises NestedTooDeep (a ValueError: a caller that knows only "not JSON" still
+    refuses it)."""
+    try:
+        parsed = json.loads(raw, object_pairs_hook=_json_object, parse_constant=_not_json)
+    except RecursionError:
+        raise NestedTooDeep from None
+    if json_depth(parsed) > MAX_JSON_DEPTH:
+        raise NestedTooDeep
+    return parsed
 
 
 def repeated_names(value: Any) -> list[str]:

@@ -29,15 +29,12 @@ from leroy.errors import DATABASE_RETRY_AFTER, DomainError, database_unavailable
 from leroy.mcp import calllog
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
 from leroy.ratelimit import rate_limit_retry_after
-from leroy.schemas import json_loads, repeated_names
+from leroy.schemas import TOO_DEEP, NestedTooDeep, json_loads, repeated_names
 
 logger = logging.getLogger(__name__)
 
 ALLOWED_HEADERS = "Authorization, Content-Type, Accept, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID"
 EXPOSED_HEADERS = "WWW-Authenticate, Retry-After, MCP-Protocol-Version, Mcp-Session-Id, X-Request-Id"
-# Deeper JSON than any MCP message needs is refused before it costs anything (json.loads itself raises
-# RecursionError at about 1,000 levels; this is the limit below that).
-MAX_JSON_DEPTH = 64
 PROTOCOL_VERSIONS = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
 MODERN = "2026-07-28"
 
@@ -211,28 +208,14 @@ class InvalidMessage(Exception):
         self.message = message
 
 
-def _depth(value: Any) -> int:
-    """How deeply `value` nests, without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, level + 1) for child in children if isinstance(child, dict | list))
-    return deepest
-
-
 def parse_message(body: bytes) -> Any:
     """The JSON-RPC message, or InvalidMessage for a body no handler should see (never a traceback)."""
     try:
         message = json_loads(body)  # each object remembers a name given twice (the SDK's parser keeps the last)
-    except RecursionError:
-        raise InvalidMessage(-32600, f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except NestedTooDeep:  # before it costs anything; the REST mirror refuses the same bodies (leroy.api)
+        raise InvalidMessage(-32600, f"Invalid Request: {TOO_DEEP}") from None
     except ValueError:
         raise InvalidMessage(-32700, "Parse error: the body is not JSON") from None
-    if _depth(message) > MAX_JSON_DEPTH:
-        raise InvalidMessage(-32600, f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels")
     if problem := _not_one_message(message):
         raise InvalidMessage(-32600, f"Invalid Request: {problem}")
     if repeated := _repeated_outside_arguments(message):

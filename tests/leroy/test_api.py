@@ -1,5 +1,6 @@
 """The REST mirror is generated from the tool registry: every REST tool has a route giving the tool's own answer."""
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ from billing.models import UsageEvent
 from evidence.models import Symbol
 from leroy.errors import DomainError
 from leroy.mcp.registry import load_tools
+from leroy.schemas import MAX_JSON_DEPTH
 from tests.calls import call_tool
 
 TOKEN = "a" * 32  # a valid unmasked CSRF secret, set as both cookie and header
@@ -517,3 +519,47 @@ def test_an_answer_for_a_signed_in_account_is_never_cached_and_an_anonymous_publ
     assert refused["Cache-Control"] == "max-age=0, no-cache, no-store, must-revalidate, private"
     assert public.status_code == 200
     assert public.has_header("Cache-Control") is False
+
+
+def nested_body(levels: int) -> bytes:
+    """An arguments object whose `symbol` nests lists until the body is `levels` deep (the object is level 1)."""
+    return b'{"symbol": ' + b"[" * (levels - 1) + b"]" * (levels - 1) + b"}"
+
+
+@pytest.mark.django_db
+def test_a_body_nested_a_thousand_deep_is_refused_in_the_refusal_shape_not_a_500(caplog):
+    # It once reached ToolArgs' recursive checks through ninja's parse and overflowed the stack: an HTML 500.
+    with caplog.at_level(logging.WARNING):
+        response = Client().post(
+            "/api/v1/evidence/get_historical_replay", nested_body(1000), content_type="application/json"
+        )
+
+    assert (response.status_code, response["Content-Type"]) == (422, "application/json; charset=utf-8")
+    assert response.json() == {
+        "error": {
+            "code": "invalid_arguments",
+            "message": f"Invalid arguments: the body is JSON nested deeper than {MAX_JSON_DEPTH} levels",
+            "problems": [{"field": "body", "problem": f"The body is JSON nested deeper than {MAX_JSON_DEPTH} levels"}],
+        }
+    }
+    assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
+
+
+def test_rest_refuses_nesting_past_the_mcp_limit_and_judges_the_arguments_at_it(owner):
+    browser = signed_in_client(owner)
+
+    def post(levels: int):
+        return browser.post(
+            "/api/v1/tests/probe_metered", nested_body(levels), content_type="application/json",
+            headers={"X-CSRFToken": TOKEN},
+        )  # fmt: skip
+
+    too_deep, at_limit = post(MAX_JSON_DEPTH + 1), post(MAX_JSON_DEPTH)
+
+    assert too_deep.status_code == 422
+    assert too_deep.json()["error"]["problems"] == [
+        {"field": "body", "problem": f"The body is JSON nested deeper than {MAX_JSON_DEPTH} levels"}
+    ]
+    assert at_limit.status_code == 422  # parsed: the arguments themselves are wrong (no side, symbol unknown)
+    assert sorted(p["field"] for p in at_limit.json()["error"]["problems"]) == ["side", "symbol"]
+    assert UsageEvent.objects.exists() is False

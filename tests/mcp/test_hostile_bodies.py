@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from leroy.mcp.transport import MAX_JSON_DEPTH
+from leroy.schemas import MAX_JSON_DEPTH
 from tests.mcp.test_transport import MODERN, modern_call, modern_headers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
