@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from backtests.models import TERMINAL, Optimization, OptimizationRun, Report, Strategy
 from backtests.statistics import METRICS
@@ -111,25 +111,29 @@ class ParameterValue(ToolArgs):
     value: bool | int | float = Field(description="Number or boolean")
 
 
+def _names_unique(parameters: list[ParameterValue]) -> list[ParameterValue]:
+    # Given twice, a name would silently mean its last value (the tools build a dict of them).
+    if len({p.name for p in parameters}) != len(parameters):
+        raise ValueError("parameter names must be unique")
+    return parameters
+
+
+Parameters = Annotated[list[ParameterValue], AfterValidator(_names_unique)]
+"""Parameter overrides, each name once: a backtest's, and an optimization's fixed ones."""
+
+
 class RunBacktestArgs(ToolArgs):
     strategy_id: str = Field(min_length=1, max_length=64, description="Saved strategy id")
     data_ids: list[str] = Field(min_length=1, max_length=10, description="Symbol ids")
     frequency: str = Field(pattern=r"^[1-9][0-9]*[mhdwM]$", description="Positive integer plus m, h, d, w or M")
     start_date: IsoDate = Field(description="YYYY-MM-DD")
     end_date: IsoDate = Field(description="YYYY-MM-DD")
-    parameters: list[ParameterValue] = Field(default_factory=list, description="Strategy parameter overrides")
+    parameters: Parameters = Field(default_factory=list, description="Strategy parameter overrides")
     initial_cash: Cash = 100_000
     commission: float = Field(default=0, ge=0, lt=1, description="Commission as a decimal rate")
     leverage: float = Field(default=1, gt=0, le=100, description="Leverage")
     buy_on_close: bool = Field(default=False, description="Fill market orders at the signal bar's close")
     max_credits: int | None = Field(default=None, ge=0, description="Refuse, reserving nothing, if the cost is higher")
-
-    @model_validator(mode="after")
-    def _names_unique(self) -> "RunBacktestArgs":
-        names = [p.name for p in self.parameters]
-        if len(names) != len(set(names)):
-            raise ValueError("parameter names must be unique")
-        return self
 
 
 class Grid(ToolArgs):
@@ -145,9 +149,12 @@ class Grid(ToolArgs):
         return self
 
 
+# A fixed parameter as an optimization shows it (a comment, not a docstring: that would be published in every
+# output schema). Arguments take ParameterValue, a number or boolean as a backtest's; rows stored before a string
+# was refused there may still hold one, and are shown as they are.
 class FixedParameter(ToolArgs):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="Parameter")
-    value: bool | int | float | str = Field(description="String, number or boolean")
+    value: bool | int | float | str = Field(description="Number or boolean")
 
 
 class CommissionSchema(ToolArgs):
@@ -175,7 +182,7 @@ class RunOptimizationArgs(ToolArgs):
     start_date: Instant = Field(description="ISO 8601")
     end_date: InstantEnd = Field(description="ISO 8601")
     grids: list[Grid] = Field(min_length=1, max_length=2, description="1-2 grids {name, min, max, step}")
-    parameters: list[FixedParameter] = Field(default_factory=list, description="Fixed parameters")
+    parameters: Parameters = Field(default_factory=list, description="Fixed parameters (numbers or booleans)")
     simulation_parameters: SimulationParameters = Field(default_factory=_default_simulation)
     target_metric: Metric = Field(description="Metric the grid is ordered by")
     target_direction: Literal["maximize", "minimize"] = Field(description="maximize or minimize")

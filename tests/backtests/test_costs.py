@@ -118,6 +118,40 @@ async def test_loose_booleans_and_numbers_are_refused_as_invalid_arguments_and_c
     assert await sync_to_async(credit_usage)(user=owner) == before
 
 
+WALK_FORWARD = {"train_period": {"months": 2}, "test_period": {"months": 1}}
+
+
+@pytest.mark.parametrize(("tool", "extra"), [("run_optimization", {}), ("run_walk_forward_optimization", WALK_FORWARD)])
+@pytest.mark.parametrize(
+    ("parameters", "problem"),
+    [
+        # Given twice, the last once won silently and the run was charged; run_backtest refused it.
+        ([{"name": "slow", "value": 30}, {"name": "slow", "value": 60}],
+         {"field": "parameters", "problem": "Value error, parameter names must be unique"}),
+        # A string once reserved credits and created the row, whose runs then failed with a TypeError.
+        ([{"name": "slow", "value": "abc"}],
+         {"field": "parameters.0.value", "problem": "Input should be a valid boolean or Input should be a valid "
+                                                    "integer or Input should be a valid number"}),
+    ],
+)  # fmt: skip
+async def test_fixed_parameters_are_refused_as_a_backtests_are_and_reserve_nothing(
+    mcp_http, owner, write_key, tool, extra, parameters, problem
+):
+    strategy_id, coin_id = await sync_to_async(_saved_strategy_and_coin)(owner)
+    before = await sync_to_async(credit_usage)(user=owner)
+    arguments = optimization_args(strategy_id, coin_id, parameters=parameters, **extra)
+    async with client(mcp_http, write_key) as session:
+        result = await session.call_tool(tool, arguments)
+        backtest = await session.call_tool("run_backtest", backtest_args(strategy_id, coin_id, parameters=parameters))
+
+    error = result.structured_content["error"]
+    assert (result.is_error, error["code"], error["problems"]) == (True, "invalid_arguments", [problem])
+    assert backtest.structured_content["error"]["problems"] == [problem]
+    assert await Optimization.objects.acount() == 0
+    assert await Report.objects.acount() == 0
+    assert await sync_to_async(credit_usage)(user=owner) == before
+
+
 @pytest.mark.parametrize("cash", [1e308, 1e12 * 1.01, 0.5, 1e-300])
 async def test_a_backtest_with_starting_cash_a_report_cannot_state_is_refused_and_charges_nothing(
     mcp_http, owner, write_key, cash
