@@ -21,7 +21,6 @@ from evidence.vocabulary import (
     TimeOfDay,
     Trend,
     Volatility,
-    normalize_ticker,
 )
 from leroy.schemas import ToolArgs
 
@@ -364,15 +363,9 @@ class SearchArgs(ToolArgs):
     signals: list[str] = Field(
         default_factory=list, max_length=41, description="Strategy names that must all be active in the key"
     )
-    symbol: str | None = Field(
-        default=None, min_length=1, max_length=10, description="Only exact-setup keys of this ticker"
-    )
-
-    @field_validator("symbol")
-    @classmethod
-    def _normalized(cls, value: str | None) -> str | None:
-        return None if value is None else normalize_ticker(value)
-
+    # The Ticker every evidence tool takes: a plain string once let "   " through as a blank unknown symbol and
+    # upper-cased "ß" to "SS".
+    symbol: Ticker | None = Field(default=None, description="Only exact-setup keys of this ticker (any case)")
     source: Literal["historical", "forward_overlay"] = Field(
         default="historical", description="Historical contract, or the forward overlay (served only when current)"
     )

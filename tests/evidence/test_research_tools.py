@@ -186,3 +186,19 @@ async def test_a_database_failure_inside_an_evaluation_is_a_retryable_refusal_an
     assert await UsageEvent.objects.aexists() is False
     assert await Transfer.objects.aexists() is False
     assert await AnswerReceipt.objects.aexists() is False
+
+
+@pytest.mark.parametrize("symbol", ["   ", "ß", "alfa\u200f"])
+async def test_search_refuses_a_symbol_as_every_evidence_tool_does_and_charges_nothing(mcp_http, api_key, symbol):
+    # search_market_memory once took any text and upper-cased it: blanks became an unknown "" and ß became SS.
+    pattern = "String should match pattern '^[A-Za-z][A-Za-z0-9.\\-]{0,9}$'"
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode="2026-07-28") as client:
+        search = await client.call_tool("search_market_memory", {"side": "buy", "horizon_minutes": 5, "symbol": symbol})
+        analogues = await client.call_tool("compare_historical_analogues", {**SETUP, "symbol": symbol})
+
+    error = search.structured_content["error"]
+    assert (search.is_error, error["code"]) == (True, "invalid_arguments")
+    assert error["problems"] == [{"field": "symbol", "problem": pattern}]
+    assert analogues.structured_content["error"]["problems"] == error["problems"]
+    assert await UsageEvent.objects.aexists() is False
+    assert await AnswerReceipt.objects.aexists() is False
