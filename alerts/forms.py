@@ -1,6 +1,7 @@
 from django import forms
 
 from alerts.models import HORIZONS, SIDES, TIERS
+from alerts.schemas import MAX_ACTIVE_SIGNALS
 
 
 class AlertCreateForm(forms.Form):
@@ -11,7 +12,7 @@ class AlertCreateForm(forms.Form):
     universe = forms.BooleanField(required=False, label="Every symbol the frame feed follows")
     side = forms.ChoiceField(choices=[(s, s) for s in SIDES])
     horizon_minutes = forms.TypedChoiceField(choices=[(h, f"{h} min") for h in HORIZONS], coerce=int, initial=15)
-    min_active_signals = forms.IntegerField(min_value=0, max_value=64, initial=1)
+    min_active_signals = forms.IntegerField(min_value=0, max_value=MAX_ACTIVE_SIGNALS, initial=1)
     min_match_tier = forms.TypedChoiceField(choices=[(t, f"{t}/5") for t in TIERS], coerce=int, initial=1)
     min_win_rate = forms.FloatField(required=False, min_value=0, max_value=1, help_text="0..1, optional")
     min_average_return_pct = forms.FloatField(required=False, min_value=-100, max_value=100, help_text="optional")

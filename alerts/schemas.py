@@ -6,11 +6,14 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, Field, StringConstraints
 
 from alerts.models import AlertRule, Attempt, Delivery
+from evidence.memory.strategies import STRATEGIES
 from leroy.schemas import Instant, Name, ToolArgs
 
 ALERT_ID = r"^alr_[0-9a-f]{24}$"
 DELIVERY_ID = r"^dlv_[0-9a-f]{24}$"
 Ticker = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9.\-]{0,9}$")]
+# A side has at most one active signal per registered strategy: a higher minimum could never match.
+MAX_ACTIVE_SIGNALS = len(STRATEGIES)
 
 
 class CreateAlertArgs(ToolArgs):
@@ -24,7 +27,9 @@ class CreateAlertArgs(ToolArgs):
     universe: bool = Field(default=False, description="Watch every symbol the frame feed follows (instead of symbols)")
     side: Literal["buy", "sell"] = Field(description="Direction whose evidence must match: buy or sell")
     horizon_minutes: Literal[5, 15, 30, 60] = Field(description="The one forward horizon the thresholds apply to")
-    min_active_signals: int = Field(default=1, ge=0, le=64, description="Minimum active strategy signals on the side")
+    min_active_signals: int = Field(
+        default=1, ge=0, le=MAX_ACTIVE_SIGNALS, description="Minimum active strategy signals on the side"
+    )
     min_match_tier: int = Field(
         default=1, ge=1, le=5, description="Minimum Market Memory match strength: 1 baseline .. 5 exact setup"
     )

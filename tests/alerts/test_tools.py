@@ -274,3 +274,22 @@ async def test_the_hourly_limit_refuses_further_tests(mcp_http, write_key, recei
     assert first.structured_content["status"] == "delivered"
     assert second.structured_content["error"]["code"] == "rate_limited"
     assert len(receiver.requests) == 1
+
+
+async def test_a_minimum_of_active_signals_above_the_registered_strategies_creates_nothing(
+    mcp_http, write_key, receiver
+):
+    # The bound was a fixed 64 while the registry holds fewer: a rule that could never match was created.
+    from evidence.memory.strategies import STRATEGIES
+
+    count = len(STRATEGIES)
+    above = await call(
+        mcp_http, write_key, "create_evidence_alert", create_args(receiver.url(), min_active_signals=count + 1)
+    )
+    problems = above.structured_content["error"]["problems"]
+    assert problems == [{"field": "min_active_signals", "problem": f"Input should be less than or equal to {count}"}]
+    assert await AlertRule.objects.aexists() is False
+
+    at = await call(mcp_http, write_key, "create_evidence_alert", create_args(receiver.url(), min_active_signals=count))
+    assert at.is_error is False
+    assert [rule.min_active_signals async for rule in AlertRule.objects.all()] == [count]

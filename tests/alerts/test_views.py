@@ -138,3 +138,17 @@ def test_the_reason_for_an_automatic_pause_is_shown(signed_in, owner, receiver):
     AlertRule.objects.filter(pk=rule.pk).update(status="paused", status_reason=reason)
 
     assert reason in signed_in.get(reverse("alerts:alerts")).content.decode()
+
+
+def test_the_page_bounds_the_minimum_of_active_signals_by_the_registered_strategies(signed_in):
+    from evidence.memory.strategies import STRATEGIES
+
+    count = len(STRATEGIES)
+    response = signed_in.post(reverse("alerts:create"), form("https://hooks.example.com/x",
+                                                             min_active_signals=str(count + 1)))  # fmt: skip
+
+    assert response.status_code == 200
+    assert response.context["form"].errors == {
+        "min_active_signals": [f"Ensure this value is less than or equal to {count}."]
+    }
+    assert AlertRule.objects.exists() is False
