@@ -2,6 +2,7 @@ from django import forms
 
 from alerts.models import HORIZONS, SIDES, TIERS
 from alerts.schemas import MAX_ACTIVE_SIGNALS
+from leroy.schemas import visible_text
 
 
 class AlertCreateForm(forms.Form):
@@ -18,6 +19,13 @@ class AlertCreateForm(forms.Form):
     min_average_return_pct = forms.FloatField(required=False, min_value=-100, max_value=100, help_text="optional")
     endpoint_url = forms.CharField(max_length=2000, label="HTTPS endpoint")
     expires_at = forms.DateTimeField(required=False, help_text="UTC, optional (YYYY-MM-DD HH:MM)")
+
+    def clean_name(self) -> str:
+        """The tool's rule for a name (leroy.schemas.Name): a name nobody can see is refused here too."""
+        try:
+            return visible_text(self.cleaned_data["name"])
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
 
     def clean_symbols(self) -> list[str]:
         return [s.strip().upper() for s in self.cleaned_data["symbols"].split(",") if s.strip()]

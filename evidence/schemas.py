@@ -22,7 +22,7 @@ from evidence.vocabulary import (
     Trend,
     Volatility,
 )
-from leroy.schemas import ToolArgs
+from leroy.schemas import Note, ToolArgs
 
 Status = Literal["evaluated", "no_comparable_sample", "unavailable", "stale_frame"]
 FrameStatus = Literal["available", "stale", "market_closed", "unavailable"]
@@ -633,7 +633,7 @@ class RecordHypothesisArgs(ToolArgs):
     symbol: Ticker = Field(description="US equity ticker (any case)")
     side: Side = Field(description="Direction of the hypothesis: buy or sell")
     horizon_minutes: Horizon = Field(description="Horizon after which the outcome is reviewed (5, 15, 30, 60)")
-    note: str = Field(min_length=1, max_length=2000, description="The research note; never an order")
+    note: Note = Field(min_length=1, max_length=2000, description="The research note; never an order")
     client_request_id: str | None = _request_id()
 
 

@@ -2,6 +2,7 @@
 
 import json
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -135,14 +136,22 @@ def arguments_refused(problems: dict[str, str]) -> DomainError:
     return DomainError("invalid_arguments", f"Invalid arguments: {summary}", problems=listed)
 
 
-def _not_blank(value: str) -> str:
-    if not value.strip():
+# What a reader cannot see: whitespace and separators, control and format characters (a zero-width space, a bidi
+# override) and combining marks with nothing to combine with. str.strip() removes only the first two.
+_INVISIBLE = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Mc", "Me"})
+
+
+def visible_text(value: str) -> str:
+    """`value` unchanged when a reader can see at least one of its characters; else ValueError."""
+    if all(unicodedata.category(character) in _INVISIBLE for character in value):
         raise ValueError("must not be blank")
     return value
 
 
-Name = Annotated[str, AfterValidator(_not_blank)]
-"""A name shown in lists: whitespace alone is refused."""
+Name = Annotated[str, AfterValidator(visible_text)]
+"""A name shown in lists: whitespace, format or control characters and combining marks alone are refused."""
+Note = Annotated[str, AfterValidator(visible_text)]
+"""Free text kept for its reader (a research note): refused when nothing in it is visible, as a Name is."""
 
 
 # --- dates and instants in tool arguments: JSON text, parsed strictly, once ------------------------------------------

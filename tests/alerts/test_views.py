@@ -152,3 +152,11 @@ def test_the_page_bounds_the_minimum_of_active_signals_by_the_registered_strateg
         "min_active_signals": [f"Ensure this value is less than or equal to {count}."]
     }
     assert AlertRule.objects.exists() is False
+
+
+def test_the_page_refuses_a_name_with_no_visible_character_as_the_tool_does(signed_in):
+    response = signed_in.post(reverse("alerts:create"), form("https://hooks.example.com/x", name="\u200b"))
+
+    assert response.status_code == 200
+    assert response.context["form"].errors == {"name": ["must not be blank"]}
+    assert AlertRule.objects.exists() is False

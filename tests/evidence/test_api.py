@@ -175,3 +175,13 @@ def test_levels_whose_reward_to_risk_overflows_are_refused_as_an_invalid_setup_a
     }
     assert UsageEvent.objects.exists() is False
     assert AnswerReceipt.objects.exists() is False
+
+
+@pytest.mark.parametrize("note", ["   ", "\u200b"])
+def test_a_note_with_nothing_visible_is_refused_and_nothing_is_recorded(fed_world, browser, note):
+    body = {"symbol": "ALFA", "side": "buy", "horizon_minutes": 5, "note": note}
+    response = post(browser, "/record_research_hypothesis", body, X_CSRFToken=TOKEN)
+
+    assert response.status_code == 422
+    assert response.json()["error"]["problems"] == [{"field": "note", "problem": "Value error, must not be blank"}]
+    assert ResearchHypothesis.objects.exists() is False

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from backtests.schemas import RunOptimizationArgs
 from leroy.errors import DomainError
 from leroy.mcp.registry import load_tools
-from leroy.schemas import json_loads
+from leroy.schemas import json_loads, visible_text
 
 OPTIMIZATION = {
     "strategy_id": "s",
@@ -108,3 +108,16 @@ def test_every_tools_arguments_refuse_non_finite_numbers_and_hold_no_free_form_o
             pending += _models(field.annotation)
 
     assert RunOptimizationArgs in seen and len(seen) > 40
+
+
+@pytest.mark.parametrize("text", ["a", "é", "e\u0301", "\u200bx", "名", "\u202eabc"])
+def test_text_with_one_visible_character_is_kept_unchanged(text):
+    assert visible_text(text) == text
+
+
+@pytest.mark.parametrize("text", ["", " \t\n", "\u00a0\u3000", "\u200b\u200d\ufeff", "\u202e\u0301", "\x01\u0301"])
+def test_text_of_whitespace_format_control_or_combining_characters_alone_is_refused(text):
+    with pytest.raises(ValueError) as refused:
+        visible_text(text)
+
+    assert str(refused.value) == "must not be blank"
