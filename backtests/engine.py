@@ -700,6 +700,10 @@ def plain(value: Any) -> Any:
     return value
 
 
+class ShortForOnce(Exception):
+    """The runonce pass could not compute the indicators over bars this few (see `_decided`'s `_once`)."""
+
+
 def _decided(strategy: type) -> type:
     """The strategy as it runs here: identical, except that its broker learns when `stop()` begins."""
 
@@ -715,6 +719,10 @@ def _decided(strategy: type) -> type:
         policy.AHEAD[0] = True
         try:
             strategy._once(self)  # type: ignore[attr-defined]
+        except IndexError:
+            # Backtrader's runonce writes an indicator's first value past the series' end when the bars are fewer
+            # than its warm-up (an SMA(20) on 8 bars): an honest run failed. It is made again bar by bar.
+            raise ShortForOnce from None
         finally:
             policy.AHEAD[0] = False
 
@@ -758,7 +766,8 @@ def _execute(
     when the strategy caught it. Indicators are computed over every bar before the first (runonce: about half a
     run's time); when strategy code would run in that pass (an indicator of its own, a function handed to a
     built-in one), it is stopped before its first line and the run is made again bar by bar, where every
-    indicator advances with the strategy. Where strategy frames are not counted, or `runonce` is False, the run is
+    indicator advances with the strategy; so is a run whose bars are fewer than an indicator's warm-up, which that
+    pass cannot compute (`ShortForOnce`). Where strategy frames are not counted, or `runonce` is False, the run is
     bar by bar."""
     built = [] if built is None else built
     _lookahead_guards()
@@ -766,7 +775,7 @@ def _execute(
         built.append(build(True))
         try:
             return built[-1], _run_refusing(built[-1])
-        except policy.RanAhead:
+        except (policy.RanAhead, ShortForOnce):
             pass
     built.append(build(False))
     return built[-1], _run_refusing(built[-1])
@@ -845,24 +854,10 @@ def cut_decisions(
     """One cut run of the truncation probe: the strategy on `datas`, the bars up to the cut (the job never holds the
     later ones), and the order decisions it took (as `as_recorded` gives them), with what ended the run early when
     it did not reach its end. The worker compares them with the full run's (`probing.judged`): the full run, and
-    every other cut, ran in other jobs."""
-    built: list[bt.Cerebro] = []
-    crash = None
-    # Backtrader's runonce fails on bars fewer than an indicator's warm-up (it writes the warm-up's first value past
-    # the series' end), which a cut may leave: such a run is made again bar by bar, where it runs to its end.
-    for runonce in (True, False) if aligned(datas) else (False,):
-        try:
-            _execute(lambda once: _cerebro(strategy, datas, simulation, parameters, runonce=once), built,
-                     runonce=runonce)  # fmt: skip
-        except (Refused, PolicyViolation, EngineError):
-            raise
-        except Exception as error:
-            if not built[-1].broker.stopping:
-                crash = f"{type(error).__name__}: {error}"
-                continue
-        crash = None
-        break
-    return as_recorded(built[-1].broker.decisions), crash
+    every other cut, ran in other jobs. A cut inside an indicator's warm-up runs bar by bar (`ShortForOnce`)."""
+    return _probe_decisions(
+        lambda once: _cerebro(strategy, datas, simulation, parameters, runonce=once), aligned(datas)
+    )
 
 
 def streamed_decisions(
@@ -877,10 +872,16 @@ def streamed_decisions(
     step at a time, and the order decisions it took, with what ended it early when it did not reach its end. Every
     decision is taken before the bars after it exist in this process; the worker compares them all with the full
     run's (`probing.judged`)."""
+    return _probe_decisions(lambda _: _cerebro(strategy, datas, simulation, parameters, runonce=False, stream=stream),
+                            False)  # fmt: skip
+
+
+def _probe_decisions(build: Callable[[bool], bt.Cerebro], runonce: bool) -> tuple[list[dict[str, Any]], str | None]:
+    """A probe run's decisions and, when it failed before its end, why (a refusal fails it as it fails a full run;
+    a failure in `stop()` does not count: decisions taken there are not compared)."""
     built: list[bt.Cerebro] = []
     try:
-        _execute(lambda _: _cerebro(strategy, datas, simulation, parameters, runonce=False, stream=stream), built,
-                 runonce=False)  # fmt: skip
+        _execute(build, built, runonce=runonce)
     except (Refused, PolicyViolation, EngineError):
         raise
     except Exception as error:

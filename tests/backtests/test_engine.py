@@ -133,3 +133,24 @@ def test_a_date_number_is_formatted_as_its_utc_second_across_days_and_the_roundi
     assert [engine.iso(num) for num in nums] == [formatted(num) for num in nums]
     assert engine.iso(day + 86399.6 / 86400) == "2024-03-09T00:00:00Z"
     assert engine.iso(day + (9 * 3600 + 30 * 60 + 5) / 86400) == "2024-03-08T09:30:05Z"
+
+
+def test_a_run_on_fewer_bars_than_an_indicators_warm_up_completes_bar_by_bar():
+    # Backtrader's runonce pass wrote the SMA's first value past the series' end: an honest strategy buying in
+    # prenext on 8 bars failed with IndexError (found from outside). The run is made again bar by bar.
+    code = (
+        "class Early(bt.Strategy):\n"
+        "    def __init__(self):\n"
+        "        self.sma = bt.ind.SMA(self.data.close, period=20)\n\n"
+        "    def prenext(self):\n"
+        "        if not self.position:\n"
+        "            self.buy(size=1)\n"
+    )
+    simulation = {"initial_cash": 10_000, "commission": 0, "leverage": 1, "buy_on_close": False}
+
+    outcome = sandbox.run_job(source=code, datas=[walk("SHORT", bars=8)], simulation=simulation, parameters={},
+                              probe=3)  # fmt: skip
+
+    assert outcome.ok is True, outcome.error
+    assert (outcome.result["orders"]["submitted"], outcome.result["open_positions"][0]["size"]) == (1, 1)
+    assert outcome.result["lookahead_check"]["status"] == "passed"
