@@ -410,6 +410,10 @@ class PrintBuffer:
             self.buffer.write(text)
 
         def _call_print(self, *objects: object, **kwargs: object) -> None:
+            if AHEAD[0]:
+                # `print` handed to an indicator as its function (`func=print`) is this method, no strategy frame:
+                # runonce would print every future bar's window, for `printed` to read. Stopped as strategy code is.
+                raise RanAhead
             sep = kwargs.get("sep", " ")
             end = kwargs.get("end", "\n")
             self.buffer.write(str(sep).join(str(item) for item in objects) + str(end))

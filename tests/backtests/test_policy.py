@@ -161,3 +161,19 @@ def test_a_refused_read_is_refused_again_and_never_cleared():
         with pytest.raises(AttributeError, match="`_hidden` is not available"):
             checks.getattr(Bars(), "_hidden")
     assert checks.cleared == set()
+
+
+def test_print_handed_to_an_indicator_is_stopped_in_the_pass_ahead_of_the_strategy_and_writes_nothing():
+    # `func=print` is the collector's _call_print, no strategy frame: runonce would have printed every future
+    # window into what `printed` reads (found from outside; only storing its None failed the run).
+    prints = policy.PrintBuffer()
+    printing = prints.collector()._call_print
+    policy.AHEAD[0] = True
+    try:
+        with pytest.raises(policy.RanAhead):
+            printing(101.5)
+    finally:
+        policy.AHEAD[0] = False
+    printing(99.0)
+
+    assert prints.text() == "99.0\n"
