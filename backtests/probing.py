@@ -71,6 +71,13 @@ def cut(data: dict[str, Any], until_us: int) -> dict[str, Any]:
     return {key: (value[:keep] if isinstance(value, list) else value) for key, value in data.items()}
 
 
+def cuts_check(checked: list[str], k: int = PROBE_CUTS, difference: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A probe's check from cut runs: passed over the `checked` cuts, or failed at `difference`."""
+    if difference is None:
+        return {"status": "passed", "method": "cuts", "k": k, "cuts": checked}
+    return {"status": "failed", "method": "cuts", "k": k, "cuts": checked, "first_difference": difference}
+
+
 def not_run(reason: str, k: int = PROBE_CUTS) -> dict[str, Any]:
     """A probe's check when it could not run, saying why."""
     return {"status": "not_run", "k": k, "cuts": [], "reason": reason}

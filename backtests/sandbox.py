@@ -478,8 +478,8 @@ def _probe(
         checked.append(probing.iso(until / 86_400_000_000.0 + probing.EPOCH_ORDINAL))
         difference = probing.judged(recorded, until, last.result["decisions"], last.result["crash"], streamed=False)
         if difference is not None:
-            return {"status": "failed", "method": "cuts", "k": k, "cuts": checked, "first_difference": difference}, last
-    return {"status": "passed", "method": "cuts", "k": k, "cuts": checked}, last
+            return probing.cuts_check(checked, k, difference), last
+    return probing.cuts_check(checked, k), last
 
 
 # A probe's rerun that ran out of time or memory leaves the full run as it was: the probe is not run, saying why
@@ -518,7 +518,7 @@ def _streamed(
 def probe_key() -> bytes:
     """The secret the probe's cuts are drawn with (derived from SECRET_KEY): the same cuts for the same run on every
     worker, none a strategy can know."""
-    return salted_hmac("leroy.backtests.probe_cuts", "cuts").digest()
+    return salted_hmac("leroy.backtests.probe_cuts", "cuts", algorithm="sha256").digest()
 
 
 def _run_one(
@@ -569,9 +569,6 @@ class Streamer:
         return True
 
 
-STEP_COLUMNS = ("ts_us", "open", "high", "low", "close", "volume")
-
-
 def streamable(datas: list[dict[str, Any]]) -> bool:
     """Whether the probe can stream these datas: the same bar times for every data (a step is one bar of each) and
     every column a number, as a step carries them."""
@@ -588,6 +585,7 @@ def streamable(datas: list[dict[str, Any]]) -> bool:
 # value already is exactly that type (and a float finite, as JSON would insist), so the child gets equal lists.
 PACKED_COLUMNS = {"ts_us": ("q", int), "open": ("d", float), "high": ("d", float), "low": ("d", float),
                   "close": ("d", float), "volume": ("d", float)}  # fmt: skip
+STEP_COLUMNS = tuple(PACKED_COLUMNS)  # a streamed step's columns, in probing.STEP_ROW's order
 
 
 def _packable(values: Any, kind: type, code: str) -> array.array | None:

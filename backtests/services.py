@@ -1166,7 +1166,7 @@ def _probe_of_cuts(cuts: list[ProbeCut], best: OptimizationRun) -> dict[str, Any
         if cut.outcome["status"] != "passed":
             return {**cut.outcome, "cuts": checked + cut.outcome["cuts"]} | _probed(best)
         checked += cut.outcome["cuts"]
-    return {"status": "passed", "method": "cuts", "k": PROBE_CUTS, "cuts": checked} | _probed(best)
+    return probing.cuts_check(checked) | _probed(best)
 
 
 def _probe_job(optimization: Optimization, best: OptimizationRun | None) -> dict[str, Any] | None:
