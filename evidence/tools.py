@@ -52,8 +52,8 @@ async def evaluate_current_setup(call: ToolCall, args: EvaluateArgs) -> Evaluati
     Resolves the latest verified frame for `symbol`, the live states of the registered strategies, the regime, and
     the strongest Market Memory tier with the minimum sample per side and horizon (lower tiers are never pooled).
     A missing comparison is a valid answer: nulls are not estimates. Costs 1 lookup (`side: "both"` = 2); an
-    identical request on the same frame is served from cache for 0; no usable frame, or only horizons past today's
-    close, costs nothing. Research only: nothing here places an order.
+    identical request on the same frame is served from cache for 0; no usable frame (none, or stale), or only horizons
+    past today's close, costs nothing. Research only: nothing here places an order.
     """
 
     def evaluate() -> EvaluationOut:
@@ -119,7 +119,7 @@ async def search_market_memory(call: ToolCall, args: SearchArgs) -> SearchOut:
 async def compare_historical_analogues(call: ToolCall, args: SetupArgs) -> AnaloguesOut:
     """The stored rows of the Market Memory key matched by the symbol's current frame (strongest tier with the
     minimum sample), nearest first, with their outcomes at every horizon (null where a label crossed the close).
-    Costs 1 lookup; no usable frame costs nothing."""
+    Costs 1 lookup; no usable frame (none, or stale) or a horizon past today's close costs nothing."""
     return await _metered(call, args, AnaloguesOut, lambda: research.historical_analogues(args=args))
 
 
@@ -135,7 +135,8 @@ async def get_market_regime(call: ToolCall, args: RegimeArgs) -> RegimeOut:
       access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
 async def explain_setup_failure(call: ToolCall, args: SetupArgs) -> FailureOut:
     """How the losing rows of the current frame's matched setup differed from its winners: excursions, time of
-    day and regime, from the artifact's stored rows only (the sample is stated). Costs 1 lookup."""
+    day and regime, from the artifact's stored rows only (the sample is stated). Costs 1 lookup;
+    free as compare_historical_analogues is."""
     return await _metered(call, args, FailureOut, lambda: research.setup_failure(args=args))
 
 
@@ -143,7 +144,8 @@ async def explain_setup_failure(call: ToolCall, args: SetupArgs) -> FailureOut:
       access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
 async def compare_against_benchmark(call: ToolCall, args: SetupArgs) -> BenchmarkOut:
     """The current frame's matched setup next to the benchmark's direction baseline (same side and horizon, over
-    all its ready minutes: not the setup's sessions), both from the artifact. Costs 1 lookup."""
+    all its ready minutes: not the setup's sessions), both from the artifact. Costs 1 lookup;
+    free as compare_historical_analogues is."""
     return await _metered(call, args, BenchmarkOut, lambda: research.benchmark_comparison(args=args))
 
 
@@ -151,7 +153,8 @@ async def compare_against_benchmark(call: ToolCall, args: SetupArgs) -> Benchmar
       access="subscriber", scope="mcp:read", metering="lookup")  # fmt: skip
 async def simulate_exit_policy(call: ToolCall, args: ExitPolicyArgs) -> ExitPolicyOut:
     """Replay a stop / target / time exit over the matched setup's stored excursions. Rows that touched both
-    levels are reported as unresolved: the artifact does not store which came first. Costs 1 lookup."""
+    levels are reported as unresolved: the artifact does not store which came first. Costs 1 lookup;
+    free as compare_historical_analogues is."""
     return await _metered(call, args, ExitPolicyOut, lambda: research.exit_policy_simulation(args=args))
 
 

@@ -267,6 +267,16 @@ def frame_is_stale(frame: Frame, at: datetime) -> bool:
     return age.total_seconds() > settings.LEROY_FRAME_STALE_SECONDS
 
 
+def horizons_within(frame: Frame, at: datetime, horizons: tuple[int, ...]) -> tuple[int, ...]:
+    """The horizons a decision on `frame` at `at` can hold before the session's close (an outcome never crosses it,
+    so Market Memory has none to show past it). They count from the frame's bar, or from the last complete minute
+    when the frame is older (a stale frame's time is not now: a 60-minute holding entered now ends an hour from
+    now, whatever bar the frame shows)."""
+    start = max(frame.source_time, at.replace(second=0, microsecond=0) - MINUTE)
+    close = calendar.session_bounds(frame.session)[1]
+    return tuple(h for h in horizons if not calendar.horizon_crosses_close(start, h, close))
+
+
 @dataclass(frozen=True)
 class CurrentFrame:
     """The frame of a symbol as evaluate_current_setup would use it, or why there is none."""

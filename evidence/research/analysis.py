@@ -13,6 +13,7 @@ from typing import Any
 
 from accounts.models import User
 from evidence.live import frames
+from evidence.marketdata import calendar
 from evidence.marketdata.selectors import symbol_get
 from evidence.memory.artifact import BAND_MAX, BPS, EXCURSION_LEVELS_BPS, RESERVOIR_SIZE, SYMBOL_BASELINE, TIER_KEYS
 from evidence.memory.reader import PCT, Evidence, MemoryReader
@@ -126,6 +127,7 @@ class Setup:
     match: Evidence | None
     reason: str | None
     asset_class: str = ""  # the pool of the symbol's cross-ticker tiers
+    within: bool = True  # the horizon ends before today's close: Market Memory was looked up
 
     @property
     def usable(self) -> bool:
@@ -177,6 +179,8 @@ def setup_resolve(*, symbol: str, side: str, horizon: int, reader: MemoryReader,
     assert regime is not None
     context = FrameContext(symbol=ticker, side=side, source_time=frame.source_time, frame_status=current.status,  # type: ignore[arg-type]
                            active_signals=mask_names(mask), regime=regime_of(regime))  # fmt: skip
+    if not frames.horizons_within(frame, at, (horizon,)):  # as evaluate_current_setup: no outcome to compare with
+        return Setup(context, mask, regime, None, calendar.HORIZON_CROSSES_CLOSE, reader.pool(ticker), within=False)
     match = reader.lookup(symbol=ticker, side=side, mask=mask, regime=regime, horizons=(horizon,))[horizon]
     return Setup(context, mask, regime, match, None if match else NO_SAMPLE, reader.pool(ticker))
 
@@ -198,7 +202,9 @@ def _setup_fields(setup: Setup, reader: MemoryReader) -> dict[str, Any]:
 
 
 def _units(setup: Setup) -> int:
-    return 1 if setup.usable else 0  # no usable frame: nothing was looked up, nothing is charged
+    """One lookup for a fresh frame's setup looked up in Market Memory; none without a usable frame (none, or a
+    stale one, whose history is shown as evaluate_current_setup shows it) or past today's close."""
+    return 1 if setup.usable and setup.within and setup.context.frame_status == "available" else 0
 
 
 # --- leaders ---------------------------------------------------------------------------------------------------
@@ -438,7 +444,7 @@ def benchmark_comparison(*, args: SetupArgs) -> Answer:
     setup = setup_resolve(symbol=args.symbol, side=args.side, horizon=args.horizon_minutes, reader=reader, at=at)
     benchmark_symbol = reader.manifest["corpus"]["benchmark"]
     benchmark = benchmark_reason = None
-    if setup.usable:
+    if setup.usable and setup.within:
         found = reader.key_evidence(tier=SYMBOL_BASELINE, side=args.side, horizon=args.horizon_minutes,
                                     symbol=benchmark_symbol)  # fmt: skip
         if found is not None and found.distinct_sessions >= reader.min_sessions:

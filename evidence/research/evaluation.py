@@ -274,9 +274,9 @@ def _evaluated(args: EvaluateArgs, situation: Situation) -> tuple[EvaluationOut,
     consulted = 0
     if frame is not None and regime is not None:
         # A horizon that would end past today's close has no outcome to compare with: history is looked up for none.
-        close = calendar.session_bounds(frame.session)[1]
-        within = tuple(h for h in horizons if not calendar.horizon_crosses_close(frame.source_time, h, close))
-        consulted = len(sides) if within else 0
+        # A stale frame is not usable: its history is shown, as the contract says, and charged for none.
+        within = frames.horizons_within(frame, at, tuple(horizons))
+        consulted = len(sides) if within and current.status == "available" else 0
         side_confluence = []
         for side in sides:
             mask = _mask(frame, side) or 0

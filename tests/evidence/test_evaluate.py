@@ -148,7 +148,8 @@ def test_stale_frame_still_shows_verified_history(fed_world, user):
     assert result.current_market_frame.frame_status == "stale"
     assert result.presentation.state == "stale_frame"
     assert any(row.availability == "available" for row in result.historical_evidence)
-    assert result.usage.lookup_cost == 1
+    assert result.usage.lookup_cost == 0  # a stale frame is not usable: its history is shown, not charged
+    assert UsageEvent.objects.exists() is False
 
 
 def test_no_frame_yet_in_the_session_is_unavailable(world, user):
@@ -242,6 +243,24 @@ def test_a_horizon_that_would_end_past_todays_close_shows_no_history(world, user
     assert {by_horizon[h].sample_size for h in (15, 30, 60)} == {None}
     assert by_horizon[5].reason != calendar.HORIZON_CROSSES_CLOSE
     assert [m.horizon_minutes for m in result.market_memory.matches if m.horizon_minutes != 5] == []
+
+
+def test_a_stale_frames_horizons_count_from_now_not_from_its_bar(world, user):
+    from evidence.live import frames
+    from evidence.marketdata import calendar
+
+    close = frames.open_session(world.replay).close
+    with time_machine.travel(close - timedelta(minutes=30), tick=False):  # the frame's bar starts at close - 31 min
+        frames.replay_tick()
+        frames.frames_refresh()
+    with time_machine.travel(close - timedelta(minutes=10), tick=False):  # no newer frame: a halt
+        result = evaluate(user, symbol="ALFA", side="buy")
+
+    by_horizon = {row.horizon_minutes: row for row in result.historical_evidence}
+    assert (result.status, result.current_market_frame.source_time) == ("stale_frame", close - timedelta(minutes=31))
+    assert [h for h, row in by_horizon.items() if row.reason == calendar.HORIZON_CROSSES_CLOSE] == [15, 30, 60]
+    assert [m.horizon_minutes for m in result.market_memory.matches if m.horizon_minutes != 5] == []
+    assert UsageEvent.objects.exists() is False
 
 
 def test_minutes_before_the_close_every_horizon_shows_no_history_and_costs_nothing(world, user):

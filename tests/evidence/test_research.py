@@ -6,6 +6,8 @@ import time_machine
 from accounts import services as account_services
 from billing.models import UsageEvent
 from billing.services import BillingError
+from evidence.live import frames
+from evidence.marketdata import calendar
 from evidence.memory.artifact import BPS, SYMBOL_BASELINE
 from evidence.memory.reader import PCT, MemoryReader
 from evidence.memory.selectors import memory_reader
@@ -188,6 +190,55 @@ def test_analogues_without_a_frame_are_unavailable_and_free(world, user):
 
     assert (result.status, result.match, result.analogues) == ("unavailable", None, [])
     assert result.reason == "No verified frame for ALFA in the current session yet."
+    assert result.usage.lookup_cost == 0
+    assert UsageEvent.objects.exists() is False
+
+
+SETUP_TOOLS = [
+    ("compare_historical_analogues", SetupArgs),
+    ("explain_setup_failure", SetupArgs),
+    ("compare_against_benchmark", SetupArgs),
+    ("simulate_exit_policy", lambda **kw: ExitPolicyArgs(**kw, stop_bps=50, target_bps=50)),
+]
+
+
+@pytest.mark.parametrize(("tool", "args"), SETUP_TOOLS)
+def test_a_setup_tools_horizon_past_todays_close_is_not_looked_up_and_free(world, user, tool, args):
+    close = frames.open_session(world.replay).close
+    with time_machine.travel(close - timedelta(minutes=10), tick=False):  # the frame's bar starts at close - 11 min
+        frames.replay_tick()
+        frames.frames_refresh()
+        result = call_tool(user, tool, args(symbol="ALFA", side="buy", horizon_minutes=15))
+
+    assert (result.status, result.reason, result.match) == (
+        "no_comparable_sample",
+        calendar.HORIZON_CROSSES_CLOSE,
+        None,
+    )
+    assert result.frame.source_time == close - timedelta(minutes=11)
+    assert result.usage.lookup_cost == 0
+    assert UsageEvent.objects.exists() is False
+
+
+def test_a_setup_tools_horizon_that_fits_before_the_close_is_looked_up_and_charged(world, user):
+    close = frames.open_session(world.replay).close
+    with time_machine.travel(close - timedelta(minutes=10), tick=False):
+        frames.replay_tick()
+        frames.frames_refresh()
+        result = call_tool(
+            user, "compare_historical_analogues", SetupArgs(symbol="ALFA", side="buy", horizon_minutes=5)
+        )
+
+    assert result.reason != calendar.HORIZON_CROSSES_CLOSE
+    assert result.usage.lookup_cost == 1
+
+
+@pytest.mark.parametrize(("tool", "args"), SETUP_TOOLS)
+def test_a_stale_frames_setup_shows_its_history_and_is_free(fed_world, user, tool, args):
+    with time_machine.travel(fed_world.replay + timedelta(minutes=10), tick=False):  # a halt: no newer frame
+        result = call_tool(user, tool, args(symbol="ALFA", side="buy", horizon_minutes=15))
+
+    assert (result.status, result.frame.frame_status) == ("matched", "stale")
     assert result.usage.lookup_cost == 0
     assert UsageEvent.objects.exists() is False
 
