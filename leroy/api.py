@@ -303,6 +303,10 @@ def _view(spec: ToolSpec) -> Any:
             return await answer(request, user_id, _strict_args(request, spec))
 
         with_body.__annotations__["args"] = spec.args
+        if not any(field.is_required() for field in spec.args.model_fields.values()):
+            # ninja validates an empty body (no Content-Length, or 0) as no arguments at all, never reaching the
+            # parser: with every argument optional that is the call `{}`, so the body model defaults to it.
+            with_body.__defaults__ = (spec.args(),)
         return with_body
 
     async def without_body(request: HttpRequest) -> Any:

@@ -422,6 +422,34 @@ def test_a_body_giving_a_name_twice_is_refused_naming_it_and_charges_nothing(own
     assert UsageEvent.objects.exists() is False
 
 
+@pytest.mark.django_db
+def test_an_empty_body_to_a_route_whose_arguments_are_all_optional_is_the_call_with_none(world):
+    path = "/api/v1/evidence/get_data_lineage"
+
+    empty = Client().post(path, b"", content_type="application/json")
+    without = Client().generic("POST", path)  # no body and no Content-Type at all
+    braces = Client().post(path, b"{}", content_type="application/json")
+
+    assert (empty.status_code, without.status_code, braces.status_code) == (200, 200, 200)
+    assert empty.json() == without.json() == braces.json()
+    assert braces.json()["artifact_sha256"] == world.sha256
+
+
+def test_an_empty_body_to_a_route_with_a_required_argument_is_refused_naming_it(db):
+    response = Client().post("/api/v1/evidence/get_log_inclusion_proof", b"", content_type="application/json")
+
+    assert (response.status_code, response.json()) == (
+        422,
+        {
+            "error": {
+                "code": "invalid_arguments",
+                "message": "Invalid arguments: index: Field required",
+                "problems": [{"field": "index", "problem": "Field required"}],
+            }
+        },
+    )
+
+
 DOCS = ["/api/v1/docs", "/api/v1/openapi.json"]
 
 
