@@ -18,8 +18,13 @@ from leroy.errors import DomainError
 # NUL cannot be stored in PostgreSQL text and a lone surrogate is not UTF-8: neither is a valid argument. Nor is an
 # integer JSON does not carry exactly everywhere (I-JSON, RFC 7493: beyond 2^53 - 1 a double rounds it): an answer
 # echoing it could not be hashed for its receipt (RFC 8785), and past 2^63 no database column or OFFSET takes it.
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_SURROGATES = "\ud800-\udfff"  # in a str, each one is alone (a pair is one code point): no UTF-8 encodes it
+_UNSTORABLE = re.compile(f"[\x00{_SURROGATES}]")
 _EXACT_INTEGERS = range(-(2**53 - 1), 2**53)
+# pydantic's JSON parser refuses a lone surrogate's escape as a flaw of the whole text ("Invalid JSON" at a column of
+# a text the caller never sent, naming no field). Python's parser takes it, so a REST body can carry one: it reaches
+# the strict parse as a NUL instead, which the field's own check (_storable) refuses in the same words.
+_LONE_SURROGATE = re.compile(f"[{_SURROGATES}]")
 
 
 def _storable(value: Any) -> Any:
@@ -236,7 +241,8 @@ class ToolArgs(BaseModel):
         if repeated := repeated_names(arguments):
             raise arguments_refused(dict.fromkeys(repeated, GIVEN_TWICE))
         try:
-            return cls.model_validate_json(json.dumps(arguments), strict=True)
+            text = _LONE_SURROGATE.sub(r"\\u0000", json.dumps(arguments, ensure_ascii=False))
+            return cls.model_validate_json(text, strict=True)
         except ValidationError as error:
             raise invalid_arguments(error) from None
 

@@ -450,6 +450,31 @@ def test_an_empty_body_to_a_route_with_a_required_argument_is_refused_naming_it(
     )
 
 
+def test_a_lone_surrogate_in_the_body_is_refused_at_its_field_beside_the_others(db):
+    # Python's parser takes the escape; pydantic's refused the re-encoded text as a whole, naming "arguments".
+    response = Client().post(
+        "/api/v1/evidence/get_historical_replay",
+        b'{"symbol": "AB\\ud800", "limit": "5"}',
+        content_type="application/json",
+    )
+
+    unstorable = "Value error, text must not contain NUL characters or lone surrogates"
+    assert (response.status_code, response.json()) == (
+        422,
+        {
+            "error": {
+                "code": "invalid_arguments",
+                "message": f"Invalid arguments: limit: Input should be a valid integer; symbol: {unstorable}",
+                "problems": [
+                    {"field": "limit", "problem": "Input should be a valid integer"},
+                    {"field": "symbol", "problem": unstorable},
+                ],
+            }
+        },
+    )
+    assert UsageEvent.objects.exists() is False
+
+
 DOCS = ["/api/v1/docs", "/api/v1/openapi.json"]
 
 
