@@ -1,17 +1,17 @@
 """Arguments and results of the evidence-alert tools; results are built from rows by their own `of()`."""
 
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import Literal, Self
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field
 
 from alerts.models import AlertRule, Attempt, Delivery
 from evidence.memory.strategies import STRATEGIES
+from evidence.vocabulary import Ticker
 from leroy.schemas import Instant, Name, ToolArgs
 
 ALERT_ID = r"^alr_[0-9a-f]{24}$"
 DELIVERY_ID = r"^dlv_[0-9a-f]{24}$"
-Ticker = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9.\-]{0,9}$")]
 # A side has at most one active signal per registered strategy: a higher minimum could never match.
 MAX_ACTIVE_SIGNALS = len(STRATEGIES)
 

@@ -8,6 +8,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from alerts import services, signing
 from alerts.models import AlertRule, Attempt, Delivery
+from evidence.schemas import EvaluateArgs
+from leroy.errors import DomainError
 from tests.alerts.conftest import make_rule
 from tests.alerts.receiver import verify
 from tests.conftest import MCP_URL
@@ -293,3 +295,16 @@ async def test_a_minimum_of_active_signals_above_the_registered_strategies_creat
     at = await call(mcp_http, write_key, "create_evidence_alert", create_args(receiver.url(), min_active_signals=count))
     assert at.is_error is False
     assert [rule.min_active_signals async for rule in AlertRule.objects.all()] == [count]
+
+
+@pytest.mark.parametrize("ticker", ["ABCDEFGHIJK", "1AB", "A B", ""])
+async def test_a_ticker_the_evidence_tools_refuse_is_refused_alike_and_creates_nothing(mcp_http, write_key, ticker):
+    # Alerts kept a Ticker of their own, which refused an 11-letter ticker in other words than the evidence tools.
+    with pytest.raises(DomainError) as evidence:
+        EvaluateArgs.from_arguments({"symbol": ticker, "side": "buy"})
+    arguments = create_args("https://h.example.com/", universe=False, symbols=[ticker])
+    result = await call(mcp_http, write_key, "create_evidence_alert", arguments)
+
+    [problem] = evidence.value.details["problems"]
+    assert result.structured_content["error"]["problems"] == [{"field": "symbols.0", "problem": problem["problem"]}]
+    assert await AlertRule.objects.aexists() is False
