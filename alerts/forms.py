@@ -1,7 +1,7 @@
 from django import forms
 
 from alerts.models import HORIZONS, SIDES, TIERS
-from alerts.schemas import MAX_ACTIVE_SIGNALS
+from evidence.memory.strategies import MAX_ACTIVE_SIGNALS
 from leroy.schemas import visible_text
 
 

@@ -6,14 +6,12 @@ from typing import Literal, Self
 from pydantic import BaseModel, Field
 
 from alerts.models import AlertRule, Attempt, Delivery
-from evidence.memory.strategies import STRATEGIES
+from evidence.memory.strategies import MAX_ACTIVE_SIGNALS
 from evidence.vocabulary import Ticker
 from leroy.schemas import Instant, Name, ToolArgs
 
 ALERT_ID = r"^alr_[0-9a-f]{24}$"
 DELIVERY_ID = r"^dlv_[0-9a-f]{24}$"
-# A side has at most one active signal per registered strategy: a higher minimum could never match.
-MAX_ACTIVE_SIGNALS = len(STRATEGIES)
 
 
 class CreateAlertArgs(ToolArgs):

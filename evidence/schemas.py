@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from evidence.memory.strategies import MAX_ACTIVE_SIGNALS
 from evidence.publication.schemas import CheckpointOut, Receipt
 from evidence.vocabulary import (
     AssetClass,
@@ -361,7 +362,9 @@ class SearchArgs(ToolArgs):
         default=None, ge=1, description="Minimum distinct sessions; never below the artifact's own minimum"
     )
     signals: list[str] = Field(
-        default_factory=list, max_length=41, description="Strategy names that must all be active in the key"
+        default_factory=list,
+        max_length=MAX_ACTIVE_SIGNALS,
+        description="Strategy names that must all be active in the key",
     )
     # The Ticker every evidence tool takes: a plain string once let "   " through as a blank unknown symbol and
     # upper-cased "ß" to "SS".

@@ -147,6 +147,8 @@ STRATEGIES: tuple[Strategy, ...] = (
           _both(lambda: above(f("obv_slope"), 0) & above(f("sma20_gap"), 0),
                 lambda: below(f("obv_slope"), 0) & below(f("sma20_gap"), 0)), window=20),
 )  # fmt: skip
+# A side has at most one active signal per registered strategy: no key holds more, and asking for more matches none.
+MAX_ACTIVE_SIGNALS = len(STRATEGIES)
 
 
 def registry_lineage() -> dict[str, Any]:

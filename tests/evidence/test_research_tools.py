@@ -9,6 +9,7 @@ from prometheus_client import REGISTRY
 from billing.models import Transfer, UsageEvent
 from evidence import tools as evidence_tools
 from evidence.live import frames
+from evidence.memory import strategies
 from evidence.models import AnswerReceipt, ResearchHypothesis
 from tests.conftest import MCP_URL
 from tests.mcp.test_transport import modern_call, modern_headers, sse_or_json
@@ -200,5 +201,20 @@ async def test_search_refuses_a_symbol_as_every_evidence_tool_does_and_charges_n
     assert (search.is_error, error["code"]) == (True, "invalid_arguments")
     assert error["problems"] == [{"field": "symbol", "problem": pattern}]
     assert analogues.structured_content["error"]["problems"] == error["problems"]
+    assert await UsageEvent.objects.aexists() is False
+    assert await AnswerReceipt.objects.aexists() is False
+
+
+async def test_search_takes_at_most_one_signal_per_registered_strategy_and_charges_nothing(mcp_http, api_key):
+    # The bound was written out as 41 beside the registry it counts; it is now the registry's MAX_ACTIVE_SIGNALS.
+    names = [strategy.name for strategy in strategies.STRATEGIES]
+    arguments = {"side": "buy", "horizon_minutes": 5, "signals": [*names, names[0]]}
+    async with Client(streamable_http_client(MCP_URL, http_client=mcp_http(api_key)), mode="2026-07-28") as client:
+        over = await client.call_tool("search_market_memory", arguments)
+
+    most = strategies.MAX_ACTIVE_SIGNALS
+    problem = f"List should have at most {most} items after validation, not {most + 1}"
+    assert (most, over.is_error) == (len(names), True)
+    assert over.structured_content["error"]["problems"] == [{"field": "signals", "problem": problem}]
     assert await UsageEvent.objects.aexists() is False
     assert await AnswerReceipt.objects.aexists() is False
