@@ -29,7 +29,7 @@ from leroy.errors import DATABASE_RETRY_AFTER, DomainError, database_unavailable
 from leroy.mcp import calllog
 from leroy.mcp.registry import REGISTRY, Principal, ToolSpec
 from leroy.ratelimit import rate_limit_retry_after
-from leroy.schemas import TOO_DEEP, NestedTooDeep, json_loads, repeated_names
+from leroy.schemas import TOO_DEEP, NestedTooDeep, arguments_refused, json_loads, repeated_names
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +160,12 @@ async def _respond(
     header_list.append((b"content-length", str(len(raw)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": header_list})
     await send({"type": "http.response.body", "body": raw})
+
+
+async def _invalid_params(scope: Scope, send: Send, request_id: Any, error: dict[str, Any]) -> None:
+    """A -32602 (invalid params) error, with the status the SDK answers it with: 400 at 2026-07-28, else 200."""
+    status = 400 if _header(scope, b"mcp-protocol-version") == MODERN else 200
+    await _respond(send, status, {"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
 def _with_cors(send: Send, origin: str | None) -> Send:
@@ -480,9 +486,7 @@ class McpTransport:
                 [f"missing {', '.join(missing)}"] * bool(missing)
                 + [f"{name} takes no {', '.join(unknown)}"] * bool(unknown)
             )[:500]
-        error = {"code": -32602, "message": f"Invalid params: {problem}"}
-        status = 400 if _header(scope, b"mcp-protocol-version") == MODERN else 200  # as the SDK answers -32602
-        await _respond(send, status, {"jsonrpc": "2.0", "id": message.get("id"), "error": error})
+        await _invalid_params(scope, send, message.get("id"), {"code": -32602, "message": f"Invalid params: {problem}"})
         return True
 
     async def _refused_tool_call(self, scope: Scope, message: Any, token: AccessToken | None, send: Send) -> bool:
@@ -541,6 +545,12 @@ class McpTransport:
             # A tools/call without an id is a notification: never answered (JSON-RPC 2.0 §4.1) and never run (the
             # SDK accepts it with a 202), so it meets no credential check that would answer it.
             return False
+        if isinstance(params, dict) and "name" not in params:
+            # The SDK refused it with a bare -32602 (`"data": ""`): named here as every misfit argument is named.
+            refusal = arguments_refused({"params.name": "Field required"})
+            error = {"code": -32602, "message": refusal.message, "data": refusal.payload()["error"]}
+            await _invalid_params(scope, send, request_id, error)
+            return True
         spec = REGISTRY.get(name) if isinstance(name, str) else None
         modern = _header(scope, b"mcp-protocol-version") == MODERN
         if spec is None or (header_name is not None and header_name != name) or (modern and header_name is None):

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from billing.models import UsageEvent
 from tests.mcp.test_transport import MODERN, modern_call, modern_headers, sse_or_json
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
@@ -257,3 +258,32 @@ async def test_a_body_that_is_not_declared_json_is_a_json_rpc_415_and_charges_no
         "error": {"code": -32600, "message": "Unsupported Media Type: Content-Type must be application/json"},
     }
     assert (await UsageEvent.objects.aexists(), await Transfer.objects.aexists()) == (False, False)
+
+
+@pytest.mark.parametrize("era", ["2025-11-25", MODERN])
+async def test_a_tool_call_naming_no_tool_is_invalid_params_naming_the_missing_field(mcp_http, api_key, era):
+    # The SDK answered it with a bare -32602 whose data was "".
+    body = modern_call("probe_echo", {"text": "x"}, request_id=3)
+    del body["params"]["name"]
+    headers = modern_headers("tools/call") if era == MODERN else LEGACY
+    if era != MODERN:
+        del body["params"]["_meta"]
+    async with mcp_http(api_key) as http:
+        response = await http.post("/api/mcp", json=body, headers=headers)
+
+    message = "Invalid arguments: params.name: Field required"
+    assert response.status_code == (400 if era == MODERN else 200)
+    assert sse_or_json(response) == {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "error": {
+            "code": -32602,
+            "message": message,
+            "data": {
+                "code": "invalid_arguments",
+                "message": message,
+                "problems": [{"field": "params.name", "problem": "Field required"}],
+            },
+        },
+    }
+    assert await UsageEvent.objects.aexists() is False
