@@ -56,6 +56,10 @@ class JSONObject(dict[str, Any]):
 
 
 def _json_object(pairs: list[tuple[str, Any]]) -> JSONObject:
+    # A name holding a lone surrogate (I-JSON, RFC 7493 §2.1, forbids one) names no field, and a refusal could not
+    # even echo it as UTF-8: the body is refused as a whole, as the MCP SDK's parser refuses it.
+    if any(_LONE_SURROGATE.search(name) for name, _ in pairs):
+        raise ValueError("an object's name holds a lone surrogate")
     parsed = JSONObject(pairs)
     if len(parsed) < len(pairs):
         parsed.repeated = tuple(name for name, count in Counter(name for name, _ in pairs).items() if count > 1)
@@ -93,7 +97,8 @@ def json_depth(value: Any) -> int:
 
 def json_loads(raw: bytes | str) -> Any:
     """`json.loads`, each object read as a JSONObject: what both edges parse a request body with. NaN, Infinity and
-    -Infinity, which Python's parser takes, are refused as what they are: not JSON (RFC 8259 §6); a body nested
+    -Infinity, which Python's parser takes, are refused as what they are: not JSON (RFC 8259 §6), as is a name
+    holding a lone surrogate (a value holding one is its field's to refuse, see ToolArgs); a body nested
     deeper than MAX_JSON_DEPTH raises NestedTooDeep (a ValueError: a caller that knows only "not JSON" still
     refuses it)."""
     try:

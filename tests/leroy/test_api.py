@@ -242,6 +242,22 @@ def test_a_body_that_is_not_json_is_refused_in_the_refusal_shape(owner, body):
     assert UsageEvent.objects.exists() is False
 
 
+def test_a_name_holding_a_lone_surrogate_refuses_the_body_as_a_whole_and_charges_nothing(owner):
+    # It named no field a refusal could echo: the escape reached the strict parse, which named "\u0000" instead.
+    response = signed_in_client(owner).post(
+        "/api/v1/tests/probe_metered",
+        b'{"side": "buy", "x\\ud800": 1}',
+        content_type="application/json",
+        headers={"X-CSRFToken": TOKEN},
+    )
+
+    assert (response.status_code, response.json()["error"]["problems"]) == (
+        422,
+        [{"field": "body", "problem": "The body is not JSON"}],
+    )
+    assert UsageEvent.objects.exists() is False
+
+
 def test_a_body_over_the_size_limit_is_a_json_413_naming_the_limit_and_charges_nothing(owner, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     body = b'{"side": "buy"' + b" " * 1000 + b"}"  # valid arguments: only their size is refused
