@@ -26,6 +26,7 @@ from leroy.errors import DomainError
 logger = logging.getLogger(__name__)
 MAX_SYMBOLS = 50
 USER_AGENT = "Leroy-Webhooks/1"
+MANUAL_RETRY_AFTER = 5  # seconds: a test or redelivery in flight ends within LEROY_WEBHOOK_TOTAL_TIMEOUT
 RESEARCH_NOTE = "Research-only evidence from Leroy's verified frame and Market Memory; Leroy placed no order."
 _jitter = random.SystemRandom()
 
@@ -507,10 +508,31 @@ def delivery_attempt(*, delivery_id: int) -> Attempt | None:
     return _attempt(delivery_id, Attempt.Trigger.SCHEDULED)
 
 
+def _manual_send_free(user: User, at: datetime) -> None:
+    """Refuse a test or redelivery while another of the account's is in flight. Each holds its request (a web or
+    MCP slot of the process) until the receiver answers or the attempt's deadline passes: an account firing many at
+    a slow receiver filled every slot (found from outside). The account's row lock serialises the check (taken
+    before any rule or delivery lock); an attempt whose worker died stops counting when its lease ends."""
+    User.objects.select_for_update().filter(pk=user.pk).first()
+    leased = at - timedelta(seconds=settings.LEROY_ALERTS_LEASE_SECONDS)
+    manual = (Attempt.Trigger.TEST, Attempt.Trigger.REDELIVER)
+    open_attempts = Attempt.objects.filter(
+        delivery__rule__user=user, trigger__in=manual, finished_at__isnull=True, started_at__gt=leased
+    )
+    if open_attempts.exists():
+        raise AlertError(
+            "delivery_in_flight",
+            "Another test or redelivery of this account is in flight; try again when it ends.",
+            retry_after_seconds=MANUAL_RETRY_AFTER,
+        )
+
+
 def send_test_event(*, user: User, alert_id: str) -> Delivery:
     """Send a signed `alert.test` event now, once; returns its delivery with the attempt's outcome."""
     at = now()
     with transaction.atomic():
+        _own_rule(user, alert_id)  # an unknown alert is refused as such, before the account's lock
+        _manual_send_free(user, at)
         rule = _own_rule(user, alert_id, lock=True)
         if _hourly_budget_left(rule, at) <= 0:
             raise AlertError("rate_limited", "This alert's hourly delivery limit is used up.", alert_id=alert_id)
@@ -539,6 +561,7 @@ def redeliver(*, user: User, delivery_id: str) -> Delivery:
         delivery = Delivery.objects.filter(rule__user=user, public_id=delivery_id).select_related("rule").first()
         if delivery is None:
             raise AlertError("not_found", f"No delivery {delivery_id} in this account.", delivery_id=delivery_id)
+        _manual_send_free(user, at)
         # The attempt is claimed (the delivery locked, its row written), then the rule locked and the budget read
         # with this attempt in it (the delivery's lock before the rule's, as an attempt's finish takes them): a
         # concurrent redelivery or test reads the budget only after this one's attempt is counted or undone.

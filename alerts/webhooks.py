@@ -5,18 +5,24 @@ credentials in the URL, no IP literals in any spelling, and every address the ho
 unicast. The one exception is LEROY_WEBHOOK_ALLOW_HOSTS (`host:port` entries): those receivers may use http and
 loopback or private addresses (self-hosted receivers, tests). The host is resolved once per attempt and the
 connection goes to that checked address (no second lookup, so DNS rebinding cannot redirect it) while TLS still
-verifies the certificate for the hostname. Redirects are never followed, timeouts are short, and at most
-LEROY_WEBHOOK_RESPONSE_BYTES of the answer are read.
+verifies the certificate for the hostname. Redirects are never followed, timeouts are short (and an attempt ends at
+LEROY_WEBHOOK_TOTAL_TIMEOUT in all), and at most LEROY_WEBHOOK_RESPONSE_BYTES of the answer are read.
 """
 
+import contextlib
 import ipaddress
 import socket
+import ssl
+import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import urllib3
 from django.conf import settings
+from urllib3.connection import HTTPConnection
+from urllib3.util.ssl_ import create_urllib3_context
 
 from leroy.errors import DomainError
 
@@ -174,18 +180,100 @@ def _classify(status: int) -> str:
     return "http_error"
 
 
+class Deadline:
+    """An attempt's end, LEROY_WEBHOOK_TOTAL_TIMEOUT after it starts. The connect and read timeouts bound each
+    operation, not a receiver that answers a byte every few seconds (found from outside: one test delivery held its
+    request 336 s, and a few of them every web slot). At the deadline the attempt's socket is shut down, which ends
+    the read or TLS handshake blocked on it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.passed = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._end)
+        self._timer.daemon = True
+
+    def __enter__(self) -> "Deadline":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.passed:
+                _shut(sock)
+
+    def _end(self) -> None:
+        with self._lock:
+            self.passed = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # The plain socket's shutdown, also for TLS: SSLSocket's own drops its SSL state under the blocked reader.
+    with contextlib.suppress(OSError):  # closed already
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _WatchedHTTPConnection(HTTPConnection):
+    """A connection whose socket its attempt's Deadline can shut down."""
+
+    def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        self.deadline.watch(sock)
+        return sock
+
+
+class _WatchedSSLSocket(ssl.SSLSocket):
+    """A TLS socket its attempt's Deadline can shut down from the start of its handshake (wrapping detaches the
+    plain socket the connection watched, so that one can no longer be shut down)."""
+
+    def do_handshake(self, block: bool = False) -> None:
+        self.context.leroy_deadline.watch(self)  # type: ignore[attr-defined]
+        super().do_handshake(block)
+
+
+def _tls_context(deadline: Deadline) -> ssl.SSLContext:
+    """urllib3's default context (CERT_REQUIRED) with the system's CAs unless LEROY_WEBHOOK_CA_BUNDLE names others
+    (urllib3 loads those), its sockets watched by `deadline`."""
+    context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
+    if not settings.LEROY_WEBHOOK_CA_BUNDLE:
+        context.load_default_certs()
+    context.sslsocket_class = _WatchedSSLSocket
+    context.leroy_deadline = deadline  # type: ignore[attr-defined]
+    return context
+
+
 def post(endpoint: Endpoint, *, body: bytes, headers: dict[str, str]) -> Sent:
-    """POST `body` to the endpoint's pinned address; never follows a redirect, never raises for network faults."""
+    """POST `body` to the endpoint's pinned address; never follows a redirect, never raises for network faults,
+    never takes longer than LEROY_WEBHOOK_TOTAL_TIMEOUT (and a moment to close)."""
+    with Deadline(settings.LEROY_WEBHOOK_TOTAL_TIMEOUT) as deadline:
+        return _post(endpoint, body, headers, deadline)
+
+
+def _post(endpoint: Endpoint, body: bytes, headers: dict[str, str], deadline: Deadline) -> Sent:
     timeout = urllib3.Timeout(connect=settings.LEROY_WEBHOOK_CONNECT_TIMEOUT, read=settings.LEROY_WEBHOOK_READ_TIMEOUT)
     pool: urllib3.HTTPConnectionPool
     if endpoint.scheme == "https":
         pool = urllib3.HTTPSConnectionPool(
             endpoint.address, endpoint.port, timeout=timeout, retries=False, maxsize=1,
             cert_reqs="CERT_REQUIRED", ca_certs=settings.LEROY_WEBHOOK_CA_BUNDLE or None,
-            server_hostname=endpoint.host, assert_hostname=endpoint.host,
+            server_hostname=endpoint.host, assert_hostname=endpoint.host, ssl_context=_tls_context(deadline),
         )  # fmt: skip
     else:
-        pool = urllib3.HTTPConnectionPool(endpoint.address, endpoint.port, timeout=timeout, retries=False, maxsize=1)
+        pool = urllib3.HTTPConnectionPool(
+            endpoint.address, endpoint.port, timeout=timeout, retries=False, maxsize=1, deadline=deadline
+        )
+        pool.ConnectionCls = _WatchedHTTPConnection
     started = time.monotonic()
     try:
         response = pool.urlopen(
@@ -210,16 +298,23 @@ def post(endpoint: Endpoint, *, body: bytes, headers: dict[str, str]) -> Sent:
             duration_ms=int((time.monotonic() - started) * 1000),
             retry_after=int(retry_after) if retry_after.isdigit() else None,
         )
-    except urllib3.exceptions.SSLError as error:
-        return _fault("tls_error", error, started)
-    except urllib3.exceptions.NewConnectionError as error:  # a ConnectTimeoutError subclass, so caught first
-        return _fault("connection_error", error, started)
-    except (urllib3.exceptions.TimeoutError, urllib3.exceptions.ConnectTimeoutError) as error:
-        return _fault("timeout", error, started)
     except (urllib3.exceptions.HTTPError, OSError) as error:
-        return _fault("connection_error", error, started)
+        if deadline.passed:  # whatever the shut socket raised, the attempt ran out of time
+            passed = TimeoutError(f"no complete answer within {deadline.seconds:g} s in all")
+            return _fault("timeout", passed, started)
+        return _fault(_fault_kind(error), error, started)
     finally:
         pool.close()
+
+
+def _fault_kind(error: Exception) -> str:
+    if isinstance(error, urllib3.exceptions.SSLError):
+        return "tls_error"
+    if isinstance(error, urllib3.exceptions.NewConnectionError):  # a ConnectTimeoutError subclass, so tested first
+        return "connection_error"
+    if isinstance(error, (urllib3.exceptions.TimeoutError, urllib3.exceptions.ConnectTimeoutError)):
+        return "timeout"
+    return "connection_error"
 
 
 def _fault(kind: str, error: Exception, started: float) -> Sent:

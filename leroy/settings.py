@@ -429,6 +429,7 @@ LEROY_WEBHOOK_PORTS = [int(port) for port in env_list("LEROY_WEBHOOK_PORTS", "44
 LEROY_WEBHOOK_CA_BUNDLE = env_str("LEROY_WEBHOOK_CA_BUNDLE")  # PEM file of trusted CAs; empty: the system store
 LEROY_WEBHOOK_CONNECT_TIMEOUT = 5.0
 LEROY_WEBHOOK_READ_TIMEOUT = 10.0
+LEROY_WEBHOOK_TOTAL_TIMEOUT = 15.0  # an attempt in all: connect, TLS, the answer's status and its first bytes
 LEROY_WEBHOOK_RESPONSE_BYTES = 1024  # of a receiver's answer, kept in the delivery log
 LEROY_ALERTS_MAX_RULES = env_int("LEROY_ALERTS_MAX_RULES", 25)  # per account
 # Per rule and hour: matched deliveries plus test and redeliver sends.

@@ -6,8 +6,10 @@
 import hashlib
 import hmac
 import ipaddress
+import socket
 import ssl
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,6 +83,42 @@ class Receiver:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class Dripper:
+    """A receiver on 127.0.0.1 that never finishes answering: once a connection has sent anything (a request, or a
+    TLS client hello), it answers `answer` one byte every `pause` seconds, each inside any per-read timeout."""
+
+    def __init__(self, answer: bytes, pause: float) -> None:
+        self.answer, self.pause = answer, pause
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.stopped = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drip, args=(sock,), daemon=True).start()
+
+    def _drip(self, sock: socket.socket) -> None:
+        with sock:
+            try:
+                sock.recv(65536)
+                for byte in self.answer:
+                    if self.stopped.is_set():
+                        return
+                    sock.sendall(bytes([byte]))
+                    time.sleep(self.pause)
+            except OSError:
+                return  # the client hung up
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.listener.close()
 
 
 def verify(secret: str, received: Received) -> bool:
