@@ -369,7 +369,7 @@ def test_data_lineage_cites_the_latest_signed_checkpoint(world):
 
 def test_proofs_never_come_from_a_rolled_back_prefix():
     with transaction.atomic():
-        sid = transaction.savepoint()
+        sid = transaction.savepoint_create()
         services.entries_append([snapshot("2026-07-01"), snapshot("2026-07-02"), snapshot("2026-07-03")])
         selectors.inclusion_proof(index=0, tree_size=3)  # this process now holds that tree
         transaction.savepoint_rollback(sid)

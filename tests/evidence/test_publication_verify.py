@@ -167,7 +167,7 @@ def test_a_checkpoint_signed_by_another_key_is_refused(files):
 def test_a_forked_log_fails_the_consistency_check(tmp_path, client):
     # The same key once signed a tree of size 2 whose entries differ from those the log holds now.
     with transaction.atomic():
-        sid = transaction.savepoint()
+        sid = transaction.savepoint_create()
         services.entries_append([snapshot(7), snapshot(8)])
         (tmp_path / "fork.txt").write_text(client.get("/log/checkpoint").content.decode())
         transaction.savepoint_rollback(sid)

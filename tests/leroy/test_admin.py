@@ -91,7 +91,7 @@ def test_report_admin_shows_statistics_as_a_table_and_strategies_are_plural(clie
 
 
 def test_optimization_run_admin_shows_the_days_its_packed_returns_cover(client, db):
-    from datetime import UTC, date, datetime
+    from datetime import UTC, datetime
 
     from backtests import series
     from backtests.models import Optimization, OptimizationRun, Strategy
@@ -102,7 +102,8 @@ def test_optimization_run_admin_shows_the_days_its_packed_returns_cover(client, 
     strategy = Strategy.objects.create(user=staff, name="S", code="x", code_sha256="a" * 64, created_at=at)
     optimization = Optimization.objects.create(
         user=staff, strategy=strategy, name="grid", data_ids=["SPY"], tickers=["SPY"], frequency="1d",
-        start_date=date(2026, 1, 2), end_date=date(2026, 2, 2), grids=[], parameters={}, simulation_parameters={},
+        start_date=datetime(2026, 1, 2, tzinfo=UTC), end_date=datetime(2026, 2, 2, tzinfo=UTC), grids=[],
+        parameters={}, simulation_parameters={},
         target_metric="sharpe", target_direction="maximize", total_iterations=2, created_at=at,
     )  # fmt: skip
     kept = [["2026-01-02", 0.01], ["2026-01-05", -0.02], ["2026-01-06", 0.0]]

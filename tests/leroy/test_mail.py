@@ -14,9 +14,9 @@ def test_a_long_link_and_non_ascii_text_are_printed_whole():
     connection = ReadableConsoleBackend(stream=stream)
     body = f"Hello — choose your password here:\n\n{LINK}\n"
 
-    sent = EmailMessage("Your Leroy account", body, "no-reply@leroy.local", ["eve@example.com"], connection=connection)
+    message = EmailMessage("Your Leroy account", body, "no-reply@leroy.local", ["eve@example.com"])
 
-    assert sent.send() == 1
+    assert connection.send_messages([message]) == 1
     assert stream.getvalue() == (
         "From: no-reply@leroy.local\nTo: eve@example.com\nSubject: Your Leroy account\n\n"
         f"Hello — choose your password here:\n\n{LINK}\n\n" + "-" * 79 + "\n"
