@@ -29,7 +29,7 @@ from oauthlib.oauth2.rfc6749 import errors
 
 from accounts.models import SCOPE_READ, SCOPE_WRITE, RedeemedCode, User
 from accounts.services import AccountError
-from leroy.clock import now
+from leroy.clock import wall
 
 CODE_CHALLENGE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # BASE64URL(SHA-256) without padding
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
@@ -138,7 +138,7 @@ class LeroyValidator(OAuth2Validator):
             RedeemedCode.objects.create(
                 code_sha256=request.code,  # already hashed by the token endpoint
                 token_family=refresh_token.token_family,
-                expires=now() + REDEEMED_CODE_KEPT,
+                expires=wall() + REDEEMED_CODE_KEPT,
             )
         return refresh_token
 
@@ -146,7 +146,7 @@ class LeroyValidator(OAuth2Validator):
         if super().validate_code(client_id, code, client, request):
             return True
         # A code presented twice was probably intercepted: revoke what its first redemption issued.
-        redeemed = RedeemedCode.objects.filter(code_sha256=code, expires__gt=now()).first()
+        redeemed = RedeemedCode.objects.filter(code_sha256=code, expires__gt=wall()).first()
         if redeemed is not None:
             RefreshToken.revoke_family(redeemed.token_family)
         return False
@@ -158,7 +158,7 @@ class LeroyValidator(OAuth2Validator):
             return False
         instance: RefreshToken = request.refresh_token_instance
         # DOT measures the 30 days from the access token's expiry; Leroy's contract is 30 days from issue.
-        return instance.created + REFRESH_TOKEN_LIFETIME > now() and instance.user.is_active
+        return instance.created + REFRESH_TOKEN_LIFETIME > wall() and instance.user.is_active
 
 
 def access_token_authenticate(*, raw: str) -> McpAccessToken | None:
@@ -168,7 +168,7 @@ def access_token_authenticate(*, raw: str) -> McpAccessToken | None:
     token = AccessToken.objects.select_related("application", "user").filter(token_checksum=sha256_hex(raw)).first()
     if token is None or token.user is None or token.application is None or not token.user.is_active:
         return None
-    moment = now()
+    moment = wall()
     if token.expires <= moment or token.resource != [mcp_resource()]:
         return None
     scopes = [scope for scope in (SCOPE_READ, SCOPE_WRITE) if scope in token.scope.split()]
@@ -301,8 +301,8 @@ def oauth_client_register(*, metadata: object) -> RegisteredClient:
 
 def oauth_clients_collect_garbage() -> int:
     """Delete registrations that hold nothing after the grace period, and expired replay records."""
-    cutoff = now() - timedelta(hours=settings.LEROY_OAUTH_UNUSED_CLIENT_HOURS)
-    RedeemedCode.objects.filter(expires__lte=now()).delete()
+    cutoff = wall() - timedelta(hours=settings.LEROY_OAUTH_UNUSED_CLIENT_HOURS)
+    RedeemedCode.objects.filter(expires__lte=wall()).delete()
     stale = Application.objects.filter(registration_source=Application.RegistrationSource.DCR, created__lt=cutoff)
     for model in (AccessToken, RefreshToken, Grant):
         stale = stale.filter(~Exists(model.objects.filter(application=OuterRef("pk"))))
@@ -323,7 +323,7 @@ def oauth_client_disconnect(*, user: User, client_id: str) -> Application:
     )
     for family in families:
         RefreshToken.revoke_family(family)
-    RefreshToken.objects.filter(user=user, application=application, revoked__isnull=True).update(revoked=now())
+    RefreshToken.objects.filter(user=user, application=application, revoked__isnull=True).update(revoked=wall())
     AccessToken.objects.filter(user=user, application=application).delete()
     Grant.objects.filter(user=user, application=application).delete()
     return application
@@ -341,7 +341,7 @@ class ConnectedClient:
 
 def oauth_connected_clients(*, user: User) -> list[ConnectedClient]:
     """Every client holding a live access or refresh token for `user`, most recently used first."""
-    moment = now()
+    moment = wall()
     access = AccessToken.objects.filter(user=user, application__isnull=False)
     refresh = RefreshToken.objects.filter(user=user, revoked__isnull=True, created__gt=moment - REFRESH_TOKEN_LIFETIME)
     live_ids = set(access.filter(expires__gt=moment).values_list("application_id", flat=True))

@@ -48,6 +48,13 @@ def anchored(value: str, at: datetime) -> str:
     return f"replay:{replay.origin.isoformat()}@{at.astimezone(UTC).isoformat()}"
 
 
+def wall() -> datetime:
+    """The real instant, whatever LEROY_CLOCK says: for times a library stamps with the real clock (the OAuth
+    tokens' expiry and issue times, which django-oauth-toolkit writes), judged by that clock. A replayed demo clock
+    months behind would otherwise keep a one-hour token for months."""
+    return datetime.now(UTC)
+
+
 def now() -> datetime:
     """The current aware UTC instant (replayed when LEROY_CLOCK says so)."""
     real = datetime.now(UTC)

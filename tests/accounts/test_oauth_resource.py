@@ -1,7 +1,7 @@
 """OAuth access tokens at /api/mcp (the resource server) and nowhere else."""
 
 import secrets
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -21,7 +21,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 METADATA = "http://127.0.0.1:8000/.well-known/oauth-protected-resource/api/mcp"
 
 
-def issue(user: User | None, *, scope: str = "mcp:read", resource: Any = None, lifetime: int = 3600) -> str:
+def issue(
+    user: User | None,
+    *,
+    scope: str = "mcp:read",
+    resource: Any = None,
+    lifetime: int = 3600,
+    expires: datetime | None = None,
+) -> str:
     application, _ = Application.objects.get_or_create(
         name="Agent",
         defaults={"client_type": "public", "authorization_grant_type": "authorization-code", "client_secret": ""},
@@ -31,7 +38,7 @@ def issue(user: User | None, *, scope: str = "mcp:read", resource: Any = None, l
         user=user,
         application=application,
         scope=scope,
-        expires=now() + timedelta(seconds=lifetime),
+        expires=expires or now() + timedelta(seconds=lifetime),
         resource=[RESOURCE] if resource is None else resource,
     )
     set_token_value(token, raw)
@@ -103,6 +110,20 @@ async def test_token_expires_after_one_hour(mcp_http, owner):
     with time_machine.travel(now() + timedelta(minutes=59), tick=False):
         assert (await call(mcp_http, token)).status_code == 200
     with time_machine.travel(now() + timedelta(hours=1), tick=False):
+        response = await call(mcp_http, token)
+
+    assert response.status_code == 401
+    assert 'error="invalid_token"' in response.headers["www-authenticate"]
+
+
+async def test_a_replayed_clock_does_not_stretch_a_tokens_hour(mcp_http, owner, settings):
+    stamped = datetime.now(UTC)  # django-oauth-toolkit stamps a token's expiry with the real clock
+    token = await sync_to_async(issue)(owner, expires=stamped + timedelta(hours=1))
+    settings.LEROY_CLOCK = "replay:2026-05-19T14:30:00Z"  # the demo's replay, months behind
+
+    with time_machine.travel(stamped + timedelta(minutes=59), tick=False):
+        assert (await call(mcp_http, token)).status_code == 200
+    with time_machine.travel(stamped + timedelta(hours=1), tick=False):
         response = await call(mcp_http, token)
 
     assert response.status_code == 401
