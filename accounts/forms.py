@@ -32,6 +32,17 @@ class ActivationForm(SetPasswordForm):
         return user
 
 
+class ResetPasswordForm(SetPasswordForm):
+    """The password chosen from a reset link, and whether the account's MCP credentials go with the old one."""
+
+    revoke_credentials = forms.BooleanField(
+        required=False,
+        label="Also revoke every API key and disconnect every OAuth client",
+        help_text="Choose this if someone else may have used your account: your agents stop working until you "
+        "give them a new key or connect them again. Signed-in browsers are signed out either way.",
+    )
+
+
 class EmailAuthenticationForm(AuthenticationForm):
     username = forms.EmailField(
         label="Email",

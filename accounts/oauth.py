@@ -316,17 +316,27 @@ def oauth_client_disconnect(*, user: User, client_id: str) -> Application:
     application = Application.objects.filter(client_id=client_id).first()
     if application is None:
         raise AccountError("not_found", "No such connected client.")
+    _tokens_revoke(user, {"application": application})
+    return application
+
+
+@transaction.atomic
+def oauth_clients_disconnect_all(*, user: User) -> None:
+    """Disconnect every client of `user` (a password reset that ends every credential)."""
+    _tokens_revoke(user, {})
+
+
+def _tokens_revoke(user: User, where: dict[str, Any]) -> None:
     families: set[uuid.UUID] = set(
-        RefreshToken.objects.filter(user=user, application=application, token_family__isnull=False)
+        RefreshToken.objects.filter(user=user, token_family__isnull=False, **where)
         .values_list("token_family", flat=True)
         .distinct()
     )
     for family in families:
         RefreshToken.revoke_family(family)
-    RefreshToken.objects.filter(user=user, application=application, revoked__isnull=True).update(revoked=wall())
-    AccessToken.objects.filter(user=user, application=application).delete()
-    Grant.objects.filter(user=user, application=application).delete()
-    return application
+    RefreshToken.objects.filter(user=user, revoked__isnull=True, **where).update(revoked=wall())
+    AccessToken.objects.filter(user=user, **where).delete()
+    Grant.objects.filter(user=user, **where).delete()
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,11 @@ def mcp_activate(*, user: User) -> User:
     return locked
 
 
+def api_keys_revoke_all(*, user: User) -> int:
+    """Revoke every active key of the user (a password reset that ends every credential); returns how many."""
+    return ApiKey.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=now())
+
+
 @transaction.atomic
 def api_key_create(*, user: User, name: str, write: bool = False) -> IssuedKey:
     """Issue a key. The user row is locked so that concurrent requests cannot exceed the active-key cap or take one

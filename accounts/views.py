@@ -11,6 +11,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
@@ -25,6 +26,7 @@ from accounts.forms import (
     ActivationForm,
     ApiKeyCreateForm,
     EmailAuthenticationForm,
+    ResetPasswordForm,
     SignupForm,
 )
 from accounts.models import ApiKey, User
@@ -182,12 +184,19 @@ class PasswordResetView(auth_views.PasswordResetView):
 
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     template_name = "accounts/password_reset_confirm.html"
+    form_class = ResetPasswordForm
     success_url = reverse_lazy("accounts:password-reset-complete")
 
     def form_valid(self, form: Any) -> HttpResponse:
         # The lockout's page offers a reset: a new password ends the account's count (not the address's).
         throttle.login_succeeded(email=form.user.email, address="")
-        return super().form_valid(form)
+        with transaction.atomic():
+            response = super().form_valid(form)
+            if form.cleaned_data["revoke_credentials"]:
+                keys = services.api_keys_revoke_all(user=form.user)
+                oauth.oauth_clients_disconnect_all(user=form.user)
+                messages.success(self.request, f"Revoked {keys} API key(s) and disconnected every OAuth client.")
+        return response
 
 
 def _new_key(request: HttpRequest, user: User) -> tuple[ApiKey, str] | None:
