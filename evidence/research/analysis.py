@@ -282,6 +282,22 @@ def _freshness(reader: MemoryReader, at: datetime) -> OverlayFreshness:
     )
 
 
+def _refuse_more_sessions_than_covered(args: SearchArgs, reader: MemoryReader) -> None:
+    """A key's distinct sessions lie within its source's coverage: a larger minimum could only ever answer "none"."""
+    block = reader.coverage()["historical" if args.source == "historical" else "forward_overlay"]
+    if block.get("status") != "available" or args.min_sample_sessions is None:
+        return  # an unavailable overlay is withheld, free, with its own reason
+    covered = block["sessions"]
+    if args.min_sample_sessions > covered:
+        source = "historical memory" if args.source == "historical" else "forward overlay"
+        raise ResearchError(
+            "invalid_request",
+            f"min_sample_sessions can be at most {covered}: the {source} covers {covered} "
+            f"session{'s' if covered != 1 else ''} ({block['first_session']} to {block['last_session']}), "
+            f"so no key has {args.min_sample_sessions}.",
+        )
+
+
 def market_memory_search(*, args: SearchArgs) -> Answer:
     """Served keys filtered by side, horizon, tier, minimum sample, required signals and symbol; one lookup."""
     try:
@@ -303,6 +319,7 @@ def market_memory_search(*, args: SearchArgs) -> Answer:
             f"Tier {args.tier} keys are not keyed on {keyed}: signals need tier 3, 4 or 5, a symbol tier 5.",
         )
     at, reader = now(), memory_reader()
+    _refuse_more_sessions_than_covered(args, reader)
     freshness = _freshness(reader, at)
     withheld = None
     if args.source == "forward_overlay" and freshness.status != "current":

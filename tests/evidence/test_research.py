@@ -133,6 +133,42 @@ def test_a_search_no_key_can_answer_is_refused_without_a_charge(fed_world, user,
     assert UsageEvent.objects.exists() is False
 
 
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (
+            "historical",
+            "min_sample_sessions can be at most 13: the historical memory covers 13 sessions "
+            "(2025-11-25 to 2025-12-12), so no key has 14.",
+        ),
+        (
+            "forward_overlay",
+            "min_sample_sessions can be at most 1: the forward overlay covers 1 session "
+            "(2025-12-15 to 2025-12-15), so no key has 2.",
+        ),
+    ],
+)
+def test_a_minimum_sample_beyond_the_sources_sessions_is_refused_without_a_charge(fed_world, user, source, message):
+    covered = memory_reader().coverage()[source]["sessions"]
+    args = SearchArgs(side="buy", horizon_minutes=15, min_sample_sessions=covered + 1, source=source)
+
+    with pytest.raises(ResearchError) as error:
+        call_tool(user, "search_market_memory", args)
+
+    assert (error.value.code, error.value.message) == ("invalid_request", message)
+    assert UsageEvent.objects.exists() is False
+
+
+def test_a_minimum_sample_equal_to_the_sources_sessions_is_answered(fed_world, user):
+    covered = memory_reader().coverage()["historical"]["sessions"]
+    args = SearchArgs(side="buy", horizon_minutes=15, min_sample_sessions=covered)
+
+    result = call_tool(user, "search_market_memory", args)
+
+    assert result.effective_min_sample_sessions == covered == 13
+    assert result.usage.lookup_cost == 1
+
+
 def test_a_behind_forward_overlay_is_withheld_with_its_lag(fed_world, user, monkeypatch):
     behind = {"status": "behind", "last_verified_session": "2025-12-12", "lag_sessions": 2}
     monkeypatch.setattr(MemoryReader, "freshness", lambda self, at: behind)

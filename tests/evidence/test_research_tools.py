@@ -146,12 +146,19 @@ async def test_an_integer_json_cannot_carry_exactly_is_refused_in_band_without_a
     assert await AnswerReceipt.objects.aexists() is False
 
 
-async def test_the_largest_integer_json_carries_exactly_is_answered(world, mcp_http, api_key):
+async def test_the_largest_integer_json_carries_exactly_passes_validation_to_the_searchs_own_bound(
+    world, mcp_http, api_key
+):
     result = await search_with_min_sessions(world, mcp_http, api_key, 2**53 - 1)
 
-    assert result["isError"] is False
-    assert result["structuredContent"]["effective_min_sample_sessions"] == 2**53 - 1
-    assert result["structuredContent"]["results"] == []  # no key has that many sessions
+    error = result["structuredContent"]["error"]
+    assert result["isError"] is True
+    assert error["code"] == "invalid_request"  # not invalid_arguments: the search itself bounds it by its coverage
+    assert error["message"] == (
+        "min_sample_sessions can be at most 13: the historical memory covers 13 sessions "
+        "(2025-11-25 to 2025-12-12), so no key has 9007199254740991."
+    )
+    assert await UsageEvent.objects.aexists() is False
 
 
 async def test_a_database_failure_inside_an_evaluation_is_a_retryable_refusal_and_charges_nothing(
