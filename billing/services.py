@@ -406,10 +406,17 @@ def _charge(event: UsageEvent, period: Period, accounts: dict[str, LedgerAccount
     included = min(units, max(accounts[Kind.ALLOWANCE].available, 0))
     overage = units - included
     if overage and not period.overage_allowed:
+        month = f"{period.period_start:%Y-%m}"
+        if included:  # some are left, just fewer than this call costs: "used up" would contradict lookups_remaining
+            short = (
+                f"This call costs {units} lookups and only {included} of the {period.plan.name} plan's included "
+                f"lookups for {month} {'remains' if included == 1 else 'remain'}."
+            )
+        else:
+            short = f"The {period.plan.name} plan's included lookups for {month} are used up."
         raise BillingError(
             "quota_exhausted",
-            f"The {period.plan.name} plan's included lookups for {period.period_start:%Y-%m} are used up. "
-            "Upgrade to a paid plan or wait for the period to reset.",
+            f"{short} Upgrade to a paid plan or wait for the period to reset.",
             selectors.quota_exhausted_details(period),
         )
     event.included_qty, event.overage_qty = included, overage

@@ -5,7 +5,8 @@ import pytest
 import time_machine
 
 from accounts import services as account_services
-from billing.models import UsageEvent
+from billing import selectors as billing_selectors
+from billing.models import Plan, UsageEvent
 from billing.services import BillingError
 from evidence.memory.reader import MemoryReader
 from evidence.memory.selectors import memory_reader
@@ -95,6 +96,39 @@ def test_both_sides_cost_two_and_a_repeat_on_the_same_frame_is_a_free_cache_hit(
     assert again.historical_evidence == first.historical_evidence
     assert again.evaluation_id != first.evaluation_id
     assert [e.cache_hit for e in UsageEvent.objects.order_by("pk")] == [False, True]
+
+
+def test_a_two_lookup_call_with_one_left_is_refused_saying_what_it_costs_and_what_remains(fed_world, user):
+    Plan.objects.filter(code="free").update(included_lookups=1)
+
+    with pytest.raises(BillingError) as refused:
+        evaluate(user, symbol="ALFA", side="both")
+
+    month = f"{fed_world.replay:%Y-%m}"
+    assert refused.value.code == "quota_exhausted"
+    assert refused.value.message == (
+        f"This call costs 2 lookups and only 1 of the Free plan's included lookups for {month} remains. "
+        "Upgrade to a paid plan or wait for the period to reset."
+    )
+    assert refused.value.details["lookups_remaining"] == 1
+    assert UsageEvent.objects.exists() is False
+    assert billing_selectors.lookup_usage(user=user)["lookups_remaining"] == 1
+
+
+def test_a_call_with_no_lookup_left_is_refused_as_used_up(fed_world, user):
+    Plan.objects.filter(code="free").update(included_lookups=2)
+    evaluate(user, symbol="ALFA", side="both")
+
+    with pytest.raises(BillingError) as refused:
+        evaluate(user, symbol="BRVO", side="buy")
+
+    month = f"{fed_world.replay:%Y-%m}"
+    assert refused.value.message == (
+        f"The Free plan's included lookups for {month} are used up. "
+        "Upgrade to a paid plan or wait for the period to reset."
+    )
+    assert UsageEvent.objects.count() == 1
+    assert billing_selectors.lookup_usage(user=user)["lookups_remaining"] == 0
 
 
 def test_retry_with_the_same_client_request_id_replays_the_original_answer(fed_world, user):
