@@ -40,8 +40,9 @@ from leroy_verify.timestamp import TimestampError, check, load_certificates
 PAGE = 1000
 
 # By an end-of-day answer's data_type: the eod_snapshot field committing its calculation_sha256, and the answer's
-# fields that hash is taken over. A replay answer shows one symbol while its hash covers every symbol's, so that
-# hash is compared as stated; one symbol's answer is checked as a leaf of the entry's per-symbol root instead.
+# fields that hash is taken over. A replay answer, and a walk-forward answer asked for one symbol, show one symbol
+# while their hash covers every symbol's, so that hash is compared as stated; one symbol's answer is checked as a leaf
+# of the entry's per-symbol root instead.
 EOD_BLOCKS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "validation": ("heldout_sha256", ("first", "last", "rows")),
     "walk_forward": ("walk_forward_sha256", ("components", "rows")),
@@ -172,6 +173,9 @@ def check_eod(run: Run, entries: list[dict[str, Any]], answer_file: str) -> None
         raise Failed(f"eod: data_type {data_type!r} is not replay, held-out or walk-forward evidence")
     field, hashed = EOD_BLOCKS[data_type]
     stated = answer["calculation_sha256"]
+    one_walk_forward = data_type == "walk_forward" and answer.get("symbol") is not None
+    if one_walk_forward:
+        hashed = None  # the hash is the universe answer's: its rows are checked against the per-symbol root below
     if hashed is not None:
         digest = _sha256({name: answer[name] for name in hashed})
         if digest != stated:
@@ -190,9 +194,10 @@ def check_eod(run: Run, entries: list[dict[str, Any]], answer_file: str) -> None
     if hashed is not None:
         run.ok("eod evidence", f"{' and '.join(hashed)} are what entry {index} committed for the {entry['session']} "
                f"snapshot ({field})")  # fmt: skip
-    else:  # the hash covers every symbol's legs, which no one answer holds: only the stated hash was compared
+    else:  # the hash covers every symbol's legs or rows, which no one answer holds: only the stated hash was compared
+        covers = " (every symbol's rows: the answer asked without symbol)" if one_walk_forward else ""
         run.ok("eod evidence", f"the stated calculation_sha256 is the {field} entry {index} committed for the "
-               f"{entry['session']} snapshot")  # fmt: skip
+               f"{entry['session']} snapshot{covers}")  # fmt: skip
     unchecked = _check_eod_trust(run, index, entry, answer)
     unchecked += _check_eod_statement(run, index, entry, answer)
     if data_type == "validation":
@@ -205,6 +210,8 @@ def check_eod(run: Run, entries: list[dict[str, Any]], answer_file: str) -> None
             unchecked += check_replay_universe(run, index, entry, answer)
         else:
             unchecked += check_replay_symbol(run, index, entry, answer)
+    if one_walk_forward:
+        unchecked += check_walk_forward_symbol(run, index, entry, answer)
     print(f"note  eod: not checked against the log: {', '.join([*unchecked, *EOD_NEVER_LOGGED])}")
 
 
@@ -273,6 +280,30 @@ def check_replay_symbol(run: Run, index: int, entry: dict[str, Any], answer: dic
                      "was changed)") from None  # fmt: skip
     run.ok("eod replay symbol", f"{symbol}'s summary and {len(legs)} legs are leaf {symbols.index(symbol)} of the "
            f"{len(symbols)}-symbol replay root entry {index} committed")  # fmt: skip
+    return []
+
+
+def check_walk_forward_symbol(run: Run, index: int, entry: dict[str, Any], answer: dict[str, Any]) -> list[str]:
+    """One symbol's walk-forward answer: its {symbol, components, rows} is the leaf its proof binds to the per-symbol
+    root the entry committed (a tree over the universe's tickers in code-point order; the proof names its index)."""
+    symbol = answer["symbol"]
+    root = entry.get("walk_forward_symbols_root_sha256")
+    if root is None:
+        print(f"note  eod: entry {index} commits no per-symbol walk-forward root (logged before them): {symbol}'s "
+              "components and rows are held to the log by the stated hash only")  # fmt: skip
+        return ["components", "rows"]
+    proof = answer.get("symbol_proof")
+    if proof is None:
+        raise Failed(f"eod: the answer has no symbol_proof of {symbol}'s walk-forward rows")
+    leaf = leaf_hash(rfc8785.dumps({"symbol": symbol, "components": answer["components"], "rows": answer["rows"]}))
+    try:
+        verify_inclusion(proof["index"], proof["tree_size"], leaf, _hashes(proof["hashes"]), bytes.fromhex(root))
+    except ProofError:
+        raise Failed(f"eod: {symbol}'s components and rows are not the leaf entry {index} committed for it (the "
+                     "answer was changed)") from None  # fmt: skip
+    rows, place, size = len(answer["rows"]), proof["index"], proof["tree_size"]
+    run.ok("eod walk-forward symbol", f"{symbol}'s components and {rows} rows are leaf {place} of the {size}-symbol "
+           f"walk-forward root entry {index} committed")  # fmt: skip
     return []
 
 

@@ -65,11 +65,19 @@ class WalkForwardArgs(ToolArgs):
     symbol: Ticker | None = Field(None, description="Omit for every symbol.")
 
 
+class SymbolProof(BaseModel):
+    index: int
+    tree_size: int
+    hashes: list[str]
+
+
 class WalkForwardOut(Trust):
     method: str
     inputs_rehashed: bool
     components: dict[str, Any]
+    symbol: str | None
     rows: list[dict[str, Any]]
+    symbol_proof: SymbolProof | None
 
 
 class Commitment(BaseModel):
@@ -84,6 +92,7 @@ class Commitment(BaseModel):
     heldout_sha256: str | None
     walk_forward_sha256: str | None
     replay_symbols_root_sha256: str | None
+    walk_forward_symbols_root_sha256: str | None
 
 
 class CommitmentsOut(Trust):

@@ -16,7 +16,8 @@ from evidence.publication import selectors as publication
 from leroy.errors import DomainError
 
 # The eod_snapshot entry's evidence hashes each commitment shows (see evidence/eod/documentation.md).
-EVIDENCE_COMMITMENTS = ("replay_sha256", "heldout_sha256", "walk_forward_sha256", "replay_symbols_root_sha256")
+EVIDENCE_COMMITMENTS = ("replay_sha256", "heldout_sha256", "walk_forward_sha256", "replay_symbols_root_sha256",
+                        "walk_forward_symbols_root_sha256")  # fmt: skip
 
 
 class EodUnavailable(DomainError):
@@ -89,8 +90,11 @@ def walk_forward(*, symbol: str | None) -> dict[str, Any]:
         raise EodUnavailable("symbol_not_in_universe", f"{symbol} is not in the end-of-day universe.")
     rows = [row for row in snapshot.walk_forward["rows"] if symbol is None or row["symbol"] == symbol]
     statement = snapshot.walk_forward.get("statement") or {"method": METHOD, "inputs_rehashed": True}
+    # calculation_sha256 stays the universe's (what the entry commits); one symbol's answer is bound to the entry's
+    # per-symbol root by its proof instead. Snapshots made before those roots have none: the stated hash alone.
+    proof = None if symbol is None else snapshot.walk_forward.get("proofs", {}).get(symbol)
     return {**trust(snapshot, "walk_forward", snapshot.walk_forward["sha256"]), "components": snapshot.components,
-            **statement, "rows": rows}  # fmt: skip
+            **statement, "symbol": symbol, "rows": rows, "symbol_proof": proof}  # fmt: skip
 
 
 def _commitment(entry: LogEntry) -> dict[str, Any]:

@@ -219,6 +219,18 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
     tree = Tree([leaf_hash(canonical({"symbol": ticker, **replays[ticker]})) for ticker in tickers])
     proofs = {ticker: [base64.b64encode(h).decode() for h in tree.inclusion_proof(i, len(tickers))]
               for i, ticker in enumerate(tickers)}  # fmt: skip
+    # The same for each universe symbol's walk-forward answer, an absent one too (its answer states no rows): a leaf of
+    # {symbol, components, rows}. No walk-forward answer lists the tickers, so each proof names its index and size.
+    walk_of: dict[str, list[dict[str, Any]]] = {ticker: [] for ticker in universe.tickers}
+    for walk_row in walk_rows:
+        walk_of[walk_row["symbol"]].append(walk_row)
+    walk_tickers = sorted(walk_of)
+    walk_tree = Tree([leaf_hash(canonical({"symbol": ticker, "components": components, "rows": walk_of[ticker]}))
+                      for ticker in walk_tickers])  # fmt: skip
+    size = len(walk_tickers)
+    walk_proofs = {ticker: {"index": i, "tree_size": size,
+                            "hashes": [base64.b64encode(h).decode() for h in walk_tree.inclusion_proof(i, size)]}
+                   for i, ticker in enumerate(walk_tickers)}  # fmt: skip
     # What each answer states besides its calculation: frozen here with the snapshot and served from it, so a later
     # change of wording never alters what an earlier snapshot's entry committed.
     statements = {
@@ -237,6 +249,7 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
     }
     heldout_block = {**published, "sha256": canonical_sha256(published), "statement": statements["heldout"]}
     walk_block = {"rows": walk_rows, "sha256": canonical_sha256({"components": components, "rows": walk_rows}),
+                  "symbols_root_sha256": walk_tree.root(size).hex(), "proofs": walk_proofs,
                   "statement": statements["walk_forward"]}  # fmt: skip
     with transaction.atomic():
         append_lock()  # taken before the revision is read, so concurrent runs of a session serialise here
@@ -266,6 +279,7 @@ def eod_run(*, session: date, universe: Universe | None = None) -> EodSnapshot:
                 "replay_symbols_root_sha256": replay_block["symbols_root_sha256"],
                 "heldout_sha256": heldout_block["sha256"],
                 "walk_forward_sha256": walk_block["sha256"],
+                "walk_forward_symbols_root_sha256": walk_block["symbols_root_sha256"],
                 # The rest of what those answers state, so a verifier holds every field of them to this entry: the
                 # data source of every answer, the universe replay's summary, and each answer's statement.
                 "source": components["data"]["source"],

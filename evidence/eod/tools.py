@@ -84,7 +84,9 @@ async def get_heldout_evidence(call: ToolCall, args: NoArgs) -> HeldoutOut:
       access="public", scope="mcp:read", metering="free")  # fmt: skip
 async def get_walk_forward_evidence(call: ToolCall, args: WalkForwardArgs) -> WalkForwardOut:
     """Rolling walk-forward per symbol and year: the variant fit through the prior year, its score, holding and
-    the base engine, lagging years kept; complete false: a part year (year to date). Free and public."""
+    the base engine, lagging years kept; complete false: a part year (year to date). For one symbol,
+    calculation_sha256 stays every symbol's and symbol_proof binds its rows to the root its snapshot's log entry
+    commits (leroy-verify --eod). Free and public."""
     return await _public(WalkForwardOut, lambda: selectors.walk_forward(symbol=args.symbol))
 
 
@@ -92,8 +94,8 @@ async def get_walk_forward_evidence(call: ToolCall, args: WalkForwardArgs) -> Wa
       access="public", scope="mcp:read", metering="free")  # fmt: skip
 async def list_publication_commitments(call: ToolCall, args: EodPage) -> CommitmentsOut:
     """The forward ledger's daily snapshot commitments in the publication log, oldest first, paged, each with the
-    replay, held-out and walk-forward hashes and per-symbol replay root it commits (null if logged before them).
-    Prove one with get_log_inclusion_proof(index=publication_id). Free and public."""
+    replay, held-out and walk-forward hashes and per-symbol replay and walk-forward roots it commits (null if
+    logged before them). Prove one with get_log_inclusion_proof(index=publication_id). Free and public."""
     return await _public(CommitmentsOut, lambda: selectors.commitments(offset=args.offset, limit=args.limit))
 
 

@@ -99,6 +99,23 @@ def test_the_log_entry_commits_a_root_over_each_symbols_replay_and_each_row_keep
     assert EodRow.objects.get(snapshot=snapshot, symbol="CHRL").replay is None
 
 
+def test_the_log_entry_commits_a_root_over_each_symbols_walk_forward_and_the_snapshot_keeps_its_proofs(world):
+    snapshot = eod_run(session=LAST)
+
+    body = json.loads(LogEntry.objects.get(index=snapshot.log_index).body)
+    rows = snapshot.walk_forward["rows"]
+    leaves = [hashlib.sha256(b"\x00" + rfc8785.dumps({"symbol": symbol, "components": snapshot.components,
+                                                      "rows": [r for r in rows if r["symbol"] == symbol]})).digest()
+              for symbol in ("ALFA", "BRVO", "CHRL")]  # fmt: skip
+    pair = hashlib.sha256(b"\x01" + leaves[0] + leaves[1]).digest()
+    root = hashlib.sha256(b"\x01" + pair + leaves[2]).hexdigest()
+    proofs = snapshot.walk_forward["proofs"]
+    assert body["walk_forward_symbols_root_sha256"] == snapshot.walk_forward["symbols_root_sha256"] == root
+    assert proofs["ALFA"] == {"index": 0, "tree_size": 3, "hashes": [base64.b64encode(h).decode() for h in leaves[1:]]}
+    assert proofs["CHRL"] == {"index": 2, "tree_size": 3, "hashes": [base64.b64encode(pair).decode()]}
+    assert [r for r in rows if r["symbol"] == "CHRL"] == []  # absent from the snapshot: its leaf holds no rows
+
+
 def test_the_heldout_tail_has_one_validation_row_per_available_symbol(world):
     snapshot = eod_run(session=LAST)
 

@@ -67,7 +67,10 @@ async def test_public_tools_answer_anonymous_callers_with_the_trust_contract(mcp
         assert "not personalised advice" in content["disclaimer"]
     assert answers["get_heldout_evidence"].structured_content["evidence_class"] == "validation"
     assert answers["get_heldout_evidence"].structured_content["row_count"] == 2
-    assert {r["symbol"] for r in answers["get_walk_forward_evidence"].structured_content["rows"]} == {"ALFA"}
+    walk = answers["get_walk_forward_evidence"].structured_content
+    assert {r["symbol"] for r in walk["rows"]} == {"ALFA"}
+    assert (walk["symbol"], walk["symbol_proof"]) == ("ALFA", snapshot.walk_forward["proofs"]["ALFA"])
+    assert walk["calculation_sha256"] == snapshot.walk_forward["sha256"]  # the universe's, as the entry commits it
     maturity = answers["get_publication_maturity"].structured_content
     assert (maturity["total_snapshots"], maturity["instrument_count"], maturity["latest_revision"]) == (1, 3, 1)
     assert maturity["performance_status"] == "not_calculated_from_commitments"
@@ -97,13 +100,14 @@ async def test_each_commitment_shows_the_evidence_hashes_its_entry_commits(mcp_h
         answer = await client.call_tool("list_publication_commitments", {})
 
     first, second = answer.structured_content["commitments"]
-    hashes = ("replay_sha256", "heldout_sha256", "walk_forward_sha256", "replay_symbols_root_sha256")
+    hashes = ("replay_sha256", "heldout_sha256", "walk_forward_sha256", "replay_symbols_root_sha256",
+              "walk_forward_symbols_root_sha256")  # fmt: skip
     assert answer.is_error is False
-    assert [first[name] for name in hashes] == [None, None, None, None]
+    assert [first[name] for name in hashes] == [None, None, None, None, None]
     assert (first["session"], first["snapshot_sha256"], second["publication_id"]) == ("2023-02-27", "ab" * 32, 1)
     assert [second[name] for name in hashes] == [
         snapshot.replay["sha256"], snapshot.heldout["sha256"], snapshot.walk_forward["sha256"],
-        snapshot.replay["symbols_root_sha256"],
+        snapshot.replay["symbols_root_sha256"], snapshot.walk_forward["symbols_root_sha256"],
     ]  # fmt: skip
 
 

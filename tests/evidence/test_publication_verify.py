@@ -282,6 +282,8 @@ def published(tmp_path, client):
         "replay_alfa.json": ReplayOut.model_validate(eod.replay(symbol="ALFA", offset=0, limit=200)),
         "heldout.json": HeldoutOut.model_validate(eod.heldout()),
         "walk_forward.json": WalkForwardOut.model_validate(eod.walk_forward(symbol=None)),
+        "walk_forward_alfa.json": WalkForwardOut.model_validate(eod.walk_forward(symbol="ALFA")),
+        "walk_forward_chrl.json": WalkForwardOut.model_validate(eod.walk_forward(symbol="CHRL")),
     }
     for name, answer in answers.items():
         (tmp_path / name).write_text(answer.model_dump_json())
@@ -520,5 +522,73 @@ def test_a_replay_of_one_symbol_logged_before_per_symbol_roots_is_held_to_its_st
         "note  eod: entry 1 commits no per-symbol replay root (logged before them): ALFA's legs are held to the log "
         "by the stated hash only",
         "note  eod: not checked against the log: source, label, symbols, summary, legs, total_legs, last_updated, "
+        "disclaimer",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("answer", "symbol", "leaf"),
+    [("walk_forward_alfa.json", "ALFA", 0), ("walk_forward_chrl.json", "CHRL", 2)],  # CHRL: absent, no rows
+)
+def test_one_symbols_walk_forward_is_checked_as_a_leaf_of_its_entrys_root(published, answer, symbol, leaf):
+    rows = len(json.loads((published / answer).read_text())["rows"])
+
+    code, lines = verify_eod(published, answer)
+
+    assert code == 0
+    assert lines[1:] == [
+        "ok    entries: all 1 entries hash to the checkpoint's root",
+        "ok    eod evidence: the stated calculation_sha256 is the walk_forward_sha256 entry 0 committed for the "
+        "2023-02-28 snapshot (every symbol's rows: the answer asked without symbol)",
+        "ok    eod as_of and source: 2023-02-28 and synthetic are the session and source entry 0 committed",
+        "ok    eod statement: method and inputs_rehashed are what entry 0 committed (walk_forward_statement_sha256)",
+        f"ok    eod walk-forward symbol: {symbol}'s components and {rows} rows are leaf {leaf} of the 3-symbol "
+        "walk-forward root entry 0 committed",
+        NOT_LOGGED,
+    ]
+    assert rows > 0 if symbol == "ALFA" else rows == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "failure"),
+    [
+        (lambda a: a["rows"][0].update({"score": a["rows"][0]["score"] + 0.01}),
+         "eod: ALFA's components and rows are not the leaf entry 0 committed for it (the answer was changed)"),
+        (lambda a: a.update({"rows": a["rows"][1:]}),
+         "eod: ALFA's components and rows are not the leaf entry 0 committed for it (the answer was changed)"),
+        (lambda a: a["components"]["engine"].update({"version": "9.9.9"}),
+         "eod: ALFA's components and rows are not the leaf entry 0 committed for it (the answer was changed)"),
+        (lambda a: a.update({"symbol": "BRVO"}),
+         "eod: BRVO's components and rows are not the leaf entry 0 committed for it (the answer was changed)"),
+        (lambda a: a.update({"symbol_proof": None}), "eod: the answer has no symbol_proof of ALFA's walk-forward rows"),
+        (lambda a: a.update({"symbol": None}),
+         "eod: the answer's fields do not hash to its calculation_sha256 (the answer was changed, or asked for one "
+         "symbol: save the answer for every symbol)"),
+    ],
+    ids=["a_score_edited", "a_year_dropped", "the_components_edited", "another_symbol", "no_proof", "symbol_removed"],
+)  # fmt: skip
+def test_a_changed_walk_forward_of_one_symbol_fails(published, change, failure):
+    code, lines = verify_eod(published, edited(published, "walk_forward_alfa.json", change))
+
+    assert code == 1
+    assert [line for line in lines if line.startswith("FAIL")] == ["FAIL  " + failure]
+
+
+def test_a_walk_forward_of_one_symbol_logged_before_per_symbol_roots_is_held_to_its_stated_hash(published, client):
+    # An entry and an answer as they were before per-symbol walk-forward roots: none in the entry, no proof served.
+    older_entry(published, client, without=frozenset({"walk_forward_symbols_root_sha256"}))
+    answer = json.loads((published / "walk_forward_alfa.json").read_text())
+    (published / "older.json").write_text(json.dumps({**answer, "symbol_proof": None, "snapshot_sha256": "ab" * 32}))
+
+    code, lines = verify_eod(published, "older.json")
+
+    assert code == 0
+    assert lines[-4:] == [
+        "ok    eod evidence: the stated calculation_sha256 is the walk_forward_sha256 entry 1 committed for the "
+        "2023-02-28 snapshot (every symbol's rows: the answer asked without symbol)",
+        "ok    eod as_of: 2023-02-28 is the session entry 1 committed",
+        "note  eod: entry 1 commits no per-symbol walk-forward root (logged before them): ALFA's components and rows "
+        "are held to the log by the stated hash only",
+        "note  eod: not checked against the log: source, method, inputs_rehashed, components, rows, last_updated, "
         "disclaimer",
     ]

@@ -18,10 +18,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 # warnings (what a file import reports), 57,956; the data source (vendor or synthetic) in every evidence provenance,
 # 58,121; the bars' source in the symbol and market-data answers, 58,246; the look-ahead probe's method and the
 # decisions its streamed run compared, 58,882; the setup tools' free cases (a stale frame, a horizon past the
-# close), 58,936.
+# close), 58,936; the one-symbol walk-forward's symbol and proof and the commitments' walk-forward root, 59,106.
 # X-Leroy-Toolsets lets an agent take only the apps it needs. Raise it only for a new tool or
 # contract field, not for prose.
-TOOLS_LIST_TOKEN_BUDGET = 58_950
+TOOLS_LIST_TOKEN_BUDGET = 59_150
 LEGACY = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
 LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 
