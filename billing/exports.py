@@ -1,5 +1,6 @@
 """Finance exports: ledger entries (one row per transfer) and a usage summary (one row per account and month),
-RFC 4180 CSV with money as 2-dp decimal strings, each recorded with a checksum manifest."""
+RFC 4180 CSV with money as 2-dp decimal strings, each recorded with a checksum manifest. Rows carry the stored
+values (the JSON export serves them as they are); only the CSV escapes formula-like text, when it writes them."""
 
 import csv
 import hashlib
@@ -82,8 +83,9 @@ SUMMARY_COLUMNS = (
     "reconciliation_status",
 )
 KINDS = ("ledger_entries", "usage_summary")
-# Cells a spreadsheet could read as a formula (OWASP CSV injection); only free text is escaped, never numbers.
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# Cells a spreadsheet could read as a formula (OWASP CSV injection; ASVS 1.2.10 adds NUL); only free text is
+# escaped, and only in the CSV, never numbers.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\x00")
 FREE_TEXT = {"debit_account", "credit_account", "source_id", "client_request_id", "reason", "created_by"}
 # Value returns to the account's balance (a grant, or a hold released).
 CREDIT_CODES = {Code.GRANT, Code.VOID}
@@ -166,13 +168,14 @@ def ledger_rows(transfers: Iterable[Transfer], *, export_batch_id: int | None = 
             "stripe_sync_status": report.status if report else "",
             "export_batch_id": export_batch_id or "",
         }
-        yield {key: escape(value) if key in FREE_TEXT else value for key, value in row.items()}
+        yield row
 
 
 def write_csv(rows: Iterable[dict[str, Any]], out: io.TextIOBase | Any, columns: tuple[str, ...] = COLUMNS) -> None:
+    """`rows` as CSV, each free-text cell escaped for spreadsheets (the rows themselves are left as stored)."""
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\r\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({key: escape(value) if key in FREE_TEXT else value for key, value in row.items()} for row in rows)
 
 
 def usage_summary_rows(period_start: date) -> list[dict[str, Any]]:

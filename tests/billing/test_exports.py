@@ -11,7 +11,7 @@ from django.db.models import Sum
 from django.test import Client
 
 from accounts import services as account_services
-from billing import services
+from billing import exports, services
 from billing.models import Code, ExportBatch, Plan, Transfer
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mid_august")]
@@ -67,6 +67,15 @@ def test_export_escapes_formula_like_text_but_not_numbers(activity, tmp_path):
     assert grant["quantity"].startswith("-")  # grants are credits: negative, and a number stays a number
 
 
+@pytest.mark.parametrize("text", ["=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx", "\x00x"])
+def test_csv_escapes_a_cell_starting_with_any_formula_prefix(text):
+    out = io.StringIO()
+
+    exports.write_csv([{"reason": text, "quantity": -1}], out, ("reason", "quantity"))
+
+    assert read(out.getvalue().encode()) == [{"reason": "'" + text, "quantity": "-1"}]
+
+
 def test_export_rejects_a_bad_month_and_writes_nothing(tmp_path):
     with pytest.raises(CommandError, match="YYYY-MM"):
         call_command("export_ledger", "--month", "2026-8", "--out", str(tmp_path / "x.csv"))
@@ -101,6 +110,28 @@ def test_finance_api_pages_json(activity, staff, client):
     assert [r["entry_id"] for r in body["results"]] == list(
         Transfer.objects.order_by("occurred_at", "pk").values_list("pk", flat=True)[:4]
     )
+
+
+def test_finance_api_json_carries_the_stored_text_unescaped(activity, staff, client):
+    client.force_login(staff)
+
+    response = client.get("/api/finance/ledger", {"month": "2026-08"})
+
+    rows = response.json()["results"]
+    charged = [r for r in rows if r["entry_type"] == "charge"]
+    assert charged[0]["client_request_id"] == '=HYPERLINK("http://evil")-0'
+    assert next(r for r in rows if r["entry_type"] == "post")["source_id"] == "-job-1"
+
+
+def test_finance_api_csv_escapes_formula_like_text(activity, staff, client):
+    client.force_login(staff)
+
+    response = client.get("/api/finance/ledger", {"month": "2026-08", "format": "csv"})
+
+    rows = read(response.content)
+    charged = [r for r in rows if r["entry_type"] == "charge"]
+    assert charged[0]["client_request_id"] == '\'=HYPERLINK("http://evil")-0'
+    assert next(r for r in rows if r["entry_type"] == "post")["source_id"] == "'-job-1"
 
 
 def test_finance_api_renders_csv(activity, staff, client):
