@@ -151,12 +151,14 @@ def api_key_create(*, user: User, name: str, write: bool = False) -> IssuedKey:
 
 
 def api_key_revoke(*, user: User, number: int) -> ApiKey:
-    """Revoke the user's key with that number; effective on the very next request."""
+    """Revoke the user's key with that number; effective on the very next request. A key revoked already keeps its
+    revoked_at and is refused as `already_revoked`, so a second press never reads as a revocation."""
     try:
         api_key = ApiKey.objects.get(user=user, number=number)
     except ApiKey.DoesNotExist:
         raise AccountError("not_found", "No such API key on this account.") from None
-    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=now())
+    if not ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=now()):
+        raise AccountError("already_revoked", f"{api_key.name} was already revoked.")
     api_key.refresh_from_db()
     return api_key
 

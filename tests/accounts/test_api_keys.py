@@ -114,6 +114,18 @@ def test_revoking_another_accounts_key_is_refused_and_changes_nothing(owner, out
     assert ApiKey.objects.get(pk=key_row.pk).revoked_at is None
 
 
+def test_revoking_a_revoked_key_is_refused_and_keeps_when_it_was_revoked(owner, api_key):
+    key_row = ApiKey.objects.get(user=owner)
+    with time_machine.travel(datetime(2026, 8, 1, 12, tzinfo=UTC), tick=False):
+        services.api_key_revoke(user=owner, number=key_row.number)
+
+    with pytest.raises(services.AccountError) as error:
+        services.api_key_revoke(user=owner, number=key_row.number)
+
+    assert (error.value.code, error.value.message) == ("already_revoked", "agent was already revoked.")
+    assert ApiKey.objects.get(pk=key_row.pk).revoked_at == datetime(2026, 8, 1, 12, tzinfo=UTC)
+
+
 def test_last_used_at_is_written_at_most_once_a_minute(owner, api_key):
     start = datetime(2026, 8, 3, 14, 0, tzinfo=UTC)
     with time_machine.travel(start, tick=False):

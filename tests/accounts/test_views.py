@@ -181,6 +181,18 @@ def test_revoke_takes_effect_immediately(signed_in, owner, api_key):
     assert services.api_key_authenticate(plaintext=api_key) is None
 
 
+def test_revoking_a_revoked_key_again_says_it_was_already_revoked_and_changes_nothing(signed_in, owner, api_key):
+    key_row = ApiKey.objects.get(user=owner)
+    first = signed_in.post(reverse("accounts:api-key-revoke", args=[key_row.number]), follow=True)
+    revoked_at = ApiKey.objects.get(pk=key_row.pk).revoked_at
+
+    response = signed_in.post(reverse("accounts:api-key-revoke", args=[key_row.number]), follow=True)
+
+    assert [str(message) for message in first.context["messages"]] == ["Revoked agent."]
+    assert [str(message) for message in response.context["messages"]] == ["agent was already revoked."]
+    assert ApiKey.objects.get(pk=key_row.pk).revoked_at == revoked_at
+
+
 def test_revoke_of_another_accounts_key_changes_nothing(client, owner, outsider, api_key):
     client.force_login(outsider)
     key_row = ApiKey.objects.get(user=owner)
