@@ -312,9 +312,15 @@ def oauth_clients_collect_garbage() -> int:
 
 @transaction.atomic
 def oauth_client_disconnect(*, user: User, client_id: str) -> Application:
-    """Revoke every token family, access token and pending code `client_id` holds for `user`, at once."""
+    """Revoke every token family, access token and pending code `client_id` holds for `user`, at once. A client
+    holding none for `user` (unknown, another account's, or disconnected already) is refused as not_found, in the
+    same words whether or not it exists."""
     application = Application.objects.filter(client_id=client_id).first()
-    if application is None:
+    if application is None or not (
+        RefreshToken.objects.filter(user=user, application=application, revoked__isnull=True).exists()
+        or AccessToken.objects.filter(user=user, application=application).exists()
+        or Grant.objects.filter(user=user, application=application).exists()
+    ):
         raise AccountError("not_found", "No such connected client.")
     _tokens_revoke(user, {"application": application})
     return application

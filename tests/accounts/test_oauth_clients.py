@@ -99,6 +99,23 @@ def test_disconnecting_an_unknown_client_changes_nothing(browser: Client, connec
     assert AccessToken.objects.count() == 1
 
 
+@pytest.mark.django_db
+def test_disconnecting_a_client_only_another_account_connected_says_so_and_changes_nothing(
+    browser: Client, client: Client, flow, outsider
+):
+    other_browser = Client()
+    other_browser.force_login(outsider)
+    charlie_flow = flow()
+    charlie = exchange(client, charlie_flow, authorization_code(other_browser, charlie_flow)).json()
+
+    response = disconnect(browser, charlie_flow.client_id, follow=True)
+
+    assert [str(message) for message in response.context["messages"]] == ["No such connected client."]
+    assert AccessToken.objects.filter(user=outsider).count() == 1
+    assert RefreshToken.objects.filter(user=outsider, revoked__isnull=True).count() == 1
+    assert refresh(client, charlie_flow.client_id, charlie["refresh_token"]).status_code == 200
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_refreshes_of_one_token_give_one_success_and_revoke_the_family(connect, settings):
     if settings.LEROY_TEST_DATABASE != "PostgreSQL":
