@@ -6,7 +6,7 @@ not the origin, RFC 9728 §3.3), no introspection, device flow, OIDC or RFC 7592
 
 from django.conf import settings
 from django.urls import path
-from oauth2_provider.views import OAuthProtectedResourceMetadataView, OAuthServerMetadataView, RevokeTokenView
+from oauth2_provider.views import OAuthProtectedResourceMetadataView, OAuthServerMetadataView
 
 from accounts import oauth_views
 
@@ -22,6 +22,6 @@ urlpatterns = [
     path("oauth/token/", oauth_views.McpTokenView.as_view(), name="token"),
     # Clients POST to the metadata's URL, but some drop the slash, and a 301 would turn their POST into a GET.
     path("oauth/token", oauth_views.McpTokenView.as_view(), name="token-no-slash"),
-    path("oauth/revoke/", RevokeTokenView.as_view(), name="revoke-token"),
+    path("oauth/revoke/", oauth_views.McpRevokeTokenView.as_view(), name="revoke-token"),
     path("oauth/register/", oauth_views.register, name="dcr-register"),
 ]

@@ -1,6 +1,8 @@
 """The OAuth endpoints for /api/mcp clients: consent, token, registration, and Disconnect on the account page."""
 
 import json
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -12,12 +14,13 @@ from django.contrib.auth.views import redirect_to_login
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import redirect, render, resolve_url
+from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from oauth2_provider.exceptions import OAuthToolkitError
 from oauth2_provider.models import Application, Grant, RefreshToken
 from oauth2_provider.settings import oauth2_settings
-from oauth2_provider.views import AuthorizationView, TokenView
+from oauth2_provider.views import AuthorizationView, RevokeTokenView, TokenView
 from oauthlib.oauth2.rfc6749 import errors
 
 from accounts import oauth
@@ -35,6 +38,38 @@ def _harden(response: HttpResponseBase) -> HttpResponseBase:
     response["Referrer-Policy"] = "same-origin"
     response["Cache-Control"] = "no-store"
     return response
+
+
+def _method_not_allowed(request: HttpRequest, allowed: list[str]) -> JsonResponse:
+    """A method a JSON endpoint does not take: a JSON 405 in RFC 6749's error shape, as its other refusals are,
+    with its Allow header (not the site's HTML page, which a client could not read)."""
+    allow = ", ".join(allowed)
+    description = f"{request.path} takes {allow}, not {request.method}."
+    response = JsonResponse({"error": "invalid_request", "error_description": description}, status=405)
+    response["Allow"] = allow
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+class JSONMethodRefusal(View):
+    """A class-based JSON endpoint's 405: the JSON refusal, naming the methods the view defines."""
+
+    def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return _method_not_allowed(
+            request, [method.upper() for method in self.http_method_names if hasattr(self, method)]
+        )
+
+
+def _post_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """`require_POST` for a JSON endpoint: any other method gets the JSON 405."""
+
+    @wraps(view)
+    def only_post(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method != "POST":
+            return _method_not_allowed(request, ["POST"])
+        return view(request, *args, **kwargs)
+
+    return only_post
 
 
 def _shown_key(client_id: str, code_challenge: str | None) -> str:
@@ -138,7 +173,7 @@ class McpAuthorizationView(AuthorizationView):
         return render(self.request, "accounts/oauth_error.html", context, status=status)
 
 
-class McpTokenView(TokenView):
+class McpTokenView(JSONMethodRefusal, TokenView):
     """DOT's token endpoint, serialising concurrent use of one refresh token or code (notes/oauth.md G3).
 
     The loser of a race waits on the row lock, then finds the token spent: the stock reuse path revokes the
@@ -172,8 +207,12 @@ class McpTokenView(TokenView):
         return response
 
 
+class McpRevokeTokenView(JSONMethodRefusal, RevokeTokenView):
+    """DOT's revocation endpoint (RFC 7009), refusing other methods in JSON as the token endpoint does."""
+
+
 @csrf_exempt
-@require_POST
+@_post_only
 def register(request: HttpRequest) -> JsonResponse:
     """RFC 7591 dynamic registration of a public client; no registration access token is issued."""
     address = request.META.get("REMOTE_ADDR", "unknown")

@@ -292,3 +292,28 @@ def test_token_endpoint_without_the_trailing_slash_is_served_not_redirected(clie
 
     assert response.status_code == 200
     assert response.json()["token_type"] == "Bearer"
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/oauth/token/", "POST, OPTIONS"),
+        ("/oauth/token", "POST, OPTIONS"),
+        ("/oauth/revoke/", "POST, OPTIONS"),
+        ("/oauth/register/", "POST"),
+    ],
+)
+@pytest.mark.parametrize("method", ["get", "put", "delete"])
+def test_a_method_an_oauth_endpoint_does_not_take_is_a_json_405_naming_the_ones_it_does(
+    client: Client, path, allowed, method
+):
+    response = getattr(client, method)(path)
+
+    assert (response.status_code, response["Allow"]) == (405, allowed)
+    assert response["Content-Type"] == "application/json"
+    assert response["Cache-Control"] == "no-store"
+    assert response.json() == {
+        "error": "invalid_request",
+        "error_description": f"{path} takes {allowed}, not {method.upper()}.",
+    }
+    assert Application.objects.exists() is False
