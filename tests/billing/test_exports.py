@@ -160,6 +160,29 @@ def test_finance_api_answers_are_never_cached(activity, staff, client, format):
     assert refused["Cache-Control"] == "max-age=0, no-cache, no-store, must-revalidate, private"
 
 
+@pytest.mark.parametrize(
+    ("query", "headers", "status"),
+    [
+        ({"month": "2026-08", "format": "xml"}, {}, 404),
+        ({"format": "xml"}, {}, 404),
+        ({"month": "2026-08"}, {"Accept": "application/xml"}, 406),
+        ({"month": "2026-13"}, {}, 400),
+        ({"month": "2026-08", "page": "9"}, {}, 404),
+    ],
+)
+def test_finance_api_refusals_are_never_cached_and_vary_on_the_cookie(staff, client, query, headers, status):
+    client.force_login(staff)
+
+    response = client.get("/api/finance/ledger", query, headers=headers)
+    signed_out = Client().get("/api/finance/ledger", query, headers=headers)
+
+    assert response.status_code == status
+    for answer in (response, signed_out):
+        assert answer["Cache-Control"] == "max-age=0, no-cache, no-store, must-revalidate, private"
+        assert answer["Vary"] == "Accept, Cookie"
+    assert ExportBatch.objects.exists() is False
+
+
 def test_finance_api_is_for_staff_only(activity, client):
     assert client.get("/api/finance/ledger", {"month": "2026-08"}).status_code == 403
     client.force_login(activity)
