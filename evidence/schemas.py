@@ -23,7 +23,7 @@ from evidence.vocabulary import (
     Trend,
     Volatility,
 )
-from leroy.schemas import Note, ToolArgs
+from leroy.schemas import Note, RequestId, ToolArgs
 
 Status = Literal["evaluated", "no_comparable_sample", "unavailable", "stale_frame"]
 FrameStatus = Literal["available", "stale", "market_closed", "unavailable"]
@@ -39,9 +39,7 @@ class EvaluateArgs(ToolArgs):
     )
     stop_price: float | None = Field(default=None, gt=0, description="Stop level; context only, places no order")
     target_price: float | None = Field(default=None, gt=0, description="Target level; context only, places no order")
-    client_request_id: str | None = Field(
-        default=None, min_length=1, max_length=100, description="Caller idempotency key for safe retries"
-    )
+    client_request_id: RequestId | None = Field(default=None, description="Caller idempotency key for safe retries")
 
     @field_validator("holding_horizons")
     @classmethod
@@ -263,7 +261,7 @@ class EvaluationOut(BaseModel):
 
 
 def _request_id() -> Any:
-    return Field(default=None, min_length=1, max_length=100, description="Caller idempotency key for safe retries")
+    return Field(default=None, description="Caller idempotency key for safe retries")
 
 
 class ArtifactRef(BaseModel):
@@ -319,13 +317,13 @@ class SetupArgs(ToolArgs):
     symbol: Ticker = Field(description="US equity ticker (any case)")
     side: Side = Field(description="Direction: buy or sell")
     horizon_minutes: Horizon = Field(default=15, description="Forward horizon in minutes (5, 15, 30, 60)")
-    client_request_id: str | None = _request_id()
+    client_request_id: RequestId | None = _request_id()
 
 
 class LeadersArgs(ToolArgs):
     side: Side = Field(description="Direction whose active signals are counted: buy or sell")
     limit: int = Field(default=5, ge=1, le=5, description="How many leaders to return (1-5); one lookup either way")
-    client_request_id: str | None = _request_id()
+    client_request_id: RequestId | None = _request_id()
 
 
 class Leader(BaseModel):
@@ -374,7 +372,7 @@ class SearchArgs(ToolArgs):
     )
     asset_class: AssetClass = Field(default="equity", description="Pool searched (a symbol implies its own)")
     limit: int = Field(default=20, ge=1, le=50, description="Most keys returned, most distinct sessions first")
-    client_request_id: str | None = _request_id()
+    client_request_id: RequestId | None = _request_id()
 
 
 class SearchHit(BaseModel):
@@ -637,7 +635,7 @@ class RecordHypothesisArgs(ToolArgs):
     side: Side = Field(description="Direction of the hypothesis: buy or sell")
     horizon_minutes: Horizon = Field(description="Horizon after which the outcome is reviewed (5, 15, 30, 60)")
     note: Note = Field(min_length=1, max_length=2000, description="The research note; never an order")
-    client_request_id: str | None = _request_id()
+    client_request_id: RequestId | None = _request_id()
 
 
 class HypothesisOut(BaseModel):

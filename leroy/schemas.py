@@ -10,7 +10,15 @@ from datetime import UTC, date, datetime, timedelta
 from functools import partial
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, GetPydanticSchema, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetPydanticSchema,
+    ValidationError,
+    field_validator,
+)
 from pydantic_core import core_schema
 
 from leroy.errors import DomainError
@@ -162,6 +170,19 @@ Name = Annotated[str, AfterValidator(visible_text)]
 """A name shown in lists: whitespace, format or control characters and combining marks alone are refused."""
 Note = Annotated[str, AfterValidator(visible_text)]
 """Free text kept for its reader (a research note): refused when nothing in it is visible, as a Name is."""
+
+
+def opaque_token(value: str) -> str:
+    """`value` unchanged unless it holds a control character (C0, DEL or C1), which no opaque id needs and which
+    an export or a terminal showing it would act on (ESC starts a terminal sequence); else ValueError."""
+    if any(unicodedata.category(character) == "Cc" for character in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+RequestId = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(opaque_token)]
+"""A caller's idempotency key (`client_request_id`): 1-100 characters, none a control character, compared exactly.
+The length is checked before the characters, so a wrong length is refused in pydantic's own words."""
 
 
 # --- dates and instants in tool arguments: JSON text, parsed strictly, once ------------------------------------------

@@ -225,3 +225,35 @@ async def test_search_takes_at_most_one_signal_per_registered_strategy_and_charg
     assert over.structured_content["error"]["problems"] == [{"field": "signals", "problem": problem}]
     assert await UsageEvent.objects.aexists() is False
     assert await AnswerReceipt.objects.aexists() is False
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        "evaluate_current_setup",
+        "get_current_confluence_leaders",
+        "search_market_memory",
+        "compare_historical_analogues",
+        "record_research_hypothesis",
+    ],
+)
+@pytest.mark.parametrize("request_id", ["retry-\x1b[2J", "a\tb", "x\x85"])
+async def test_a_client_request_id_holding_a_control_character_is_refused_and_charges_nothing(
+    world, mcp_http, write_key, tool, request_id
+):
+    # An id is an opaque token: ESC, tab or a C1 character in one was stored and exported raw to finance.
+    arguments = CALLS.get(tool, ({"symbol": "alfa", "side": "buy"}, 1))[0]
+    with time_machine.travel(world.replay, tick=False):
+        await feed(world)
+        http = mcp_http(write_key)
+        async with Client(streamable_http_client(MCP_URL, http_client=http), mode="2026-07-28") as client:
+            result = await client.call_tool(tool, {**arguments, "client_request_id": request_id})
+
+    error = result.structured_content["error"]
+    assert (result.is_error, error["code"]) == (True, "invalid_arguments")
+    assert error["problems"] == [
+        {"field": "client_request_id", "problem": "Value error, must not contain control characters"}
+    ]
+    assert await UsageEvent.objects.aexists() is False
+    assert await AnswerReceipt.objects.aexists() is False
+    assert await ResearchHypothesis.objects.aexists() is False
