@@ -7,6 +7,7 @@ from oauth2_provider.forms import AllowForm
 
 from accounts import services
 from accounts.models import User
+from leroy.schemas import visible_text
 
 
 class SignupForm(forms.Form):
@@ -67,6 +68,13 @@ class ApiKeyCreateForm(forms.Form):
         label="Also allow mcp:write (create strategies, backtests, optimizations, alerts and journal notes; spend "
         "credits). Leave unticked for a read-only key.",
     )
+
+    def clean_name(self) -> str:
+        """The rule for every name shown in a list (leroy.schemas.Name): a name nobody can see is refused."""
+        try:
+            return visible_text(self.cleaned_data["name"])
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
 
 
 class ConsentForm(AllowForm):

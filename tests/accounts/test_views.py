@@ -152,6 +152,25 @@ def test_a_key_form_with_invalid_fields_is_shown_again_with_its_errors_and_creat
     assert ApiKey.objects.exists() is False
 
 
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("\u200b", "must not be blank"),
+        ("\u202e", "must not be blank"),
+    ],
+)
+def test_a_key_name_nobody_can_read_as_written_is_refused_and_creates_nothing(client, db, name, problem):
+    user = services.user_create(email="bob@example.com", password=PASSWORD)
+    services.mcp_activate(user=user)
+    client.force_login(user)
+
+    response = client.post(reverse("accounts:api-key-create"), {"name": name})
+
+    assert response.status_code == 200
+    assert response.context["form"].errors == {"name": [problem]}
+    assert ApiKey.objects.exists() is False
+
+
 def test_activation_then_key_shown_once_after_the_redirect(client, db):
     user = services.user_create(email="bob@example.com", password=PASSWORD)
     client.force_login(user)
