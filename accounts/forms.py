@@ -7,7 +7,7 @@ from oauth2_provider.forms import AllowForm
 
 from accounts import services
 from accounts.models import User
-from leroy.schemas import visible_text
+from leroy.schemas import visible_name
 
 
 class SignupForm(forms.Form):
@@ -70,9 +70,9 @@ class ApiKeyCreateForm(forms.Form):
     )
 
     def clean_name(self) -> str:
-        """The rule for every name shown in a list (leroy.schemas.Name): a name nobody can see is refused."""
+        """The rule for every name shown in a list (leroy.schemas.Name): a name nobody reads as written is refused."""
         try:
-            return visible_text(self.cleaned_data["name"])
+            return visible_name(self.cleaned_data["name"])
         except ValueError as error:
             raise forms.ValidationError(str(error)) from None
 

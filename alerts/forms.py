@@ -2,7 +2,7 @@ from django import forms
 
 from alerts.models import HORIZONS, SIDES, TIERS
 from evidence.memory.strategies import MAX_ACTIVE_SIGNALS
-from leroy.schemas import visible_text
+from leroy.schemas import visible_name
 
 
 class AlertCreateForm(forms.Form):
@@ -21,9 +21,9 @@ class AlertCreateForm(forms.Form):
     expires_at = forms.DateTimeField(required=False, help_text="UTC, optional (YYYY-MM-DD HH:MM)")
 
     def clean_name(self) -> str:
-        """The tool's rule for a name (leroy.schemas.Name): a name nobody can see is refused here too."""
+        """The tool's rule for a name (leroy.schemas.Name): a name nobody can see as written is refused here too."""
         try:
-            return visible_text(self.cleaned_data["name"])
+            return visible_name(self.cleaned_data["name"])
         except ValueError as error:
             raise forms.ValidationError(str(error)) from None
 

@@ -166,8 +166,22 @@ def visible_text(value: str) -> str:
     return value
 
 
-Name = Annotated[str, AfterValidator(visible_text)]
-"""A name shown in lists: whitespace, format or control characters and combining marks alone are refused."""
+# Bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) reorder what follows them until
+# the end of the line (CVE-2021-42574, "Trojan Source"): a name shown among others would not read as written.
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def visible_name(value: str) -> str:
+    """`value` unchanged when a reader sees it as written: visible_text's rule, and no bidi embedding, override or
+    isolate (a note may need one around right-to-left text; a name in a list does not); else ValueError."""
+    if _BIDI_CONTROLS.search(visible_text(value)):
+        raise ValueError("must not contain bidirectional control characters")
+    return value
+
+
+Name = Annotated[str, AfterValidator(visible_name)]
+"""A name shown in lists: whitespace, format or control characters and combining marks alone are refused, and so
+is a bidi embedding, override or isolate anywhere in it."""
 Note = Annotated[str, AfterValidator(visible_text)]
 """Free text kept for its reader (a research note): refused when nothing in it is visible, as a Name is."""
 

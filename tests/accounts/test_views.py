@@ -157,6 +157,8 @@ def test_a_key_form_with_invalid_fields_is_shown_again_with_its_errors_and_creat
     [
         ("\u200b", "must not be blank"),
         ("\u202e", "must not be blank"),
+        ("agent\u202egnp.exe", "must not contain bidirectional control characters"),
+        ("\u2067agent", "must not contain bidirectional control characters"),
     ],
 )
 def test_a_key_name_nobody_can_read_as_written_is_refused_and_creates_nothing(client, db, name, problem):

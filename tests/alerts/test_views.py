@@ -154,6 +154,14 @@ def test_the_page_bounds_the_minimum_of_active_signals_by_the_registered_strateg
     assert AlertRule.objects.exists() is False
 
 
+def test_the_page_refuses_a_name_holding_a_bidi_override_as_the_tool_does(signed_in):
+    response = signed_in.post(reverse("alerts:create"), form("https://hooks.example.com/x", name="rule\u202eevil"))
+
+    assert response.status_code == 200
+    assert response.context["form"].errors == {"name": ["must not contain bidirectional control characters"]}
+    assert AlertRule.objects.exists() is False
+
+
 def test_the_page_refuses_a_name_with_no_visible_character_as_the_tool_does(signed_in):
     response = signed_in.post(reverse("alerts:create"), form("https://hooks.example.com/x", name="\u200b"))
 

@@ -147,18 +147,19 @@ def test_dates_are_parsed_once_into_typed_values_and_published_as_plain_strings(
     assert properties["start_date"] == {"description": "YYYY-MM-DD", "title": "Start Date", "type": "string"}
 
 
-@pytest.mark.parametrize(
-    ("tool", "arguments"),
-    [
-        ("create_strategy", {"code": "x"}),
-        ("update_strategy", {"id": "x"}),
-        ("run_optimization", optimization_args("x", "1")),
-        (
-            "create_evidence_alert",
-            {"universe": True, "side": "buy", "horizon_minutes": 15, "endpoint_url": "https://h.example/"},
-        ),
-    ],
-)
+# Every tool taking a Name, with its other required arguments.
+NAMED = [
+    ("create_strategy", {"code": "x"}),
+    ("update_strategy", {"id": "x"}),
+    ("run_optimization", optimization_args("x", "1")),
+    (
+        "create_evidence_alert",
+        {"universe": True, "side": "buy", "horizon_minutes": 15, "endpoint_url": "https://h.example/"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments"), NAMED)
 # Whitespace; a zero-width space; a bidi override and a combining mark with nothing to combine with (str.strip()
 # kept the last two, so they were once accepted as names shown in lists).
 @pytest.mark.parametrize("name", [" \t", "\u200b", "\u202e\u0301"])
@@ -167,3 +168,13 @@ def test_a_name_with_no_visible_character_is_an_invalid_argument(tool, arguments
         REGISTRY[tool].args.from_arguments({**arguments, "name": name})
 
     assert refused.value.details["problems"] == [{"field": "name", "problem": "Value error, must not be blank"}]
+
+
+@pytest.mark.parametrize(("tool", "arguments"), NAMED)
+@pytest.mark.parametrize("name", ["key\u202egnp.exe", "\u2066key\u2069"])
+def test_a_name_holding_a_bidi_control_is_an_invalid_argument(tool, arguments, name):
+    with pytest.raises(DomainError) as refused:
+        REGISTRY[tool].args.from_arguments({**arguments, "name": name})
+
+    problem = "Value error, must not contain bidirectional control characters"
+    assert refused.value.details["problems"] == [{"field": "name", "problem": problem}]

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from backtests.schemas import RunOptimizationArgs
 from leroy.errors import DomainError
 from leroy.mcp.registry import load_tools
-from leroy.schemas import json_loads, visible_text
+from leroy.schemas import json_loads, visible_name, visible_text
 
 OPTIMIZATION = {
     "strategy_id": "s",
@@ -121,3 +121,22 @@ def test_text_of_whitespace_format_control_or_combining_characters_alone_is_refu
         visible_text(text)
 
     assert str(refused.value) == "must not be blank"
+
+
+@pytest.mark.parametrize("name", ["agent", "\u05e9\u05dc\u05d5\u05dd", "a\u200fb", "\u200bx"])
+def test_a_name_with_a_visible_character_and_no_bidi_control_is_kept_unchanged(name):
+    assert visible_name(name) == name
+
+
+@pytest.mark.parametrize("control", [chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]])
+def test_a_name_holding_a_bidi_embedding_override_or_isolate_is_refused(control):
+    with pytest.raises(ValueError) as refused:
+        visible_name(f"key{control}gnp.exe")
+
+    assert str(refused.value) == "must not contain bidirectional control characters"
+
+
+def test_a_note_keeps_the_bidi_isolates_around_its_right_to_left_words():
+    note = "note \u2067\u05e9\u05dc\u05d5\u05dd\u2069"
+
+    assert visible_text(note) == note
