@@ -6,16 +6,19 @@ not the origin, RFC 9728 §3.3), no introspection, device flow, OIDC or RFC 7592
 
 from django.conf import settings
 from django.urls import path
-from oauth2_provider.views import OAuthProtectedResourceMetadataView, OAuthServerMetadataView
 
 from accounts import oauth_views
 
 app_name = "oauth2_provider"
 urlpatterns = [
-    path(".well-known/oauth-authorization-server", OAuthServerMetadataView.as_view(), name="oauth-server-metadata"),
+    path(
+        ".well-known/oauth-authorization-server",
+        oauth_views.McpServerMetadataView.as_view(),
+        name="oauth-server-metadata",
+    ),
     path(
         ".well-known/oauth-protected-resource" + settings.LEROY_MCP_PATH,
-        OAuthProtectedResourceMetadataView.as_view(),
+        oauth_views.McpResourceMetadataView.as_view(),
         name="oauth-resource-metadata",
     ),
     path("oauth/authorize/", oauth_views.McpAuthorizationView.as_view(), name="authorize"),

@@ -20,7 +20,13 @@ from django.views.decorators.http import require_POST
 from oauth2_provider.exceptions import OAuthToolkitError
 from oauth2_provider.models import Application, Grant, RefreshToken
 from oauth2_provider.settings import oauth2_settings
-from oauth2_provider.views import AuthorizationView, RevokeTokenView, TokenView
+from oauth2_provider.views import (
+    AuthorizationView,
+    OAuthProtectedResourceMetadataView,
+    OAuthServerMetadataView,
+    RevokeTokenView,
+    TokenView,
+)
 from oauthlib.oauth2.rfc6749 import errors
 
 from accounts import oauth
@@ -209,6 +215,14 @@ class McpTokenView(JSONMethodRefusal, TokenView):
 
 class McpRevokeTokenView(JSONMethodRefusal, RevokeTokenView):
     """DOT's revocation endpoint (RFC 7009), refusing other methods in JSON as the token endpoint does."""
+
+
+class McpServerMetadataView(JSONMethodRefusal, OAuthServerMetadataView):
+    """DOT's authorization server metadata (RFC 8414), refusing other methods in JSON."""
+
+
+class McpResourceMetadataView(JSONMethodRefusal, OAuthProtectedResourceMetadataView):
+    """DOT's protected resource metadata (RFC 9728), refusing other methods in JSON."""
 
 
 @csrf_exempt

@@ -317,3 +317,18 @@ def test_a_method_an_oauth_endpoint_does_not_take_is_a_json_405_naming_the_ones_
         "error_description": f"{path} takes {allowed}, not {method.upper()}.",
     }
     assert Application.objects.exists() is False
+
+
+@pytest.mark.parametrize(
+    "path", ["/.well-known/oauth-authorization-server", "/.well-known/oauth-protected-resource/api/mcp"]
+)
+@pytest.mark.parametrize("method", ["post", "put", "delete"])
+def test_a_method_a_metadata_document_does_not_take_is_a_json_405(client: Client, path, method):
+    response = getattr(client, method)(path)
+
+    assert (response.status_code, response["Allow"]) == (405, "GET, HEAD, OPTIONS")
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {
+        "error": "invalid_request",
+        "error_description": f"{path} takes GET, HEAD, OPTIONS, not {method.upper()}.",
+    }
