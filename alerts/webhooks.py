@@ -234,8 +234,9 @@ class _WatchedHTTPConnection(HTTPConnection):
 
 
 class _WatchedSSLSocket(ssl.SSLSocket):
-    """A TLS socket its attempt's Deadline can shut down from the start of its handshake (wrapping detaches the
-    plain socket the connection watched, so that one can no longer be shut down)."""
+    """A TLS socket its attempt's Deadline can shut down from the start of its handshake. An https connection's
+    plain socket is not watched (its TCP connect is bounded by the connect timeout, inside the deadline): wrapping
+    detaches it, so the TLS socket is the one to shut down."""
 
     def do_handshake(self, block: bool = False) -> None:
         self.context.leroy_deadline.watch(self)  # type: ignore[attr-defined]

@@ -277,6 +277,12 @@ def horizons_within(frame: Frame, at: datetime, horizons: tuple[int, ...]) -> tu
     return tuple(h for h in horizons if not calendar.horizon_crosses_close(start, h, close))
 
 
+def lookups_charged(status: FrameStatus, within: tuple[int, ...]) -> bool:
+    """Whether a decision's Market Memory lookup is charged: only on a fresh frame ("available") with a horizon
+    before the close. A stale frame's history is shown free (it is not usable), and past the close there is none."""
+    return status == "available" and bool(within)
+
+
 @dataclass(frozen=True)
 class CurrentFrame:
     """The frame of a symbol as evaluate_current_setup would use it, or why there is none."""

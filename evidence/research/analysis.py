@@ -127,7 +127,7 @@ class Setup:
     match: Evidence | None
     reason: str | None
     asset_class: str = ""  # the pool of the symbol's cross-ticker tiers
-    within: bool = True  # the horizon ends before today's close: Market Memory was looked up
+    within: tuple[int, ...] = ()  # the horizon, when it ends before today's close (Market Memory was looked up)
 
     @property
     def usable(self) -> bool:
@@ -179,10 +179,11 @@ def setup_resolve(*, symbol: str, side: str, horizon: int, reader: MemoryReader,
     assert regime is not None
     context = FrameContext(symbol=ticker, side=side, source_time=frame.source_time, frame_status=current.status,  # type: ignore[arg-type]
                            active_signals=mask_names(mask), regime=regime_of(regime))  # fmt: skip
-    if not frames.horizons_within(frame, at, (horizon,)):  # as evaluate_current_setup: no outcome to compare with
-        return Setup(context, mask, regime, None, calendar.HORIZON_CROSSES_CLOSE, reader.pool(ticker), within=False)
-    match = reader.lookup(symbol=ticker, side=side, mask=mask, regime=regime, horizons=(horizon,))[horizon]
-    return Setup(context, mask, regime, match, None if match else NO_SAMPLE, reader.pool(ticker))
+    within = frames.horizons_within(frame, at, (horizon,))
+    if not within:  # as evaluate_current_setup: no outcome to compare with
+        return Setup(context, mask, regime, None, calendar.HORIZON_CROSSES_CLOSE, reader.pool(ticker))
+    match = reader.lookup(symbol=ticker, side=side, mask=mask, regime=regime, horizons=within)[horizon]
+    return Setup(context, mask, regime, match, None if match else NO_SAMPLE, reader.pool(ticker), within)
 
 
 def _matched_rows(setup: Setup, reader: MemoryReader) -> list[dict[str, Any]]:
@@ -204,7 +205,7 @@ def _setup_fields(setup: Setup, reader: MemoryReader) -> dict[str, Any]:
 def _units(setup: Setup) -> int:
     """One lookup for a fresh frame's setup looked up in Market Memory; none without a usable frame (none, or a
     stale one, whose history is shown as evaluate_current_setup shows it) or past today's close."""
-    return 1 if setup.usable and setup.within and setup.context.frame_status == "available" else 0
+    return 1 if setup.usable and frames.lookups_charged(setup.context.frame_status, setup.within) else 0
 
 
 # --- leaders ---------------------------------------------------------------------------------------------------

@@ -276,7 +276,7 @@ def _evaluated(args: EvaluateArgs, situation: Situation) -> tuple[EvaluationOut,
         # A horizon that would end past today's close has no outcome to compare with: history is looked up for none.
         # A stale frame is not usable: its history is shown, as the contract says, and charged for none.
         within = frames.horizons_within(frame, at, tuple(horizons))
-        consulted = len(sides) if within and current.status == "available" else 0
+        consulted = len(sides) if frames.lookups_charged(current.status, within) else 0
         side_confluence = []
         for side in sides:
             mask = _mask(frame, side) or 0
