@@ -1,7 +1,7 @@
 from typing import Any
 
 from django import forms
-from django.contrib.auth.forms import AuthenticationForm, PasswordResetForm, SetPasswordForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm, PasswordResetForm, SetPasswordForm
 from django.template.loader import render_to_string
 from oauth2_provider.forms import AllowForm
 
@@ -33,15 +33,23 @@ class ActivationForm(SetPasswordForm):
         return user
 
 
-class ResetPasswordForm(SetPasswordForm):
-    """The password chosen from a reset link, and whether the account's MCP credentials go with the old one."""
+class CredentialsRevocation(forms.Form):
+    """A new password's choice of whether the account's MCP credentials go with the old one."""
 
     revoke_credentials = forms.BooleanField(
         required=False,
         label="Also revoke every API key and disconnect every OAuth client",
         help_text="Choose this if someone else may have used your account: your agents stop working until you "
-        "give them a new key or connect them again. Signed-in browsers are signed out either way.",
+        "give them a new key or connect them again. Other signed-in browsers are signed out either way.",
     )
+
+
+class ResetPasswordForm(CredentialsRevocation, SetPasswordForm):
+    """The password chosen from a reset link."""
+
+
+class ChangePasswordForm(CredentialsRevocation, PasswordChangeForm):
+    """A signed-in account's new password, given its current one."""
 
 
 class EmailAuthenticationForm(AuthenticationForm):

@@ -27,6 +27,7 @@ urlpatterns = [
         never_cache(TemplateView.as_view(template_name="accounts/password_reset_complete.html")),
         name="password-reset-complete",
     ),
+    path("password/", views.PasswordChangeView.as_view(), name="password-change"),
     path("", views.account, name="account"),
     path("clients/", views.clients, name="clients"),
     path("mcp/activate/", views.mcp_activate, name="mcp-activate"),

@@ -1,4 +1,5 @@
-"""The account pages: sign-up, sign-in (with lockout), password reset, MCP keys and connected OAuth clients."""
+"""The account pages: sign-up, sign-in (with lockout), password reset and change, MCP keys and connected OAuth
+clients."""
 
 import json
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from accounts.forms import (
     AccountPasswordResetForm,
     ActivationForm,
     ApiKeyCreateForm,
+    ChangePasswordForm,
+    CredentialsRevocation,
     EmailAuthenticationForm,
     ResetPasswordForm,
     SignupForm,
@@ -192,11 +195,54 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
         throttle.login_succeeded(email=form.user.email, address="")
         with transaction.atomic():
             response = super().form_valid(form)
-            if form.cleaned_data["revoke_credentials"]:
-                keys = services.api_keys_revoke_all(user=form.user)
-                oauth.oauth_clients_disconnect_all(user=form.user)
-                messages.success(self.request, f"Revoked {keys} API key(s) and disconnected every OAuth client.")
+            _revoke_credentials_if_chosen(self.request, form)
         return response
+
+
+@method_decorator(never_cache, name="dispatch")
+class PasswordChangeView(auth_views.PasswordChangeView):
+    """A signed-in account's new password. The current one is checked under the sign-in lockout (a borrowed session
+    cannot guess it without limit); the new one keeps this browser signed in and signs every other one out."""
+
+    template_name = "accounts/password_change.html"
+    form_class = ChangePasswordForm
+    success_url = reverse_lazy("accounts:account")
+
+    def _user(self) -> User:
+        assert isinstance(self.request.user, User)  # login_required
+        return self.request.user
+
+    def _who(self) -> dict[str, str]:
+        return {"email": self._user().email, "address": self.request.META.get("REMOTE_ADDR", "unknown")}
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if throttle.login_locked(**self._who()):
+            locked = LOCKED_OUT.format(minutes=settings.LEROY_LOGIN_LOCKOUT_SECONDS // 60)
+            context = self.get_context_data(form=self.form_class(self._user()), locked=locked)
+            return self.render_to_response(context, status=429)
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        if "old_password" in form.errors:
+            throttle.login_failed(**self._who())
+        return super().form_invalid(form)
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        throttle.login_succeeded(**self._who())
+        with transaction.atomic():
+            response = super().form_valid(form)
+            messages.success(self.request, "Your password is changed. Other signed-in browsers are signed out.")
+            _revoke_credentials_if_chosen(self.request, form)
+        return response
+
+
+def _revoke_credentials_if_chosen(request: HttpRequest, form: CredentialsRevocation) -> None:
+    """Revoke every API key and disconnect every OAuth client of the form's user, when its new password asks to."""
+    if form.cleaned_data["revoke_credentials"]:
+        user: User = form.user  # type: ignore[attr-defined]
+        keys = services.api_keys_revoke_all(user=user)
+        oauth.oauth_clients_disconnect_all(user=user)
+        messages.success(request, f"Revoked {keys} API key(s) and disconnected every OAuth client.")
 
 
 def _new_key(request: HttpRequest, user: User) -> tuple[ApiKey, str] | None:

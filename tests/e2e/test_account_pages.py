@@ -128,6 +128,21 @@ def test_password_reset_link_sets_a_new_password(person: Page, origin: str, alic
     assert alice.check_password("a brand new passphrase")
 
 
+def test_a_signed_in_person_changes_the_password_from_the_footer_link(person: Page, origin: str, alice: User):
+    log_in(person, origin, "alice@example.com")
+    person.wait_for_url(origin + "/account/")
+    person.get_by_role("link", name="Change password").click()
+    person.get_by_label("Old password").fill(PASSWORD)
+    person.locator("#id_new_password1").fill("a brand new passphrase")
+    person.locator("#id_new_password2").fill("a brand new passphrase")
+    person.get_by_role("button", name="Change password").click()
+
+    person.wait_for_url(origin + "/account/")
+    assert "Your password is changed." in person.locator(".messages").inner_text()
+    alice.refresh_from_db()
+    assert alice.check_password("a brand new passphrase")
+
+
 def test_repeated_wrong_passwords_lock_the_account_even_for_the_right_one(
     person: Page, origin: str, alice: User, watch: Watch
 ):
