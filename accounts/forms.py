@@ -52,6 +52,33 @@ class ChangePasswordForm(CredentialsRevocation, PasswordChangeForm):
     """A signed-in account's new password, given its current one."""
 
 
+class EmailChangeForm(forms.Form):
+    """A signed-in account's new address, given its current password; the address changes once its link is followed."""
+
+    email = forms.EmailField(
+        label="New e-mail address", max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"})
+    )
+    password = forms.CharField(
+        label="Current password", strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "current-password"})
+    )
+
+    def __init__(self, user: User, *args: Any, **kwargs: Any) -> None:
+        self.user = user
+        super().__init__(*args, **kwargs)
+
+    def clean_email(self) -> str:
+        email = self.cleaned_data["email"].strip().lower()
+        if email == self.user.email:
+            raise forms.ValidationError("That is already this account's address.")
+        return email
+
+    def clean_password(self) -> str:
+        password: str = self.cleaned_data["password"]
+        if not self.user.check_password(password):
+            raise forms.ValidationError("Your password was entered incorrectly. Please enter it again.")
+        return password
+
+
 class EmailAuthenticationForm(AuthenticationForm):
     username = forms.EmailField(
         label="Email",

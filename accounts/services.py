@@ -1,4 +1,4 @@
-"""Writes for accounts: activation and API keys."""
+"""Writes for accounts: sign-up, e-mail changes, activation and API keys."""
 
 import hashlib
 import hmac
@@ -9,11 +9,13 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.tokens import default_token_generator
+from django.core import signing
 from django.core.mail import EmailMessage
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.crypto import salted_hmac
 from django.utils.encoding import force_bytes
 from django.utils.http import urlencode, urlsafe_base64_encode
 
@@ -102,6 +104,80 @@ def signup_request(*, email: str, next_url: str = "") -> None:
         context = {"origin": origin, "email": email, "link": link}
         template = "accounts/email/signup_confirm.txt"
     account_mail_send(subject="Your Leroy account", body=render_to_string(template, context), to=email)
+
+
+EMAIL_CHANGE_SALT = "accounts.email-change"
+EMAIL_LINK_INVALID = "This link no longer works: it was used already, has expired, or was not copied whole."
+
+
+@dataclass(frozen=True)
+class EmailChange:
+    """What an e-mail change link asks: move `user` from the address `old` to `new`."""
+
+    user: User
+    old: str
+    new: str
+
+
+def _password_stamp(user: User) -> str:
+    # A new password ends the links asked for under the old one (someone who knew it may have asked).
+    return salted_hmac(EMAIL_CHANGE_SALT, user.password, algorithm="sha256").hexdigest()[:32]
+
+
+def email_change_request(*, user: User, new_email: str) -> None:
+    """Mail the new address a link that moves the account to it; nothing changes until it is followed. The link is
+    signed, lasts PASSWORD_RESET_TIMEOUT, and names the old address and the password, so it works once and not after
+    a new password."""
+    payload = {"user": user.pk, "old": user.email, "new": new_email, "password": _password_stamp(user)}
+    token = signing.dumps(payload, salt=EMAIL_CHANGE_SALT, compress=True)
+    origin = settings.LEROY_PUBLIC_ORIGIN
+    context = {"old": user.email, "new": new_email, "link": origin + reverse("accounts:email-confirm", args=[token])}
+    body = render_to_string("accounts/email/email_change_confirm.txt", context)
+    account_mail_send(subject="Confirm your new Leroy e-mail address", body=body, to=new_email)
+
+
+def email_change_of(token: str) -> EmailChange:
+    """The change a link asks for, if it still may be made; else AccountError("link_invalid")."""
+    try:
+        payload = signing.loads(token, salt=EMAIL_CHANGE_SALT, max_age=settings.PASSWORD_RESET_TIMEOUT)
+    except signing.BadSignature:
+        raise AccountError("link_invalid", EMAIL_LINK_INVALID) from None
+    user = User.objects.filter(pk=payload["user"]).first()
+    if (
+        user is None
+        or not user.is_active
+        or user.email != payload["old"]
+        or _password_stamp(user) != payload["password"]
+    ):
+        raise AccountError("link_invalid", EMAIL_LINK_INVALID)
+    return EmailChange(user, payload["old"], payload["new"])
+
+
+def email_change_confirm(*, token: str) -> EmailChange:
+    """Move the account to the link's new address, and tell the old address. Refused, changing nothing, when the
+    link no longer may be used or another account holds the new address (a sign-up not yet confirmed included)."""
+    with transaction.atomic():
+        change = email_change_of(token)
+        user = User.objects.select_for_update().get(pk=change.user.pk)
+        if user.email != change.old:  # a concurrent confirmation of the same link moved it first
+            raise AccountError("link_invalid", EMAIL_LINK_INVALID)
+        taken = AccountError("email_taken", f"Another account uses {change.new}; this account keeps {change.old}.")
+        if User.objects.filter(email=change.new).exists():
+            raise taken
+        user.email = change.new
+        try:
+            with transaction.atomic():
+                user.save(update_fields=["email"])
+        except IntegrityError:  # taken between the check and the write
+            raise taken from None
+        context = {
+            "old": change.old,
+            "new": change.new,
+            "reset_url": settings.LEROY_PUBLIC_ORIGIN + reverse("accounts:password-reset"),
+        }
+        body = render_to_string("accounts/email/email_changed.txt", context)
+        account_mail_send(subject="Your Leroy e-mail address changed", body=body, to=change.old)
+    return EmailChange(user, change.old, change.new)
 
 
 @transaction.atomic

@@ -28,6 +28,8 @@ urlpatterns = [
         name="password-reset-complete",
     ),
     path("password/", views.PasswordChangeView.as_view(), name="password-change"),
+    path("email/", views.email_change, name="email-change"),
+    path("email/confirm/<str:token>/", views.EmailChangeConfirmView.as_view(), name="email-confirm"),
     path("", views.account, name="account"),
     path("clients/", views.clients, name="clients"),
     path("mcp/activate/", views.mcp_activate, name="mcp-activate"),

@@ -1,5 +1,5 @@
-"""The account pages: sign-up, sign-in (with lockout), password reset and change, MCP keys and connected OAuth
-clients."""
+"""The account pages: sign-up, sign-in (with lockout), password reset and change, e-mail change, MCP keys and
+connected OAuth clients."""
 
 import json
 from collections.abc import Callable
@@ -20,6 +20,7 @@ from django.utils.decorators import method_decorator
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
+from django.views.generic import View
 
 from accounts import oauth, selectors, services, throttle
 from accounts.forms import (
@@ -29,6 +30,7 @@ from accounts.forms import (
     ChangePasswordForm,
     CredentialsRevocation,
     EmailAuthenticationForm,
+    EmailChangeForm,
     ResetPasswordForm,
     SignupForm,
 )
@@ -216,8 +218,7 @@ class PasswordChangeView(auth_views.PasswordChangeView):
         return {"email": self._user().email, "address": self.request.META.get("REMOTE_ADDR", "unknown")}
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if throttle.login_locked(**self._who()):
-            locked = LOCKED_OUT.format(minutes=settings.LEROY_LOGIN_LOCKOUT_SECONDS // 60)
+        if locked := _locked_out(request, self._user()):
             context = self.get_context_data(form=self.form_class(self._user()), locked=locked)
             return self.render_to_response(context, status=429)
         return super().post(request, *args, **kwargs)
@@ -234,6 +235,63 @@ class PasswordChangeView(auth_views.PasswordChangeView):
             messages.success(self.request, "Your password is changed. Other signed-in browsers are signed out.")
             _revoke_credentials_if_chosen(self.request, form)
         return response
+
+
+def _locked_out(request: HttpRequest, user: User) -> str | None:
+    """The sign-in lockout's message when the account or this client is locked out: a form that checks the current
+    password counts its failures there too, so a borrowed session cannot guess it without limit."""
+    if throttle.login_locked(email=user.email, address=request.META.get("REMOTE_ADDR", "unknown")):
+        return LOCKED_OUT.format(minutes=settings.LEROY_LOGIN_LOCKOUT_SECONDS // 60)
+    return None
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@account_page
+def email_change(request: HttpRequest) -> HttpResponse:
+    """Ask to move the account to another address: a link goes to the new one, and nothing changes until it is
+    followed."""
+    assert isinstance(request.user, User)
+    user, template = request.user, "accounts/email_change.html"
+    address = request.META.get("REMOTE_ADDR", "unknown")
+    form = EmailChangeForm(user, request.POST or None)
+    if request.method != "POST":
+        return render(request, template, {"form": form})
+    if locked := _locked_out(request, user):
+        return render(request, template, {"form": EmailChangeForm(user), "locked": locked}, status=429)
+    if not form.is_valid():
+        if "password" in form.errors:
+            throttle.login_failed(email=user.email, address=address)
+        return render(request, template, {"form": form})
+    throttle.login_succeeded(email=user.email, address=address)
+    new = form.cleaned_data["email"]
+    if refused := _emails_throttled(request, new, template, form=form):
+        return refused
+    services.email_change_request(user=user, new_email=new)
+    return render(request, "accounts/email_change_sent.html", {"new": new})
+
+
+@method_decorator(never_cache, name="dispatch")
+class EmailChangeConfirmView(View):
+    """The link mailed to the new address: its page asks, and only the button (a POST) moves the account, so a mail
+    scanner that opens links changes nothing."""
+
+    template_name = "accounts/email_change_confirm.html"
+
+    def get(self, request: HttpRequest, token: str) -> HttpResponse:
+        try:
+            change = services.email_change_of(token)
+        except services.AccountError as error:
+            return render(request, self.template_name, {"invalid": error.message}, status=400)
+        return render(request, self.template_name, {"old": change.old, "new": change.new})
+
+    def post(self, request: HttpRequest, token: str) -> HttpResponse:
+        try:
+            change = services.email_change_confirm(token=token)
+        except services.AccountError as error:
+            return render(request, self.template_name, {"invalid": error.message}, status=400)
+        messages.success(request, f"This account now uses {change.new}.")
+        signed_in_here = request.user.is_authenticated and request.user.pk == change.user.pk
+        return redirect("accounts:account" if signed_in_here else "accounts:login")
 
 
 def _revoke_credentials_if_chosen(request: HttpRequest, form: CredentialsRevocation) -> None:

@@ -143,6 +143,27 @@ def test_a_signed_in_person_changes_the_password_from_the_footer_link(person: Pa
     assert alice.check_password("a brand new passphrase")
 
 
+def test_a_signed_in_person_moves_the_account_to_a_new_address_by_its_link(
+    person: Page, origin: str, alice: User, mailoutbox
+):
+    log_in(person, origin, "alice@example.com")
+    person.wait_for_url(origin + "/account/")
+    person.get_by_role("link", name="Change e-mail").click()
+    person.get_by_label("New e-mail address").fill("alice@new.example")
+    person.get_by_label("Current password").fill(PASSWORD)
+    person.get_by_role("button", name="Send confirmation link").click()
+    assert "A link is on its way to alice@new.example." in person.locator("#email-change-sent").inner_text()
+    [message] = mailoutbox
+
+    person.goto(link_in(message, "/account/email/confirm/"))
+    person.get_by_role("button", name="Use alice@new.example").click()
+
+    person.wait_for_url(origin + "/account/")
+    assert "This account now uses alice@new.example." in person.locator(".messages").inner_text()
+    alice.refresh_from_db()
+    assert alice.email == "alice@new.example"
+
+
 def test_repeated_wrong_passwords_lock_the_account_even_for_the_right_one(
     person: Page, origin: str, alice: User, watch: Watch
 ):
