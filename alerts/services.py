@@ -323,7 +323,7 @@ def frames_evaluate() -> int:
     One uncharged evaluation per symbol, side and horizon is shared by every rule that asks for it."""
     at = now()
     rules = list(
-        AlertRule.objects.filter(status=AlertRule.Status.ACTIVE).filter(
+        AlertRule.objects.filter(status=AlertRule.Status.ACTIVE, user__is_active=True).filter(
             Q(expires_at__isnull=True) | Q(expires_at__gt=at)
         )
     )
@@ -405,9 +405,20 @@ def _claim(delivery_id: int, trigger: str, at: datetime) -> tuple[Delivery, Atte
     """Start an attempt: lease the delivery and write its Attempt row, committed before anything is sent, so a
     worker that dies mid-send leaves an open attempt and a lease that expires (the delivery stays retryable)."""
     with transaction.atomic():
-        delivery = Delivery.objects.select_for_update().select_related("rule").filter(pk=delivery_id).first()
+        delivery = (
+            Delivery.objects.select_for_update(of=("self", "rule"))
+            .select_related("rule__user")
+            .filter(pk=delivery_id)
+            .first()
+        )
         if delivery is None:
             return None  # the rule was deleted
+        if not delivery.rule.user.is_active:  # suspended by an operator: nothing more leaves for its receivers
+            if trigger != Attempt.Trigger.SCHEDULED:
+                raise AlertError("account_suspended", "The account is suspended; nothing is sent.")
+            if delivery.status == Delivery.Status.PENDING:
+                _give_up(delivery, "The account is suspended.", counts=False)
+            return None
         if delivery.lease_until is not None and delivery.lease_until > at:
             if trigger == Attempt.Trigger.SCHEDULED:
                 return None  # another attempt is in flight

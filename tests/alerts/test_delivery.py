@@ -344,3 +344,21 @@ def test_a_second_test_or_redelivery_while_one_is_in_flight_is_refused_and_write
         assert refusal.message == "Another test or redelivery of this account is in flight; try again when it ends."
     assert refused == (deliveries, attempts, 2)
     assert services.send_test_event(user=owner, alert_id=second.public_id).status == "delivered"
+
+
+def test_a_suspended_accounts_pending_deliveries_are_given_up_unsent(owner, receiver, monkeypatch):
+    monkeypatch.setattr(tasks.delivery_send, "delay", lambda *args: None)
+    with time_machine.travel(OPEN, tick=False):
+        rule, _ = make_rule(owner, receiver.url())
+        delivery = matched(rule, OPEN)
+        owner.is_active = False  # an operator unticks "active" in the admin
+        owner.save(update_fields=["is_active"])
+
+        assert services.delivery_attempt(delivery_id=delivery.pk) is None
+
+    delivery.refresh_from_db()
+    rule.refresh_from_db()
+    assert receiver.requests == []
+    assert (delivery.status, delivery.last_error, delivery.attempt_count) == ("failed", "The account is suspended.", 0)
+    assert (rule.status, rule.consecutive_failures) == ("active", 0)
+    assert Attempt.objects.filter(delivery=delivery).exists() is False

@@ -134,6 +134,17 @@ def test_paused_and_expired_rules_are_not_evaluated(fed_world, owner, receiver):
     assert Delivery.objects.exists() is False
 
 
+def test_a_suspended_accounts_rules_are_not_evaluated(fed_world, owner, receiver):
+    alfa_rule(owner, receiver)
+    owner.is_active = False  # an operator unticks "active" in the admin
+    owner.save(update_fields=["is_active"])
+
+    assert services.frames_evaluate() == 0
+
+    assert Delivery.objects.exists() is False
+    assert receiver.requests == []
+
+
 def test_a_universe_rule_matches_every_followed_symbol_with_evidence(fed_world, owner, receiver):
     make_rule(owner, receiver.url())
 
