@@ -6,6 +6,7 @@ completed points when it ends or is cancelled; the rest of the hold returns to t
 """
 
 import calendar
+import contextlib
 import hashlib
 import itertools
 import threading
@@ -600,6 +601,7 @@ def _report_fail(report_id: Any, error: dict[str, Any], diagnostics: dict[str, A
 
 WORKER_LOST = {"code": "worker_lost", "message": "the worker running this job stopped before it finished", "line": None}
 NOT_QUEUED = {"code": "queue_unavailable", "message": "the job queue did not take this job: it never ran", "line": None}
+SUSPENDED = {"code": "account_suspended", "message": "the account was suspended before this job ran", "line": None}
 
 
 def backtest_execute(*, report_id: str) -> None:
@@ -615,7 +617,10 @@ def backtest_execute(*, report_id: str) -> None:
         if Report.objects.filter(pk=report_id, status=Status.EXECUTING).exists():
             _report_fail(report_id, WORKER_LOST)
         return
-    report = Report.objects.select_related("strategy").get(pk=report_id)
+    report = Report.objects.select_related("strategy__user").get(pk=report_id)
+    if not report.strategy.user.is_active:  # an operator suspended the account while this waited: it never runs
+        _report_fail(report_id, SUSPENDED)
+        return
     start, end = day_bounds(report.start_date, report.end_date)
     try:
         datas, data_version = load_bars(
@@ -898,7 +903,7 @@ def optimization_points_execute(*, run_ids: list[int], claim: str) -> None:
     A redelivered task (its worker stopped mid-run) first fails the points it had claimed and not finished; a point
     another task claimed is that task's, even while it runs. A cancel stops the rest."""
     optimization_id = _lost_points_failed(run_ids, claim)
-    if optimization_id is None:
+    if optimization_id is None or _suspended_account_cancels(optimization_id):
         return
     optimizations = Optimization.objects.filter(pk=optimization_id)
     optimizations.update(point_tasks_started=F("point_tasks_started") + 1)
@@ -914,9 +919,22 @@ def optimization_points_execute(*, run_ids: list[int], claim: str) -> None:
 def optimization_point_execute(*, run_id: int, claim: str) -> None:
     """One grid point, claimed for task `claim` (a message queued before points were chunked, which takes no
     other)."""
-    _lost_points_failed([run_id], claim)
+    optimization_id = _lost_points_failed([run_id], claim)
+    if optimization_id is None or _suspended_account_cancels(optimization_id):
+        return
     if _point_claim(OptimizationRun.objects.filter(pk=run_id), claim):
         _point_execute(run_id)
+
+
+def _suspended_account_cancels(optimization_id: Any) -> bool:
+    """Whether the optimization's account is suspended (an operator unticked "active"); if so it is cancelled as
+    its owner's cancel would: the points not started are refunded, those done stay charged."""
+    optimization = Optimization.objects.select_related("user").get(pk=optimization_id)
+    if optimization.user.is_active:
+        return False
+    with transaction.atomic(), contextlib.suppress(BacktestError):  # not_cancellable: it closed meanwhile
+        optimization_cancel(user=optimization.user, optimization_id=str(optimization.pk))
+    return True
 
 
 def _lost_points_failed(run_ids: list[int], claim: str) -> Any:

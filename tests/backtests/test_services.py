@@ -1279,3 +1279,45 @@ def test_an_optimization_over_a_period_without_bars_is_refused_at_submission_and
     assert refused.value.code == "no_data"
     assert Optimization.objects.count() == 0
     assert credit_usage(user=owner)["credits_remaining"] == 1000
+
+
+def suspend(user) -> None:
+    user.is_active = False  # an operator unticks "active" in the admin
+    user.save(update_fields=["is_active"])
+
+
+def test_a_backtest_queued_when_its_account_is_suspended_never_runs_and_its_credits_go_back(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        report = services.backtest_submit(
+            user=owner, strategy_id=str(saved(owner).pk), data_ids=[str(coin.pk)], frequency="1d",
+            start_date=date(2024, 1, 1), end_date=date(2024, 12, 31), parameters={}, simulation=SIM,
+        )  # fmt: skip
+    suspend(owner)
+
+    services.backtest_execute(report_id=str(report.pk))
+
+    report.refresh_from_db()
+    assert (report.status, report.error, report.statistics) == (Status.FAILED, services.SUSPENDED, None)
+    assert credit_usage(user=owner)["credits_remaining"] == 1000
+
+
+def test_an_optimization_whose_account_is_suspended_mid_grid_stops_as_a_cancel_would(
+    owner, coin, django_capture_on_commit_callbacks
+):
+    result = optimization(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
+    runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
+    services.optimization_point_execute(run_id=runs[0].pk, claim="task-0")
+    suspend(owner)
+
+    services.optimization_points_execute(run_ids=[run.pk for run in runs[1:3]], claim="task-1")
+    services.optimization_point_execute(run_id=runs[3].pk, claim="task-3")
+
+    stopped = Optimization.objects.get(pk=result.pk)
+    assert (stopped.status, stopped.completed_iterations, stopped.credits_charged) == (Status.CANCELLED, 1, 5)
+    statuses = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration").values_list(
+        "status", flat=True))  # fmt: skip
+    assert statuses == [Status.COMPLETED] + [Status.CANCELLED] * 5
+    usage = credit_usage(user=owner)
+    assert (usage["credits_consumed"], usage["credits_remaining"]) == (5, 995)
