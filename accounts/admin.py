@@ -12,13 +12,14 @@ from leroy.admin import ReadOnlyAdmin
 @admin.register(User)
 class UserAdmin(BaseUserAdmin):
     ordering = ["email"]
-    list_display = ["email", "is_staff", "is_active", "mcp_activated_at", "date_joined"]
+    list_display = ["email", "is_staff", "is_active", "mcp_activated_at", "date_joined", "closed_at"]
     search_fields = ["email"]
+    readonly_fields = ["closed_at"]  # set by the owner's close, never by hand
     fieldsets = (
         (None, {"fields": ("email", "password")}),
         ("MCP", {"fields": ("mcp_activated_at",)}),
         ("Permissions", {"fields": ("is_active", "is_staff", "is_superuser", "groups", "user_permissions")}),
-        ("Dates", {"fields": ("last_login", "date_joined")}),
+        ("Dates", {"fields": ("last_login", "date_joined", "closed_at")}),
     )
     add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "password1", "password2")}),)
 

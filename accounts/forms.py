@@ -52,12 +52,10 @@ class ChangePasswordForm(CredentialsRevocation, PasswordChangeForm):
     """A signed-in account's new password, given its current one."""
 
 
-class EmailChangeForm(forms.Form):
-    """A signed-in account's new address, given its current password; the address changes once its link is followed."""
+class CurrentPasswordForm(forms.Form):
+    """A signed-in account's form that its current password must accompany (the view counts a wrong one toward the
+    sign-in lockout: `accounts.views.password_form_judged`)."""
 
-    email = forms.EmailField(
-        label="New e-mail address", max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"})
-    )
     password = forms.CharField(
         label="Current password", strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "current-password"})
     )
@@ -66,17 +64,40 @@ class EmailChangeForm(forms.Form):
         self.user = user
         super().__init__(*args, **kwargs)
 
+    def clean_password(self) -> str:
+        password: str = self.cleaned_data["password"]
+        if not self.user.check_password(password):
+            raise forms.ValidationError("Your password was entered incorrectly. Please enter it again.")
+        return password
+
+
+class EmailChangeForm(CurrentPasswordForm):
+    """A new address for the account; it changes once the link mailed to it is followed."""
+
+    email = forms.EmailField(
+        label="New e-mail address", max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"})
+    )
+    field_order = ["email", "password"]
+
     def clean_email(self) -> str:
         email = self.cleaned_data["email"].strip().lower()
         if email == self.user.email:
             raise forms.ValidationError("That is already this account's address.")
         return email
 
-    def clean_password(self) -> str:
-        password: str = self.cleaned_data["password"]
-        if not self.user.check_password(password):
-            raise forms.ValidationError("Your password was entered incorrectly. Please enter it again.")
-        return password
+
+class AccountCloseForm(CurrentPasswordForm):
+    """Closing cannot be undone: a typed confirmation as well as the password."""
+
+    CONFIRMATION = "close my account"
+
+    confirmation = forms.CharField(label=f"Type “{CONFIRMATION}” to confirm", max_length=100)
+
+    def clean_confirmation(self) -> str:
+        typed: str = self.cleaned_data["confirmation"]
+        if typed.strip().lower() != self.CONFIRMATION:
+            raise forms.ValidationError(f"Type “{self.CONFIRMATION}” exactly; nothing was closed.")
+        return typed
 
 
 class EmailAuthenticationForm(AuthenticationForm):

@@ -36,6 +36,8 @@ class User(AbstractBaseUser, PermissionsMixin):
     date_joined = models.DateTimeField(default=now)
     # MCP access is opt-in: no key can be created before the owner activates it.
     mcp_activated_at = models.DateTimeField(null=True, blank=True)
+    # Closed by its owner: inactive for good, its address removed (the ledger's rows still name the account).
+    closed_at = models.DateTimeField(null=True, blank=True)
 
     objects: ClassVar[UserManager] = UserManager()
 

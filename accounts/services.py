@@ -52,8 +52,28 @@ def user_create(*, email: str, password: str | None) -> User:
 
 def suspended(user: User) -> bool:
     """An account an operator deactivated (admin's "active" unticked): it had a password, unlike a sign-up not yet
-    confirmed. Signing up again must not reopen it, nor bring back its keys and tokens."""
-    return not user.is_active and user.has_usable_password()
+    confirmed; or one its owner closed. Signing up again must not reopen it, nor bring back its keys and tokens."""
+    return not user.is_active and (user.has_usable_password() or user.closed_at is not None)
+
+
+def closed_address(user: User) -> str:
+    """What a closed account's address becomes: no one's mailbox (.invalid never resolves), unique per account."""
+    return f"closed-{user.pk}@closed.invalid"
+
+
+@transaction.atomic
+def account_close(*, user: User) -> None:
+    """Close the account for good: every API key revoked, every OAuth client disconnected, every session ended (the
+    password becomes unusable), its address freed for a new sign-up. What it had queued stops as a suspended
+    account's does; its rows stay, for the ledger."""
+    from accounts import oauth  # it imports this module
+
+    locked = User.objects.select_for_update().get(pk=user.pk)
+    api_keys_revoke_all(user=locked)
+    oauth.oauth_clients_disconnect_all(user=locked)
+    locked.is_active, locked.closed_at, locked.email = False, now(), closed_address(locked)
+    locked.set_unusable_password()
+    locked.save(update_fields=["is_active", "closed_at", "email", "password"])
 
 
 def account_mail_send(*, subject: str, body: str, to: str) -> None:

@@ -29,6 +29,7 @@ from accounts.forms import (
     ApiKeyCreateForm,
     ChangePasswordForm,
     CredentialsRevocation,
+    CurrentPasswordForm,
     EmailAuthenticationForm,
     EmailChangeForm,
     ResetPasswordForm,
@@ -218,7 +219,7 @@ class PasswordChangeView(auth_views.PasswordChangeView):
         return {"email": self._user().email, "address": self.request.META.get("REMOTE_ADDR", "unknown")}
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if locked := _locked_out(request, self._user()):
+        if locked := locked_out(request, self._user()):
             context = self.get_context_data(form=self.form_class(self._user()), locked=locked)
             return self.render_to_response(context, status=429)
         return super().post(request, *args, **kwargs)
@@ -237,11 +238,25 @@ class PasswordChangeView(auth_views.PasswordChangeView):
         return response
 
 
-def _locked_out(request: HttpRequest, user: User) -> str | None:
+def locked_out(request: HttpRequest, user: User) -> str | None:
     """The sign-in lockout's message when the account or this client is locked out: a form that checks the current
     password counts its failures there too, so a borrowed session cannot guess it without limit."""
     if throttle.login_locked(email=user.email, address=request.META.get("REMOTE_ADDR", "unknown")):
         return LOCKED_OUT.format(minutes=settings.LEROY_LOGIN_LOCKOUT_SECONDS // 60)
+    return None
+
+
+def password_form_judged(request: HttpRequest, form: CurrentPasswordForm) -> str | None:
+    """Judge a posted CurrentPasswordForm under the sign-in lockout: the lockout's message when locked (the password
+    is not even checked); else None, the form judged (`is_valid()`), a wrong password counted as a failed sign-in
+    and a right one ending the account's count."""
+    if locked := locked_out(request, form.user):
+        return locked
+    who = {"email": form.user.email, "address": request.META.get("REMOTE_ADDR", "unknown")}
+    if form.is_valid():
+        throttle.login_succeeded(**who)
+    elif "password" in form.errors:
+        throttle.login_failed(**who)
     return None
 
 
@@ -252,22 +267,17 @@ def email_change(request: HttpRequest) -> HttpResponse:
     followed."""
     assert isinstance(request.user, User)
     user, template = request.user, "accounts/email_change.html"
-    address = request.META.get("REMOTE_ADDR", "unknown")
     form = EmailChangeForm(user, request.POST or None)
-    if request.method != "POST":
-        return render(request, template, {"form": form})
-    if locked := _locked_out(request, user):
-        return render(request, template, {"form": EmailChangeForm(user), "locked": locked}, status=429)
-    if not form.is_valid():
-        if "password" in form.errors:
-            throttle.login_failed(email=user.email, address=address)
-        return render(request, template, {"form": form})
-    throttle.login_succeeded(email=user.email, address=address)
-    new = form.cleaned_data["email"]
-    if refused := _emails_throttled(request, new, template, form=form):
-        return refused
-    services.email_change_request(user=user, new_email=new)
-    return render(request, "accounts/email_change_sent.html", {"new": new})
+    if request.method == "POST":
+        if locked := password_form_judged(request, form):
+            return render(request, template, {"form": EmailChangeForm(user), "locked": locked}, status=429)
+        if form.is_valid():
+            new = form.cleaned_data["email"]
+            if refused := _emails_throttled(request, new, template, form=form):
+                return refused
+            services.email_change_request(user=user, new_email=new)
+            return render(request, "accounts/email_change_sent.html", {"new": new})
+    return render(request, template, {"form": form})
 
 
 @method_decorator(never_cache, name="dispatch")

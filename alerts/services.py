@@ -413,11 +413,11 @@ def _claim(delivery_id: int, trigger: str, at: datetime) -> tuple[Delivery, Atte
         )
         if delivery is None:
             return None  # the rule was deleted
-        if not delivery.rule.user.is_active:  # suspended by an operator: nothing more leaves for its receivers
+        if not delivery.rule.user.is_active:  # suspended or closed: nothing more leaves for its receivers
             if trigger != Attempt.Trigger.SCHEDULED:
-                raise AlertError("account_suspended", "The account is suspended; nothing is sent.")
+                raise AlertError("account_inactive", "The account is suspended or closed; nothing is sent.")
             if delivery.status == Delivery.Status.PENDING:
-                _give_up(delivery, "The account is suspended.", counts=False)
+                _give_up(delivery, "The account is suspended or closed.", counts=False)
             return None
         if delivery.lease_until is not None and delivery.lease_until > at:
             if trigger == Attempt.Trigger.SCHEDULED:

@@ -601,7 +601,11 @@ def _report_fail(report_id: Any, error: dict[str, Any], diagnostics: dict[str, A
 
 WORKER_LOST = {"code": "worker_lost", "message": "the worker running this job stopped before it finished", "line": None}
 NOT_QUEUED = {"code": "queue_unavailable", "message": "the job queue did not take this job: it never ran", "line": None}
-SUSPENDED = {"code": "account_suspended", "message": "the account was suspended before this job ran", "line": None}
+ACCOUNT_INACTIVE = {
+    "code": "account_inactive",
+    "message": "the account was suspended or closed before this job ran",
+    "line": None,
+}
 
 
 def backtest_execute(*, report_id: str) -> None:
@@ -618,8 +622,8 @@ def backtest_execute(*, report_id: str) -> None:
             _report_fail(report_id, WORKER_LOST)
         return
     report = Report.objects.select_related("strategy__user").get(pk=report_id)
-    if not report.strategy.user.is_active:  # an operator suspended the account while this waited: it never runs
-        _report_fail(report_id, SUSPENDED)
+    if not report.strategy.user.is_active:  # suspended or closed while this waited: it never runs
+        _report_fail(report_id, ACCOUNT_INACTIVE)
         return
     start, end = day_bounds(report.start_date, report.end_date)
     try:
@@ -903,7 +907,7 @@ def optimization_points_execute(*, run_ids: list[int], claim: str) -> None:
     A redelivered task (its worker stopped mid-run) first fails the points it had claimed and not finished; a point
     another task claimed is that task's, even while it runs. A cancel stops the rest."""
     optimization_id = _lost_points_failed(run_ids, claim)
-    if optimization_id is None or _suspended_account_cancels(optimization_id):
+    if optimization_id is None or _inactive_account_cancels(optimization_id):
         return
     optimizations = Optimization.objects.filter(pk=optimization_id)
     optimizations.update(point_tasks_started=F("point_tasks_started") + 1)
@@ -920,15 +924,15 @@ def optimization_point_execute(*, run_id: int, claim: str) -> None:
     """One grid point, claimed for task `claim` (a message queued before points were chunked, which takes no
     other)."""
     optimization_id = _lost_points_failed([run_id], claim)
-    if optimization_id is None or _suspended_account_cancels(optimization_id):
+    if optimization_id is None or _inactive_account_cancels(optimization_id):
         return
     if _point_claim(OptimizationRun.objects.filter(pk=run_id), claim):
         _point_execute(run_id)
 
 
-def _suspended_account_cancels(optimization_id: Any) -> bool:
-    """Whether the optimization's account is suspended (an operator unticked "active"); if so it is cancelled as
-    its owner's cancel would: the points not started are refunded, those done stay charged."""
+def _inactive_account_cancels(optimization_id: Any) -> bool:
+    """Whether the optimization's account is suspended (an operator unticked "active") or closed; if so it is
+    cancelled as its owner's cancel would: the points not started are refunded, those done stay charged."""
     optimization = Optimization.objects.select_related("user").get(pk=optimization_id)
     if optimization.user.is_active:
         return False

@@ -1,15 +1,19 @@
-"""The account's Usage and Plan-and-billing pages, and the two buttons that hand over to Stripe."""
+"""The account's Usage and Plan-and-billing pages, the two buttons that hand over to Stripe, and closing the
+account (here, where a live subscription is known: it must end first)."""
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import logout
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST, require_safe
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 from stripe import StripeError
 
+from accounts import services as accounts
+from accounts.forms import AccountCloseForm
 from accounts.models import User
-from accounts.views import account_page
+from accounts.views import account_page, password_form_judged
 from billing import payments, selectors
 from billing.models import Plan
 from leroy.charts import bar_chart
@@ -89,3 +93,25 @@ def portal(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Stripe is not answering. Try again in a minute.")
         return redirect("billing:plan")
     return HttpResponseRedirect(url, status=303)
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@account_page
+def close(request: HttpRequest) -> HttpResponse:
+    """Close the account for good (accounts.services.account_close), given its password and a typed confirmation;
+    refused while a Stripe subscription is live, which would go on billing a closed account."""
+    assert isinstance(request.user, User)
+    user, template = request.user, "billing/close.html"
+    subscription = selectors.stripe_subscription(user=user)
+    live = subscription is not None and subscription.subscription_status in payments.LIVE_STATUSES
+    form = AccountCloseForm(user, request.POST or None)
+    context = {"form": form, "live_subscription": live, "credits": selectors.credit_usage(user=user)}
+    if request.method == "POST" and not live:
+        if locked := password_form_judged(request, form):
+            return render(request, template, {**context, "form": AccountCloseForm(user), "locked": locked}, status=429)
+        if form.is_valid():
+            accounts.account_close(user=user)
+            logout(request)
+            messages.success(request, "Your account is closed. Its keys and connections no longer work.")
+            return redirect("home")
+    return render(request, template, context, status=409 if request.method == "POST" and live else 200)

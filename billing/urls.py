@@ -17,4 +17,5 @@ urlpatterns = [
     path("account/billing/", pages.plan, name="plan"),
     path("account/billing/checkout/<slug:code>/", pages.checkout, name="checkout"),
     path("account/billing/portal/", pages.portal, name="portal"),
+    path("account/billing/close/", pages.close, name="close"),
 ]

@@ -14,5 +14,9 @@ def model_before(migration: Migration, model: str) -> type[Model]:
     return MigrationExecutor(connection).loader.project_state([migration]).apps.get_model(migration[0], model)
 
 
-def migrate_to(migration: Migration) -> None:
-    MigrationExecutor(connection).migrate([migration])
+def migrate_forward(migration: Migration) -> None:
+    """Take the database forward to every app's latest migration, `migration` among them: stopping at `migration`
+    would leave the later tests a schema without the app's newer migrations."""
+    executor = MigrationExecutor(connection)
+    assert migration in executor.loader.graph.nodes, f"{migration} is not a migration of this project"
+    executor.migrate(executor.loader.graph.leaf_nodes())

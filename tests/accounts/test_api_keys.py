@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from accounts import services
 from accounts.models import ApiKey, User
-from tests.migrating import migrate_to, model_before
+from tests.migrating import migrate_forward, model_before
 
 
 def test_key_has_prefix_and_32_random_bytes(owner):
@@ -161,7 +161,7 @@ def test_migrating_numbers_each_accounts_existing_keys_from_one_in_the_order_the
         old.objects.create(user_id=user.pk, name=name, prefix=name, key_hash=name * 64, scopes="mcp:read").pk
         for user, name in [(owner, "a"), (outsider, "b"), (owner, "c"), (owner, "d"), (outsider, "e")]
     ]
-    migrate_to(("accounts", "0004_apikey_numbers"))
+    migrate_forward(("accounts", "0004_apikey_numbers"))
 
     numbered = ApiKey.objects.filter(pk__in=made).order_by("pk").values_list("name", "number")
     assert list(numbered) == [("a", 1), ("b", 1), ("c", 2), ("d", 3), ("e", 2)]

@@ -18,7 +18,7 @@ from evidence.models import Symbol
 from leroy.clock import now
 from tests.backtests.conftest import SMA_CROSS, expected_layers
 from tests.calls import call_tool
-from tests.migrating import migrate_to, model_before
+from tests.migrating import migrate_forward, model_before
 
 pytestmark = pytest.mark.django_db
 
@@ -1142,7 +1142,7 @@ def test_migrating_point_returns_to_packed_bytes_and_back_keeps_every_series(
 
     before = model_before(("backtests", "0012_lz4_for_large_json"), "OptimizationRun")
     as_json = dict(before.objects.values_list("pk", "returns"))
-    migrate_to(("backtests", "0013_packed_point_returns"))
+    migrate_forward(("backtests", "0013_packed_point_returns"))
 
     assert as_json == kept
     after = {run.pk: series.unpack(run.returns) for run in OptimizationRun.objects.filter(optimization=result)}
@@ -1299,7 +1299,7 @@ def test_a_backtest_queued_when_its_account_is_suspended_never_runs_and_its_cred
     services.backtest_execute(report_id=str(report.pk))
 
     report.refresh_from_db()
-    assert (report.status, report.error, report.statistics) == (Status.FAILED, services.SUSPENDED, None)
+    assert (report.status, report.error, report.statistics) == (Status.FAILED, services.ACCOUNT_INACTIVE, None)
     assert credit_usage(user=owner)["credits_remaining"] == 1000
 
 

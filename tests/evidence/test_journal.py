@@ -11,7 +11,7 @@ from evidence.models import ResearchHypothesis, Symbol
 from evidence.research import journal
 from evidence.research.analysis import ResearchError
 from evidence.schemas import RecordHypothesisArgs
-from tests.migrating import migrate_to, model_before
+from tests.migrating import migrate_forward, model_before
 from tests.races import race
 
 pytestmark = pytest.mark.django_db
@@ -145,7 +145,7 @@ def test_migrating_numbers_each_accounts_existing_notes_from_one_in_the_order_th
                            recorded_at=datetime(2026, 5, 19, 14, 30, tzinfo=UTC)).pk
         for user, note in [(alice, "a1"), (bob, "b1"), (alice, "a2"), (alice, "a3"), (bob, "b2")]
     ]  # fmt: skip
-    migrate_to(("evidence", "0009_hypothesis_numbers"))
+    migrate_forward(("evidence", "0009_hypothesis_numbers"))
 
     numbered = ResearchHypothesis.objects.filter(pk__in=written).order_by("pk").values_list("note", "number")
     assert list(numbered) == [("a1", 1), ("b1", 1), ("a2", 2), ("a3", 3), ("b2", 2)]
