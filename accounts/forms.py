@@ -1,3 +1,4 @@
+import unicodedata
 from typing import Any
 
 from django import forms
@@ -10,16 +11,32 @@ from accounts.models import User
 from leroy.schemas import visible_name
 
 
+class AccountEmailField(forms.EmailField):
+    """An account's address, in lower case, spelled one way only: no invisible (format) character, no full-width or
+    other compatibility form, no quoted local part. Each of those reaches the same mailbox as its plain spelling
+    (found from outside: full-width letters in the domain, and `"alice"@example.com`, became accounts beside
+    alice@example.com)."""
+
+    default_error_messages = {
+        "spelling": "Type the address plainly: no invisible or full-width characters and no quotes.",
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=254, **kwargs)
+
+    def clean(self, value: Any) -> str:
+        address = str(super().clean(value)).strip().lower()
+        invisible = any(unicodedata.category(character) == "Cf" for character in address)
+        if invisible or unicodedata.normalize("NFKC", address) != address or '"' in address:
+            raise forms.ValidationError(self.error_messages["spelling"], code="spelling")
+        return address
+
+
 class SignupForm(forms.Form):
     """Only the address: the password is chosen from the link e-mailed to it, so the answer never says
     whether an account exists."""
 
-    email = forms.EmailField(
-        max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email", "autofocus": True})
-    )
-
-    def clean_email(self) -> str:
-        return self.cleaned_data["email"].strip().lower()
+    email = AccountEmailField(widget=forms.EmailInput(attrs={"autocomplete": "email", "autofocus": True}))
 
 
 class ActivationForm(SetPasswordForm):
@@ -74,13 +91,11 @@ class CurrentPasswordForm(forms.Form):
 class EmailChangeForm(CurrentPasswordForm):
     """A new address for the account; it changes once the link mailed to it is followed."""
 
-    email = forms.EmailField(
-        label="New e-mail address", max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"})
-    )
+    email = AccountEmailField(label="New e-mail address", widget=forms.EmailInput(attrs={"autocomplete": "email"}))
     field_order = ["email", "password"]
 
     def clean_email(self) -> str:
-        email = self.cleaned_data["email"].strip().lower()
+        email: str = self.cleaned_data["email"]
         if email == self.user.email:
             raise forms.ValidationError("That is already this account's address.")
         return email

@@ -38,6 +38,9 @@ class User(AbstractBaseUser, PermissionsMixin):
     mcp_activated_at = models.DateTimeField(null=True, blank=True)
     # Closed by its owner: inactive for good, its address removed (the ledger's rows still name the account).
     closed_at = models.DateTimeField(null=True, blank=True)
+    # The last move to another address: an e-mail change link asked for before it no longer works (the address
+    # alone would let a link revive once the account came back to the address it named).
+    email_changed_at = models.DateTimeField(null=True, blank=True)
 
     objects: ClassVar[UserManager] = UserManager()
 

@@ -12,7 +12,7 @@ from django.contrib.auth.tokens import default_token_generator
 from django.core import signing
 from django.core.mail import EmailMessage
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, ProtectedError
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.crypto import salted_hmac
@@ -139,16 +139,18 @@ class EmailChange:
     new: str
 
 
-def _password_stamp(user: User) -> str:
-    # A new password ends the links asked for under the old one (someone who knew it may have asked).
-    return salted_hmac(EMAIL_CHANGE_SALT, user.password, algorithm="sha256").hexdigest()[:32]
+def _account_stamp(user: User) -> str:
+    """What an e-mail change link must still find: the same password (someone who knew the old one may have asked)
+    and no move since it was asked for (a link stays used even once the account is back on its old address)."""
+    changed = user.email_changed_at.isoformat() if user.email_changed_at else ""
+    return salted_hmac(EMAIL_CHANGE_SALT, f"{user.password}|{changed}", algorithm="sha256").hexdigest()[:32]
 
 
 def email_change_request(*, user: User, new_email: str) -> None:
     """Mail the new address a link that moves the account to it; nothing changes until it is followed. The link is
-    signed, lasts PASSWORD_RESET_TIMEOUT, and names the old address and the password, so it works once and not after
-    a new password."""
-    payload = {"user": user.pk, "old": user.email, "new": new_email, "password": _password_stamp(user)}
+    signed, lasts PASSWORD_RESET_TIMEOUT, and names the old address and carries the account's stamp, so it works
+    once, not after another move, and not after a new password."""
+    payload = {"user": user.pk, "old": user.email, "new": new_email, "stamp": _account_stamp(user)}
     token = signing.dumps(payload, salt=EMAIL_CHANGE_SALT, compress=True)
     origin = settings.LEROY_PUBLIC_ORIGIN
     context = {"old": user.email, "new": new_email, "link": origin + reverse("accounts:email-confirm", args=[token])}
@@ -163,31 +165,34 @@ def email_change_of(token: str) -> EmailChange:
     except signing.BadSignature:
         raise AccountError("link_invalid", EMAIL_LINK_INVALID) from None
     user = User.objects.filter(pk=payload["user"]).first()
-    if (
-        user is None
-        or not user.is_active
-        or user.email != payload["old"]
-        or _password_stamp(user) != payload["password"]
-    ):
+    if user is None or not user.is_active or user.email != payload["old"] or _account_stamp(user) != payload["stamp"]:
         raise AccountError("link_invalid", EMAIL_LINK_INVALID)
     return EmailChange(user, payload["old"], payload["new"])
 
 
 def email_change_confirm(*, token: str) -> EmailChange:
     """Move the account to the link's new address, and tell the old address. Refused, changing nothing, when the
-    link no longer may be used or another account holds the new address (a sign-up not yet confirmed included)."""
+    link no longer may be used or another account holds the new address. A sign-up not yet confirmed there gives way
+    (it holds nothing, and the link's follower reads that mailbox: else a stranger's sign-up would block the move)."""
     with transaction.atomic():
         change = email_change_of(token)
         user = User.objects.select_for_update().get(pk=change.user.pk)
         if user.email != change.old:  # a concurrent confirmation of the same link moved it first
             raise AccountError("link_invalid", EMAIL_LINK_INVALID)
         taken = AccountError("email_taken", f"Another account uses {change.new}; this account keeps {change.old}.")
-        if User.objects.filter(email=change.new).exists():
-            raise taken
-        user.email = change.new
+        holder = User.objects.select_for_update().filter(email=change.new).first()
+        if holder is not None:
+            if holder.is_active or suspended(holder) or holder.last_login is not None:
+                raise taken
+            try:
+                with transaction.atomic():
+                    holder.delete()
+            except ProtectedError:  # it holds rows after all: it stays
+                raise taken from None
+        user.email, user.email_changed_at = change.new, now()
         try:
             with transaction.atomic():
-                user.save(update_fields=["email"])
+                user.save(update_fields=["email", "email_changed_at"])
         except IntegrityError:  # taken between the check and the write
             raise taken from None
         context = {

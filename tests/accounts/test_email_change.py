@@ -98,6 +98,44 @@ def test_a_link_works_once(signed_in, owner, mailoutbox, django_capture_on_commi
     assert owner.email == "alice@new.example"
 
 
+def test_a_used_link_stays_used_once_the_account_is_back_on_the_address_it_named(
+    signed_in, owner, mailoutbox, django_capture_on_commit_callbacks
+):
+    ask(signed_in, "alice@two.example", capture=django_capture_on_commit_callbacks)
+    first = link_of(mailoutbox[-1])
+    with django_capture_on_commit_callbacks(execute=True):
+        Client().post(first)  # alice@example.com -> alice@two.example
+    owner.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        services.email_change_request(user=owner, new_email="alice@example.com")
+    Client().post(link_of(mailoutbox[-1]))  # and back
+
+    replayed = Client().post(first)
+
+    owner.refresh_from_db()
+    assert replayed.status_code == 400
+    assert owner.email == "alice@example.com"
+
+
+def test_a_link_overtaken_by_another_move_changes_nothing(
+    signed_in, owner, mailoutbox, django_capture_on_commit_callbacks
+):
+    ask(signed_in, "alice@two.example", capture=django_capture_on_commit_callbacks)
+    ask(signed_in, "alice@three.example", capture=django_capture_on_commit_callbacks)
+    two, three = (link_of(message) for message in mailoutbox)
+    Client().post(three)
+    owner.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        services.email_change_request(user=owner, new_email="alice@example.com")
+    Client().post(link_of(mailoutbox[-1]))  # back to the address `two` names as the old one
+
+    refused = Client().post(two)
+
+    owner.refresh_from_db()
+    assert refused.status_code == 400
+    assert owner.email == "alice@example.com"
+
+
 def test_a_new_password_ends_the_links_asked_for_before_it(
     signed_in, owner, mailoutbox, django_capture_on_commit_callbacks
 ):
@@ -149,6 +187,25 @@ def test_an_address_another_account_took_meanwhile_is_refused_and_nothing_change
     assert "Another account uses charlie@example.com; this account keeps alice@example.com." in refused.content.decode()
     assert (owner.email, outsider.email) == ("alice@example.com", "charlie@example.com")
     assert len(mailoutbox) == 1  # the old address is told of no change
+
+
+def test_a_strangers_unconfirmed_sign_up_for_the_new_address_gives_way_to_the_move(
+    signed_in, owner, mailoutbox, django_capture_on_commit_callbacks
+):
+    ask(signed_in, capture=django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        Client().post(reverse("accounts:signup"), {"email": "alice@new.example"})
+    move, signup = link_of(mailoutbox[0]), mailoutbox[1]
+
+    moved = Client().post(move)
+
+    owner.refresh_from_db()
+    assert moved.status_code == 302
+    assert owner.email == "alice@new.example"
+    assert list(User.objects.filter(email="alice@new.example").values_list("pk", flat=True)) == [owner.pk]
+    [confirm] = re.findall(r"http://\S+/account/signup/confirm/\S+", signup.body)
+    page = Client().get(confirm.removeprefix(ORIGIN), follow=True).content.decode()
+    assert "This link no longer works" in page
 
 
 def test_a_wrong_password_mails_nothing(signed_in, owner, mailoutbox, django_capture_on_commit_callbacks):
@@ -211,3 +268,21 @@ def test_the_service_refuses_a_link_of_a_suspended_account(owner, mailoutbox, dj
     owner.refresh_from_db()
     assert refused.value.code == "link_invalid"
     assert owner.email == "alice@example.com"
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["alice@\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45.com", "alice@example.com\u200b", "alice@exam\u00adple.com",
+     '"alice"@example.com'],
+    ids=["full-width", "zero-width-space", "soft-hyphen", "quoted"],
+)  # fmt: skip
+def test_an_address_spelled_another_way_to_reach_the_same_mailbox_is_refused(client, outsider, mailoutbox, spelling):
+    client.force_login(outsider)
+
+    response = client.post(reverse("accounts:email-change"), {"email": spelling, "password": PASSWORD})
+    signup = Client().post(reverse("accounts:signup"), {"email": spelling})
+
+    for page in (response, signup):
+        assert "Type the address plainly: no invisible or full-width characters and no quotes." in page.content.decode()
+    assert mailoutbox == []
+    assert User.objects.count() == 1

@@ -477,3 +477,14 @@ def test_a_reset_refused_for_a_weak_password_revokes_nothing(owner, connect):
     assert "Choose a new password" in page
     assert services.api_key_authenticate(plaintext=key) is not None
     assert AccessToken.objects.filter(user=owner).count() == 1
+
+
+def test_account_mails_are_plain_text_an_address_with_a_quote_is_written_as_typed(
+    client, db, mailoutbox, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("accounts:signup"), {"email": "o'hara@example.com"})
+
+    [message] = mailoutbox
+    assert "create a Leroy account for o'hara@example.com." in message.body
+    assert "&#x27;" not in message.body

@@ -15,4 +15,9 @@ class Migration(migrations.Migration):
             name='closed_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
+        migrations.AddField(
+            model_name='user',
+            name='email_changed_at',
+            field=models.DateTimeField(blank=True, null=True),
+        ),
     ]
