@@ -155,7 +155,7 @@ class EmailLoginView(auth_views.LoginView):
         }
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if throttle.login_locked(**self._who()):
+        if not throttle.login_attempt(**self._who()):
             # The password is not even checked while locked.
             form = self.authentication_form(request, initial={"username": self._who()["email"]})
             minutes = settings.LEROY_LOGIN_LOCKOUT_SECONDS // 60
@@ -163,12 +163,8 @@ class EmailLoginView(auth_views.LoginView):
             return self.render_to_response(context, status=429)
         return super().post(request, *args, **kwargs)
 
-    def form_invalid(self, form: Any) -> HttpResponse:
-        throttle.login_failed(**self._who())
-        return super().form_invalid(form)
-
     def form_valid(self, form: Any) -> HttpResponse:
-        throttle.login_succeeded(**self._who())
+        throttle.login_succeeded(**self._who())  # else the attempt stays counted as a failure
         return super().form_valid(form)
 
 
@@ -195,7 +191,7 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
 
     def form_valid(self, form: Any) -> HttpResponse:
         # The lockout's page offers a reset: a new password ends the account's count (not the address's).
-        throttle.login_succeeded(email=form.user.email, address="")
+        throttle.login_count_clear(email=form.user.email)
         with transaction.atomic():
             response = super().form_valid(form)
             _revoke_credentials_if_chosen(self.request, form)
@@ -219,14 +215,14 @@ class PasswordChangeView(auth_views.PasswordChangeView):
         return {"email": self._user().email, "address": self.request.META.get("REMOTE_ADDR", "unknown")}
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if locked := locked_out(request, self._user()):
+        if locked := attempt_refused(request, self._user()):
             context = self.get_context_data(form=self.form_class(self._user()), locked=locked)
             return self.render_to_response(context, status=429)
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form: Any) -> HttpResponse:
-        if "old_password" in form.errors:
-            throttle.login_failed(**self._who())
+        if "old_password" not in form.errors:  # the current password was right (the new one was refused)
+            throttle.login_succeeded(**self._who())
         return super().form_invalid(form)
 
     def form_valid(self, form: Any) -> HttpResponse:
@@ -238,25 +234,23 @@ class PasswordChangeView(auth_views.PasswordChangeView):
         return response
 
 
-def locked_out(request: HttpRequest, user: User) -> str | None:
-    """The sign-in lockout's message when the account or this client is locked out: a form that checks the current
-    password counts its failures there too, so a borrowed session cannot guess it without limit."""
-    if throttle.login_locked(email=user.email, address=request.META.get("REMOTE_ADDR", "unknown")):
-        return LOCKED_OUT.format(minutes=settings.LEROY_LOGIN_LOCKOUT_SECONDS // 60)
-    return None
+def attempt_refused(request: HttpRequest, user: User) -> str | None:
+    """Count a check of the signed-in account's current password as a sign-in attempt (so a borrowed session cannot
+    guess it without limit); the lockout's message when it is refused, else None."""
+    if throttle.login_attempt(email=user.email, address=request.META.get("REMOTE_ADDR", "unknown")):
+        return None
+    return LOCKED_OUT.format(minutes=settings.LEROY_LOGIN_LOCKOUT_SECONDS // 60)
 
 
 def password_form_judged(request: HttpRequest, form: CurrentPasswordForm) -> str | None:
     """Judge a posted CurrentPasswordForm under the sign-in lockout: the lockout's message when locked (the password
-    is not even checked); else None, the form judged (`is_valid()`), a wrong password counted as a failed sign-in
-    and a right one ending the account's count."""
-    if locked := locked_out(request, form.user):
+    is not even checked); else None, the form judged (`is_valid()`), a wrong password's attempt left counted and a
+    right one's taken back."""
+    if locked := attempt_refused(request, form.user):
         return locked
-    who = {"email": form.user.email, "address": request.META.get("REMOTE_ADDR", "unknown")}
-    if form.is_valid():
-        throttle.login_succeeded(**who)
-    elif "password" in form.errors:
-        throttle.login_failed(**who)
+    form.is_valid()
+    if "password" not in form.errors:
+        throttle.login_succeeded(email=form.user.email, address=request.META.get("REMOTE_ADDR", "unknown"))
     return None
 
 

@@ -32,7 +32,8 @@ _clients: dict[str, RedisCacheClient] = {}
 _clients_lock = threading.Lock()
 
 
-def _failed(operation: str, error: Exception) -> None:
+def failed(operation: str, error: Exception) -> None:
+    """Count and log (at most once per 5 s, no traceback) a cache operation that failed and was served without."""
     global _warned_at
     metrics.DEPENDENCY_ERRORS.labels("cache").inc()
     if time.monotonic() - _warned_at >= 5:
@@ -88,52 +89,52 @@ class FailSoftRedisCache(RedisCache):
         try:
             return super().get(key, default, version)
         except RedisError as error:
-            _failed("get", error)
+            failed("get", error)
             return default
 
     def get_many(self, keys: Any, version: int | None = None) -> dict[Any, Any]:
         try:
             return super().get_many(keys, version)
         except RedisError as error:
-            _failed("get_many", error)
+            failed("get_many", error)
             return {}
 
     def has_key(self, key: Any, version: int | None = None) -> bool:
         try:
             return super().has_key(key, version)
         except RedisError as error:
-            _failed("has_key", error)
+            failed("has_key", error)
             return False
 
     def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> None:
         try:
             super().set(key, value, timeout, version)
         except RedisError as error:
-            _failed("set", error)
+            failed("set", error)
 
     def set_many(self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> list[Any]:
         try:
             return super().set_many(data, timeout, version)
         except RedisError as error:
-            _failed("set_many", error)
+            failed("set_many", error)
             return list(data)
 
     def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
         try:
             return super().touch(key, timeout, version)
         except RedisError as error:
-            _failed("touch", error)
+            failed("touch", error)
             return False
 
     def delete(self, key: Any, version: int | None = None) -> bool:
         try:
             return super().delete(key, version)
         except RedisError as error:
-            _failed("delete", error)
+            failed("delete", error)
             return False
 
     def delete_many(self, keys: Any, version: int | None = None) -> None:
         try:
             super().delete_many(keys, version)
         except RedisError as error:
-            _failed("delete_many", error)
+            failed("delete_many", error)

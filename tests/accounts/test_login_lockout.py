@@ -106,3 +106,35 @@ def test_a_password_reset_ends_the_accounts_lockout(
     client.post(form.redirect_chain[-1][0], {"new_password1": new, "new_password2": new})
 
     assert attempt(client, "alice@example.com", new).status_code == 302
+
+
+@pytest.mark.django_db
+def test_attempts_in_flight_together_are_counted_before_any_password_is_checked(client: Client, owner):
+    from accounts import throttle
+
+    # five attempts sent together, none of them judged yet
+    allowed = [throttle.login_attempt(email="alice@example.com", address=f"198.51.100.{i}") for i in range(6)]
+
+    assert allowed == [True] * 5 + [False]
+    assert attempt(client, "alice@example.com", PASSWORD, address="203.0.113.77").status_code == 429
+
+
+@pytest.mark.django_db
+def test_a_right_password_takes_its_attempt_back_from_its_client_address(client: Client, owner, settings):
+    for _ in range(settings.LEROY_LOGIN_FAILURES_PER_ADDRESS + 2):
+        assert attempt(client, "alice@example.com", PASSWORD).status_code == 302
+        client.logout()
+
+    assert attempt(client, "alice@example.com", PASSWORD).status_code == 302
+
+
+@pytest.mark.django_db
+def test_with_redis_down_a_wrong_password_is_answered_and_the_lockout_holds_in_the_process(redis_down, owner):
+    browser = Client(raise_request_exception=False)
+    for _ in range(5):
+        assert attempt(browser, "alice@example.com", "wrong").status_code == 200
+
+    locked = attempt(browser, "alice@example.com", PASSWORD)
+
+    assert locked.status_code == 429
+    assert "_auth_user_id" not in browser.session

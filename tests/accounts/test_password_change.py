@@ -130,3 +130,14 @@ def test_the_password_change_form_requires_csrf(owner):
     owner.refresh_from_db()
     assert response.status_code == 403
     assert owner.check_password(PASSWORD)
+
+
+def test_a_right_current_password_with_a_refused_new_one_is_no_failed_sign_in(signed_in, owner):
+    for _ in range(6):
+        change(signed_in, new_password1="password", new_password2="password")
+
+    response = change(signed_in)
+
+    owner.refresh_from_db()
+    assert response.redirect_chain == [("/account/", 302)]
+    assert owner.check_password(NEW)
