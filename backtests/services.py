@@ -167,6 +167,9 @@ def dry_run_execute(*, run_id: str) -> None:
             DryRun.objects.filter(pk=run_id).update(status=Status.CANCELLED, busy=True, finished_at=now())
             return
         run = DryRun.objects.select_related("user").get(pk=run_id)
+        if not run.user.is_active:  # suspended or closed while it waited: it never runs
+            DryRun.objects.filter(pk=run_id).update(status=Status.CANCELLED, finished_at=now())
+            return
         on_start, finished = _killed_when_abandoned(run.pk)
         try:
             outcome = _dry_run_outcome(run.user, run.code, on_start=on_start)
@@ -1131,6 +1134,9 @@ def _probe_cuts_queue(optimization_id: Any, queued: list[ProbeCut]) -> None:
 
 def optimization_probe_cut_execute(*, cut_id: int) -> None:
     """Run one queued cut of a best run's probe (a redelivered one, whose worker stopped mid-run, fails)."""
+    optimization_id = ProbeCut.objects.filter(pk=cut_id).values_list("optimization_id", flat=True).first()
+    if optimization_id is None or _inactive_account_cancels(optimization_id):
+        return
     claimed = ProbeCut.objects.filter(pk=cut_id, status=Status.PENDING, optimization__status=Status.EXECUTING).update(
         status=Status.EXECUTING, started_at=now()
     )
@@ -1253,6 +1259,8 @@ def _walk_forward_test(optimization_id: Any) -> None:
     optimization = Optimization.objects.select_related("strategy").get(pk=optimization_id)
     last = None
     for fold in walk_forward_plan(optimization)["folds"]:
+        if _inactive_account_cancels(optimization.pk):
+            return
         if not Optimization.objects.filter(pk=optimization.pk, status=Status.EXECUTING).exists():
             return  # cancelled meanwhile: settled by the cancel
         chosen = _best_run(optimization, fold=fold["fold"])

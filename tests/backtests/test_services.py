@@ -1321,3 +1321,33 @@ def test_an_optimization_whose_account_is_suspended_mid_grid_stops_as_a_cancel_w
     assert statuses == [Status.COMPLETED] + [Status.CANCELLED] * 5
     usage = credit_usage(user=owner)
     assert (usage["credits_consumed"], usage["credits_remaining"]) == (5, 995)
+
+
+def test_a_probes_queued_cuts_of_a_suspended_account_never_run_and_only_the_points_are_charged(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    result, cuts = probe_cuts_queued(owner, coin, django_capture_on_commit_callbacks)
+    suspend(owner)
+    jobs = []
+    monkeypatch.setattr(sandbox, "run_job", lambda **kwargs: jobs.append(kwargs))
+
+    for cut in cuts[:2]:
+        services.optimization_probe_cut_execute(cut_id=cut.pk)
+
+    result.refresh_from_db()
+    assert jobs == []
+    assert (result.status, result.credits_charged) == (Status.CANCELLED, 6 * result.credits_per_iteration)
+    assert credit_usage(user=owner)["credits_remaining"] == 1000 - result.credits_charged
+
+
+def test_a_dry_run_queued_when_its_account_is_suspended_never_runs(owner, monkeypatch):
+    jobs = []
+    monkeypatch.setattr(sandbox, "run_job", lambda **kwargs: jobs.append(kwargs))
+    run = services.dry_run_submit(user=owner, code=SMA_CROSS)  # its task is queued on commit, never in this test
+    suspend(owner)
+
+    services.dry_run_execute(run_id=str(run.pk))
+
+    run.refresh_from_db()
+    assert jobs == []
+    assert (run.status, run.outcome) == (Status.CANCELLED, None)

@@ -6,6 +6,7 @@ from asgiref.sync import sync_to_async
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from accounts.models import User
 from backtests import selectors, series, services, statistics
 from backtests.dryrun import walk
 from backtests.models import DryRunPass, Optimization, OptimizationRun, Status, Strategy, Trial
@@ -204,6 +205,29 @@ def test_a_test_run_in_flight_at_a_cancel_is_cancelled_and_counts_as_no_trial(
     assert test.status == Status.CANCELLED
     assert Trial.objects.filter(run__out_of_sample=True).exists() is False
     assert Trial.objects.count() == 6
+
+
+@pytest.mark.django_db
+def test_a_walk_forward_whose_account_is_suspended_after_its_last_train_point_runs_no_test_window(
+    owner, coin, django_capture_on_commit_callbacks, monkeypatch
+):
+    result = walk_forward(owner, saved(owner), coin, django_capture_on_commit_callbacks, execute=False)
+    runs = list(OptimizationRun.objects.filter(optimization=result).order_by("iteration"))
+    run_point = services._run_point
+
+    def suspended_after_the_last_train_point(optimization, run):
+        finished = run_point(optimization, run)
+        if run.pk == runs[-1].pk:
+            User.objects.filter(pk=owner.pk).update(is_active=False)  # an operator unticks "active"
+        return finished
+
+    monkeypatch.setattr(services, "_run_point", suspended_after_the_last_train_point)
+    for run in runs:
+        services.optimization_point_execute(run_id=run.pk, claim=f"task-{run.pk}")
+
+    result.refresh_from_db()
+    assert (result.status, result.credits_charged) == (Status.CANCELLED, 30)  # the six train points
+    assert OptimizationRun.objects.filter(optimization=result, out_of_sample=True).exists() is False
 
 
 def _saved_strategy_and_coin(owner):
