@@ -15,6 +15,12 @@ class UserAdmin(BaseUserAdmin):
     list_display = ["email", "is_staff", "is_active", "mcp_activated_at", "date_joined", "closed_at"]
     search_fields = ["email"]
     readonly_fields = ["closed_at"]  # set by the owner's close, never by hand
+
+    def get_readonly_fields(self, request: HttpRequest, obj: User | None = None) -> list[str]:
+        # A closed account stays closed: "active" would reopen it (its rules evaluated, its jobs run again).
+        closed = obj is not None and obj.closed_at is not None
+        return [*self.readonly_fields, *(["is_active"] if closed else [])]
+
     fieldsets = (
         (None, {"fields": ("email", "password")}),
         ("MCP", {"fields": ("mcp_activated_at",)}),

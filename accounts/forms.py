@@ -19,6 +19,7 @@ class AccountEmailField(forms.EmailField):
 
     default_error_messages = {
         "spelling": "Type the address plainly: no invisible or full-width characters and no quotes.",
+        "reserved": "Enter an address that can receive mail.",
     }
 
     def __init__(self, **kwargs: Any) -> None:
@@ -29,6 +30,8 @@ class AccountEmailField(forms.EmailField):
         invisible = any(unicodedata.category(character) == "Cf" for character in address)
         if invisible or unicodedata.normalize("NFKC", address) != address or '"' in address:
             raise forms.ValidationError(self.error_messages["spelling"], code="spelling")
+        if address.endswith(".invalid"):  # reserved: no mailbox; closed accounts' addresses live there
+            raise forms.ValidationError(self.error_messages["reserved"], code="reserved")
         return address
 
 
@@ -61,11 +64,27 @@ class CredentialsRevocation(forms.Form):
     )
 
 
-class ResetPasswordForm(CredentialsRevocation, SetPasswordForm):
+class OpenAccountPassword(SetPasswordForm):
+    """A new password stored only while the account is active and open (accounts.services.password_store), never by
+    saving the whole row the form read; raises AccountError("account_inactive") otherwise."""
+
+    def set_password_and_save(
+        self,
+        user: User,
+        password_field_name: str = "password1",  # noqa: S107  (Django's signature: a field's name, not a secret)
+        commit: bool = True,
+    ) -> User:
+        user.set_password(self.cleaned_data[password_field_name])
+        if commit:
+            services.password_store(user=user)
+        return user
+
+
+class ResetPasswordForm(CredentialsRevocation, OpenAccountPassword):
     """The password chosen from a reset link."""
 
 
-class ChangePasswordForm(CredentialsRevocation, PasswordChangeForm):
+class ChangePasswordForm(CredentialsRevocation, OpenAccountPassword, PasswordChangeForm):
     """A signed-in account's new password, given its current one."""
 
 
@@ -110,7 +129,7 @@ class AccountCloseForm(CurrentPasswordForm):
 
     def clean_confirmation(self) -> str:
         typed: str = self.cleaned_data["confirmation"]
-        if typed.strip().lower() != self.CONFIRMATION:
+        if typed.strip() != self.CONFIRMATION:
             raise forms.ValidationError(f"Type “{self.CONFIRMATION}” exactly; nothing was closed.")
         return typed
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.tokens import default_token_generator
 from django.core import signing
 from django.core.mail import EmailMessage
@@ -57,23 +58,32 @@ def suspended(user: User) -> bool:
 
 
 def closed_address(user: User) -> str:
-    """What a closed account's address becomes: no one's mailbox (.invalid never resolves), unique per account."""
-    return f"closed-{user.pk}@closed.invalid"
+    """What a closed account's address becomes: no one's mailbox (.invalid never resolves, and sign-up refuses it),
+    unique and unguessable (a sign-up squatting on it once made the close fail)."""
+    return f"closed-{user.pk}-{secrets.token_hex(8)}@closed.invalid"
 
 
 @transaction.atomic
 def account_close(*, user: User) -> None:
     """Close the account for good: every API key revoked, every OAuth client disconnected, every session ended (the
     password becomes unusable), its address freed for a new sign-up. What it had queued stops as a suspended
-    account's does; its rows stay, for the ledger."""
+    account's does; its rows stay, for the ledger. One conditional update, so a password saved at the same moment
+    cannot reopen it (`password_store`) and a second close changes nothing."""
     from accounts import oauth  # it imports this module
 
-    locked = User.objects.select_for_update().get(pk=user.pk)
-    api_keys_revoke_all(user=locked)
-    oauth.oauth_clients_disconnect_all(user=locked)
-    locked.is_active, locked.closed_at, locked.email = False, now(), closed_address(locked)
-    locked.set_unusable_password()
-    locked.save(update_fields=["is_active", "closed_at", "email", "password"])
+    closing = User.objects.filter(pk=user.pk, closed_at__isnull=True)
+    if not closing.update(is_active=False, closed_at=now(), email=closed_address(user), password=make_password(None)):
+        return  # closed already
+    api_keys_revoke_all(user=user)
+    oauth.oauth_clients_disconnect_all(user=user)
+
+
+def password_store(*, user: User) -> None:
+    """Write the password `user` holds (set by the form) to its row, only while the account is active and open: a
+    form saving the copy it read would undo a close or a suspension committed meanwhile (found from outside: a
+    password change sent with a close reopened the account)."""
+    if not User.objects.filter(pk=user.pk, is_active=True, closed_at__isnull=True).update(password=user.password):
+        raise AccountError("account_inactive", "This account is closed or suspended: its password was not changed.")
 
 
 def account_mail_send(*, subject: str, body: str, to: str) -> None:

@@ -3,6 +3,7 @@ connected OAuth clients."""
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -192,10 +193,7 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     def form_valid(self, form: Any) -> HttpResponse:
         # The lockout's page offers a reset: a new password ends the account's count (not the address's).
         throttle.login_count_clear(email=form.user.email)
-        with transaction.atomic():
-            response = super().form_valid(form)
-            _revoke_credentials_if_chosen(self.request, form)
-        return response
+        return _password_saved(self, form, partial(super().form_valid, form))
 
 
 @method_decorator(never_cache, name="dispatch")
@@ -227,11 +225,8 @@ class PasswordChangeView(auth_views.PasswordChangeView):
 
     def form_valid(self, form: Any) -> HttpResponse:
         throttle.login_succeeded(**self._who())
-        with transaction.atomic():
-            response = super().form_valid(form)
-            messages.success(self.request, "Your password is changed. Other signed-in browsers are signed out.")
-            _revoke_credentials_if_chosen(self.request, form)
-        return response
+        done = "Your password is changed. Other signed-in browsers are signed out."
+        return _password_saved(self, form, partial(super().form_valid, form), done)
 
 
 def attempt_refused(request: HttpRequest, user: User) -> str | None:
@@ -298,13 +293,29 @@ class EmailChangeConfirmView(View):
         return redirect("accounts:account" if signed_in_here else "accounts:login")
 
 
-def _revoke_credentials_if_chosen(request: HttpRequest, form: CredentialsRevocation) -> None:
-    """Revoke every API key and disconnect every OAuth client of the form's user, when its new password asks to."""
-    if form.cleaned_data["revoke_credentials"]:
-        user: User = form.user  # type: ignore[attr-defined]
-        keys = services.api_keys_revoke_all(user=user)
-        oauth.oauth_clients_disconnect_all(user=user)
-        messages.success(request, f"Revoked {keys} API key(s) and disconnected every OAuth client.")
+def _password_saved(
+    view: auth_views.PasswordChangeView | auth_views.PasswordResetConfirmView,
+    form: CredentialsRevocation,
+    save: Callable[[], HttpResponse],
+    done: str = "",
+) -> HttpResponse:
+    """Save a new password (Django's `form_valid`, through `save`), say `done`, and revoke the account's MCP
+    credentials when the form asks, in one transaction; an account closed or suspended meanwhile gets the form again
+    with why (409), nothing changed."""
+    user: User = form.user  # type: ignore[attr-defined]
+    try:
+        with transaction.atomic():
+            response = save()
+            if done:
+                messages.success(view.request, done)
+            if form.cleaned_data["revoke_credentials"]:
+                keys = services.api_keys_revoke_all(user=user)
+                oauth.oauth_clients_disconnect_all(user=user)
+                messages.success(view.request, f"Revoked {keys} API key(s) and disconnected every OAuth client.")
+    except services.AccountError as error:
+        form.add_error(None, error.message)
+        return view.render_to_response(view.get_context_data(form=form), status=409)
+    return response
 
 
 def _new_key(request: HttpRequest, user: User) -> tuple[ApiKey, str] | None:

@@ -99,11 +99,12 @@ def portal(request: HttpRequest) -> HttpResponse:
 @account_page
 def close(request: HttpRequest) -> HttpResponse:
     """Close the account for good (accounts.services.account_close), given its password and a typed confirmation;
-    refused while a Stripe subscription is live, which would go on billing a closed account."""
+    refused while a Stripe subscription has not ended: past due, unpaid or incomplete ones can still be paid and
+    become active again, billing a closed account."""
     assert isinstance(request.user, User)
     user, template = request.user, "billing/close.html"
     subscription = selectors.stripe_subscription(user=user)
-    live = subscription is not None and subscription.subscription_status in payments.LIVE_STATUSES
+    live = subscription is not None and subscription.subscription_status not in payments.ENDED_STATUSES
     form = AccountCloseForm(user, request.POST or None)
     context = {"form": form, "live_subscription": live, "credits": selectors.credit_usage(user=user)}
     if request.method == "POST" and not live:
