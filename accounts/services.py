@@ -199,12 +199,16 @@ def email_change_confirm(*, token: str) -> EmailChange:
                     holder.delete()
             except ProtectedError:  # it holds rows after all: it stays
                 raise taken from None
-        user.email, user.email_changed_at = change.new, now()
+        # One conditional update: a close or suspension committed since the link was read leaves it refused.
+        moving = User.objects.filter(pk=user.pk, email=change.old, is_active=True, closed_at__isnull=True)
         try:
             with transaction.atomic():
-                user.save(update_fields=["email", "email_changed_at"])
+                moved = moving.update(email=change.new, email_changed_at=now())
         except IntegrityError:  # taken between the check and the write
             raise taken from None
+        if not moved:
+            raise AccountError("link_invalid", EMAIL_LINK_INVALID)
+        user.refresh_from_db()
         context = {
             "old": change.old,
             "new": change.new,

@@ -286,3 +286,23 @@ def test_an_address_spelled_another_way_to_reach_the_same_mailbox_is_refused(cli
         assert "Type the address plainly: no invisible or full-width characters and no quotes." in page.content.decode()
     assert mailoutbox == []
     assert User.objects.count() == 1
+
+
+def test_a_link_whose_account_was_suspended_while_it_was_followed_moves_nothing(
+    signed_in, owner, mailoutbox, django_capture_on_commit_callbacks, monkeypatch
+):
+    ask(signed_in, capture=django_capture_on_commit_callbacks)
+    read = services.email_change_of
+
+    def suspended_meanwhile(token):
+        change = read(token)
+        User.objects.filter(pk=owner.pk).update(is_active=False)  # an operator, between the read and the write
+        return change
+
+    monkeypatch.setattr(services, "email_change_of", suspended_meanwhile)
+
+    refused = Client().post(link_of(mailoutbox[0]))
+
+    owner.refresh_from_db()
+    assert refused.status_code == 400
+    assert (owner.email, owner.email_changed_at) == ("alice@example.com", None)
