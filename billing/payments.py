@@ -101,8 +101,19 @@ def stripe_subscription_create(*, user: User, plan: Plan, client: StripeClient) 
 
 
 def subscriptions_sync(*, client: StripeClient) -> int:
-    """Subscribe every account on a billed plan that has no subscription (its sync was not queued, the broker
-    down, or gave up); idempotent on Stripe. Returns how many were subscribed."""
+    """Subscribe every active account on a billed plan that has no subscription (its sync was not queued, the broker
+    down, or gave up), and cancel the subscription a closed account still holds; idempotent on Stripe. Returns how
+    many were subscribed."""
+    for link in selectors.closed_accounts_subscribed(ENDED_STATUSES):
+        try:
+            cancelled = client.v1.subscriptions.cancel(link.subscription_id)
+        except StripeError as error:  # tried again by the next sweep
+            logger.warning("Stripe subscription %s of closed account %s not cancelled: %s", link.subscription_id,
+                           link.user_id, error)  # fmt: skip
+            continue
+        logger.warning("Stripe subscription %s of closed account %s cancelled", link.subscription_id, link.user_id)
+        link.subscription_status = cancelled.status
+        link.save(update_fields=["subscription_status"])
     subscribed = 0
     for assignment in selectors.accounts_awaiting_subscription():
         try:
@@ -312,6 +323,8 @@ def _subscription_changed(subscription: dict[str, Any], *, deleted: bool, create
     link.subscription_status = status
     link.subscription_event_at = created
     link.save(update_fields=["subscription_id", "subscription_status", "subscription_event_at"])
+    if link.user.closed_at is not None:
+        return  # a closed account takes no plan; a subscription it holds is cancelled by subscriptions_sync
     plan: Plan | None
     if ended or status not in LIVE_STATUSES:
         plan = Plan.objects.get(is_default=True)

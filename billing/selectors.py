@@ -304,11 +304,22 @@ def stripe_subscription(*, user: User) -> StripeCustomer | None:
 
 
 def accounts_awaiting_subscription() -> list[AccountPlan]:
-    """Accounts on a billed plan (overage allowed) without a Stripe subscription: its sync never ran or gave up."""
+    """Active accounts on a billed plan (overage allowed) without a Stripe subscription: its sync never ran or gave
+    up. A suspended or closed account is never subscribed."""
     return list(
-        AccountPlan.objects.filter(plan__overage_allowed=True)
+        AccountPlan.objects.filter(plan__overage_allowed=True, user__is_active=True)
         .exclude(user__stripe_customer__subscription_id__gt="")
         .select_related("user", "plan")
+        .order_by("pk")
+    )
+
+
+def closed_accounts_subscribed(ended: frozenset[str]) -> list[StripeCustomer]:
+    """Closed accounts still holding a Stripe subscription that has not ended (statuses outside `ended`): a Checkout
+    opened before the close and paid after it."""
+    return list(
+        StripeCustomer.objects.filter(user__closed_at__isnull=False, subscription_id__gt="")
+        .exclude(subscription_status__in=ended)
         .order_by("pk")
     )
 

@@ -49,8 +49,6 @@ def stripe_subscription_sync(user_id: int, plan_id: int) -> None:
     from billing import payments
     from billing.models import Plan
 
-    client = payments.stripe_client()
-    if client is not None:
-        payments.stripe_subscription_create(
-            user=User.objects.get(pk=user_id), plan=Plan.objects.get(pk=plan_id), client=client
-        )
+    client, user = payments.stripe_client(), User.objects.get(pk=user_id)
+    if client is not None and user.is_active:  # a suspended or closed account is never subscribed
+        payments.stripe_subscription_create(user=user, plan=Plan.objects.get(pk=plan_id), client=client)

@@ -57,6 +57,8 @@ class FakeStripeTransport(HTTPClient):
             return {"id": f"cus_{n}", "object": "customer", "email": form.get("email")}
         if path == "/v1/subscriptions":
             return {"id": f"sub_{n}", "object": "subscription", "status": "active", "customer": form["customer"]}
+        if path.startswith("/v1/subscriptions/"):  # DELETE: cancel
+            return {"id": path.rsplit("/", 1)[1], "object": "subscription", "status": "canceled"}
         if path == "/v1/billing/meters":
             return {"id": f"mtr_{n}", "object": "billing.meter", "event_name": form["event_name"], "status": "active"}
         if path == "/v1/products":

@@ -419,3 +419,32 @@ def test_a_live_subscription_replaces_a_linked_one_whose_first_payment_failed(cl
 
     assert replaced == ("sub_8", "active", "metered-1")
     assert link_state(checkout_customer) == ("sub_8", "active", "metered-1")
+
+
+def test_a_checkout_paid_after_its_account_closed_gives_no_plan_and_the_sweep_cancels_it(
+    client, checkout_customer, fake, client_
+):
+    from accounts.services import account_close
+
+    account_close(user=checkout_customer)  # Checkout was opened before the close
+
+    deliver(client, event("customer.subscription.created", "evt_1", "active", subscription_id="sub_8", created=100))
+    paid = link_state(checkout_customer)
+    cancelled = payments.subscriptions_sync(client=client_)  # what the beat task runs
+
+    assert paid == ("sub_8", "active", "free")
+    assert cancelled == 0  # none subscribed
+    assert [(c.method, c.path) for c in fake.calls] == [("delete", "/v1/subscriptions/sub_8")]
+    assert link_state(checkout_customer) == ("sub_8", "canceled", "free")
+    payments.subscriptions_sync(client=client_)
+    assert len(fake.calls) == 1  # cancelled once
+
+
+def test_a_suspended_account_on_a_billed_plan_is_not_subscribed_by_the_sweep(owner, fake, client_):
+    plan = Plan.objects.create(code="metered-2", name="Metered 2", included_lookups=1, overage_allowed=True)
+    services.plan_assign(user=owner, plan=plan)
+    owner.is_active = False
+    owner.save(update_fields=["is_active"])
+
+    assert payments.subscriptions_sync(client=client_) == 0
+    assert fake.calls == []
