@@ -236,6 +236,10 @@ class Transfer(models.Model):
         raise AppendOnly("transfers are append-only; post a correcting transfer instead")
 
 
+LIVE_STATUSES = frozenset({"active", "trialing"})  # the statuses that grant the subscription's plan
+ENDED_STATUSES = frozenset({"canceled", "incomplete_expired"})  # terminal: Stripe never revives these
+
+
 class StripeCustomer(models.Model):
     """The Stripe customer and metered subscription of a paid account (thin link, no mirror)."""
 
@@ -248,6 +252,11 @@ class StripeCustomer(models.Model):
 
     def __str__(self) -> str:
         return self.customer_id
+
+    @property
+    def subscription_unended(self) -> bool:
+        """A subscription Stripe may still collect: live, or past due, unpaid, incomplete or paused."""
+        return self.subscription_id != "" and self.subscription_status not in ENDED_STATUSES
 
 
 class MeterReport(models.Model):

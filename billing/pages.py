@@ -104,7 +104,7 @@ def close(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)
     user, template = request.user, "billing/close.html"
     subscription = selectors.stripe_subscription(user=user)
-    live = subscription is not None and subscription.subscription_status not in payments.ENDED_STATUSES
+    live = subscription is not None and subscription.subscription_unended
     form = AccountCloseForm(user, request.POST or None)
     context = {"form": form, "live_subscription": live, "credits": selectors.credit_usage(user=user)}
     if request.method == "POST" and not live:

@@ -15,14 +15,12 @@ from stripe.params.checkout import SessionCreateParams, SessionCreateParamsLineI
 
 from accounts.models import User
 from billing import selectors, services
-from billing.models import MeterReport, Plan, StripeCustomer, StripeEvent
+from billing.models import ENDED_STATUSES, LIVE_STATUSES, MeterReport, Plan, StripeCustomer, StripeEvent
 from leroy.clock import now
 
 logger = logging.getLogger(__name__)
 WEBHOOK_TOLERANCE_SECONDS = 300
 MAX_SEND_ATTEMPTS = 10
-LIVE_STATUSES = frozenset({"active", "trialing"})  # the statuses that grant the subscription's plan
-ENDED_STATUSES = frozenset({"canceled", "incomplete_expired"})  # terminal: Stripe never revives these
 SUBSCRIPTION_EVENTS = {
     "customer.subscription.created",
     "customer.subscription.updated",
@@ -84,7 +82,7 @@ def stripe_meter_setup(*, client: StripeClient) -> dict[str, str]:
 def stripe_subscription_create(*, user: User, plan: Plan, client: StripeClient) -> StripeCustomer:
     """Create (idempotently) the account's Stripe customer and a subscription anchored to the UTC month."""
     link = stripe_customer(user=user, client=client)
-    if link.subscription_id and link.subscription_status in {"active", "trialing"}:
+    if link.subscription_id and link.subscription_status in LIVE_STATUSES:
         return link  # subscribed already (e.g. through Checkout, whose webhook assigned this plan)
     params: SubscriptionCreateParams = {
         "customer": link.customer_id,
@@ -104,7 +102,7 @@ def subscriptions_sync(*, client: StripeClient) -> int:
     """Subscribe every active account on a billed plan that has no subscription (its sync was not queued, the broker
     down, or gave up), and cancel the subscription a closed account still holds; idempotent on Stripe. Returns how
     many were subscribed."""
-    for link in selectors.closed_accounts_subscribed(ENDED_STATUSES):
+    for link in selectors.closed_accounts_subscribed():
         try:
             cancelled = client.v1.subscriptions.cancel(link.subscription_id)
         except StripeError as error:  # tried again by the next sweep

@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from accounts.models import User
 from billing.models import (
+    ENDED_STATUSES,
     AccountPlan,
     Code,
     Kind,
@@ -314,12 +315,12 @@ def accounts_awaiting_subscription() -> list[AccountPlan]:
     )
 
 
-def closed_accounts_subscribed(ended: frozenset[str]) -> list[StripeCustomer]:
-    """Closed accounts still holding a Stripe subscription that has not ended (statuses outside `ended`): a Checkout
-    opened before the close and paid after it."""
+def closed_accounts_subscribed() -> list[StripeCustomer]:
+    """Closed accounts still holding a Stripe subscription that has not ended: a Checkout opened before the close
+    and paid after it."""
     return list(
         StripeCustomer.objects.filter(user__closed_at__isnull=False, subscription_id__gt="")
-        .exclude(subscription_status__in=ended)
+        .exclude(subscription_status__in=ENDED_STATUSES)
         .order_by("pk")
     )
 
