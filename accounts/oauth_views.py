@@ -29,7 +29,7 @@ from oauth2_provider.views import (
 )
 from oauthlib.oauth2.rfc6749 import errors
 
-from accounts import oauth
+from accounts import oauth, throttle
 from accounts.forms import ConsentForm
 from accounts.models import SCOPE_READ, SCOPE_WRITE, User
 from accounts.services import AccountError
@@ -229,7 +229,7 @@ class McpResourceMetadataView(JSONMethodRefusal, OAuthProtectedResourceMetadataV
 @_post_only
 def register(request: HttpRequest) -> JsonResponse:
     """RFC 7591 dynamic registration of a public client; no registration access token is issued."""
-    address = request.META.get("REMOTE_ADDR", "unknown")
+    address = throttle.client_address(request)
     limit = settings.LEROY_OAUTH_REGISTRATIONS_PER_MINUTE
     retry_after = async_to_sync(rate_limit_retry_after)(f"dcr:{address}", limit)
     if retry_after is not None:

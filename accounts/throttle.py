@@ -12,11 +12,17 @@ import time
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.cache import cache, caches
+from django.http import HttpRequest
 
 from leroy.cache import FailSoftRedisCache, failed
 from leroy.ratelimit import rate_limit_retry_after
 
 HOUR = 3600
+
+
+def client_address(request: HttpRequest) -> str:
+    """The address a request came from, as the counts here key it (the proxy sets REMOTE_ADDR)."""
+    return str(request.META.get("REMOTE_ADDR", "unknown"))
 
 
 def email_send_retry_after(*, email: str, address: str) -> int | None:

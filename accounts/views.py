@@ -71,7 +71,7 @@ def _next_on_site(request: HttpRequest) -> str:
 def _emails_throttled(request: HttpRequest, email: str, template: str, **context: Any) -> HttpResponse | None:
     """The form again with a 429 when Leroy has e-mailed this address, or for this client, too often; nothing is
     sent. The same answer whether or not the address has an account."""
-    address = request.META.get("REMOTE_ADDR", "unknown")
+    address = throttle.client_address(request)
     retry_after = throttle.email_send_retry_after(email=email, address=address)
     if retry_after is None:
         return None
@@ -152,7 +152,7 @@ class EmailLoginView(auth_views.LoginView):
     def _who(self) -> dict[str, str]:
         return {
             "email": self.request.POST.get("username", ""),
-            "address": self.request.META.get("REMOTE_ADDR", "unknown"),
+            "address": throttle.client_address(self.request),
         }
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -210,7 +210,7 @@ class PasswordChangeView(auth_views.PasswordChangeView):
         return self.request.user
 
     def _who(self) -> dict[str, str]:
-        return {"email": self._user().email, "address": self.request.META.get("REMOTE_ADDR", "unknown")}
+        return {"email": self._user().email, "address": throttle.client_address(self.request)}
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if locked := attempt_refused(request, self._user()):
@@ -232,7 +232,7 @@ class PasswordChangeView(auth_views.PasswordChangeView):
 def attempt_refused(request: HttpRequest, user: User) -> str | None:
     """Count a check of the signed-in account's current password as a sign-in attempt (so a borrowed session cannot
     guess it without limit); the lockout's message when it is refused, else None."""
-    if throttle.login_attempt(email=user.email, address=request.META.get("REMOTE_ADDR", "unknown")):
+    if throttle.login_attempt(email=user.email, address=throttle.client_address(request)):
         return None
     return LOCKED_OUT.format(minutes=settings.LEROY_LOGIN_LOCKOUT_SECONDS // 60)
 
@@ -245,7 +245,7 @@ def password_form_judged(request: HttpRequest, form: CurrentPasswordForm) -> str
         return locked
     form.is_valid()
     if "password" not in form.errors:
-        throttle.login_succeeded(email=form.user.email, address=request.META.get("REMOTE_ADDR", "unknown"))
+        throttle.login_succeeded(email=form.user.email, address=throttle.client_address(request))
     return None
 
 
